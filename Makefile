@@ -1,0 +1,28 @@
+# Thin driver over CMake. The two set-up commands of the README:
+#   make demo   install deps, build, run the main job on the bundled default
+#   make test   install deps, build, run the whole test suite (ctest)
+BUILD ?= build
+JOBS  ?= $(shell nproc)
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
+
+.PHONY: all deps build test demo bench clean
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+demo: build
+	@bash scripts/demo.sh
+
+bench: build
+	$(BUILD)/trident bench kernels
+
+clean:
+	rm -rf $(BUILD)

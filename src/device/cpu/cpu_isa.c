@@ -1,0 +1,47 @@
+#include "device/cpu/cpu_isa.h"
+
+#include <cpuid.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+static int cpu_has_avx512(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("fma");
+}
+
+int td_cpu_has_avx512_bf16(void) {
+  __builtin_cpu_init();
+  return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+}
+
+int td_cpu_has_amx_bf16(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+  return (d >> 22) & 1u; /* CPUID.(EAX=7,ECX=0):EDX[22] = AMX-BF16 */
+}
+
+static td_cpu_isa detect(void) {
+  const char *env = getenv("TRIDENT_CPU_ISA");
+  if (env && *env) {
+    if (strcmp(env, "generic") == 0) return TD_ISA_GENERIC;
+    if (strcmp(env, "avx512") == 0) {
+      if (!cpu_has_avx512())
+        td_fail("TRIDENT_CPU_ISA=avx512 but this CPU lacks AVX-512 F/BW/VL/DQ");
+      return TD_ISA_AVX512;
+    }
+    td_fail("TRIDENT_CPU_ISA='%s' is not known; expected 'generic' or 'avx512'", env);
+  }
+  return cpu_has_avx512() ? TD_ISA_AVX512 : TD_ISA_GENERIC;
+}
+
+td_cpu_isa td_cpu_isa_get(void) {
+  static int cached = -1;
+  if (cached < 0) cached = (int)detect();
+  return (td_cpu_isa)cached;
+}
+
+const char *td_cpu_isa_name(td_cpu_isa isa) { return isa == TD_ISA_AVX512 ? "avx512" : "generic"; }

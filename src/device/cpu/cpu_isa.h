@@ -1,0 +1,17 @@
+/* Which vector ISA the CPU kernels use, decided once at run time by cpuid.
+ * TRIDENT_CPU_ISA=generic forces the portable C path (how the fallback is
+ * tested on a machine that has AVX-512); TRIDENT_CPU_ISA=avx512 insists on it. */
+#ifndef TD_DEVICE_CPU_ISA_H
+#define TD_DEVICE_CPU_ISA_H
+
+typedef enum {
+  TD_ISA_GENERIC = 0, /* portable C, compiled for baseline x86-64 */
+  TD_ISA_AVX512 = 1   /* AVX-512 F/BW/VL/DQ + FMA (files *_avx512.c) */
+} td_cpu_isa;
+
+td_cpu_isa td_cpu_isa_get(void);
+const char *td_cpu_isa_name(td_cpu_isa isa);
+int td_cpu_has_avx512_bf16(void); /* vdpbf16ps / vcvtne2ps2bf16 */
+int td_cpu_has_amx_bf16(void);    /* AMX tiles with bf16 (used through oneDNN) */
+
+#endif

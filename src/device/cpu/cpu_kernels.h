@@ -1,0 +1,18 @@
+/* Internal to the CPU backend: each kernel group fills its entries of the ops
+ * table, and does its own ISA dispatch (cpu_isa.h). */
+#ifndef TD_DEVICE_CPU_KERNELS_H
+#define TD_DEVICE_CPU_KERNELS_H
+
+#include "device/device.h"
+
+void td_cpu_register_gemm(td_device_ops *ops);        /* matmul */
+void td_cpu_register_elementwise(td_device_ops *ops); /* fill, bias_backward, norm, gelu, add,
+                                                         dropout, embedding, loss, adamw, cast,
+                                                         scale, sum_squares */
+void td_cpu_register_attention(td_device_ops *ops);   /* attention_forward/backward */
+
+/* GEMM usable from inside an OpenMP parallel region (attention blocks):
+ * threads = 1 runs on the calling thread only. Same semantics as ops->matmul. */
+void td_cpu_gemm(const td_matmul_desc *desc, int threads);
+
+#endif

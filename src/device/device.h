@@ -1,0 +1,167 @@
+/* The device ("accelerator") interface: one struct of function pointers through
+ * which all memory and kernel calls go (ggml-backend's vtable, DeepSpeed's
+ * accelerator). Model code never reads a device pointer's contents; a new
+ * backend implements td_device_ops and registers in device.c.
+ *
+ * Conventions for every kernel:
+ *  - row-major; "rows x cols" means cols is the contiguous dimension;
+ *  - pointers are device pointers; sizes are element counts (int64_t);
+ *  - activations and gradients are fp32 unless a dtype argument says otherwise
+ *    (bf16 variants exist where a kernel's output feeds a bf16 matmul);
+ *  - backward kernels ACCUMULATE (+=) into parameter gradients, and into input
+ *    gradients where the doc says so (residual streams), as llm.c does;
+ *  - results do not depend on the number of threads: reductions use a fixed
+ *    blocking and a fixed order. */
+#ifndef TD_DEVICE_DEVICE_H
+#define TD_DEVICE_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+
+typedef struct td_device td_device;
+
+/* C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] + bias      for b < batch
+ *   op(A): m x k (A is m x k, or k x m when trans_a), lda = row stride of A as stored
+ *   op(B): k x n (B is k x n, or n x k when trans_b), ldb likewise
+ *   C: m x n with row stride ldc. bias: n floats added to every row, or NULL.
+ *   a_dtype == b_dtype in {TD_F32, TD_BF16}; accumulation is fp32.
+ *   c_dtype in {TD_F32, TD_BF16}; beta must be 0 when c_dtype is TD_BF16.
+ *   stride_a/b/c: elements between consecutive batch items (batch > 1). */
+typedef struct td_matmul_desc {
+  int64_t m, n, k;
+  td_dtype ab_dtype, c_dtype;
+  const void *a;
+  int64_t lda, stride_a;
+  int trans_a;
+  const void *b;
+  int64_t ldb, stride_b;
+  int trans_b;
+  void *c;
+  int64_t ldc, stride_c;
+  const float *bias;
+  float alpha, beta;
+  int64_t batch;
+} td_matmul_desc;
+
+typedef enum {
+  TD_GELU_ERF = 0, /* exact: x * Phi(x) (Megatron's default) */
+  TD_GELU_TANH = 1 /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GPT-2, --openai-gelu) */
+} td_gelu_kind;
+
+/* Causal self-attention over a fused QKV activation, per (batch, head):
+ *   S = scale * Q K^T (masked: key j > query i is -inf), P = softmax(S),
+ *   P' = dropout(P), O = P' V.
+ * Layout (Megatron's, heads interleaved so TP can split by heads):
+ *   qkv: [B, T, H, 3, D] (dtype); q, k, v of head h at token t are at
+ *        qkv + ((b*T + t)*H + h)*3*D + {0, D, 2D}
+ *   out: [B, T, H, D] (dtype)   lse: [B, H, T] fp32 log-sum-exp of each row of S
+ * Backward reads qkv, out, dout, lse and WRITES dqkv (same layout as qkv; dtype).
+ * Dropout: element (b, h, i, j) is kept with prob 1 - dropout_p using
+ * td_rng_u32(seed, stream, ((b*H + h)*T + i)*T + j), kept values scaled by
+ * 1/(1 - dropout_p); the same decision in backward. Memory beyond inputs and
+ * outputs is O(T) per head (blocked over queries, flash-attention style). */
+typedef struct td_attention_desc {
+  int64_t batch, seq, heads, head_dim;
+  td_dtype dtype; /* TD_F32 or TD_BF16, for qkv, out, dout, dqkv */
+  float scale;    /* usually 1/sqrt(head_dim) */
+  const void *qkv;
+  void *out;
+  float *lse;
+  const void *dout;
+  void *dqkv;
+  float dropout_p;
+  uint64_t seed, stream;
+} td_attention_desc;
+
+typedef struct td_device_ops {
+  const char *name;
+  /* ---- memory ---- */
+  void *(*alloc)(td_device *d, size_t bytes); /* zeroed, 64-byte aligned */
+  void (*free)(td_device *d, void *p);
+  void (*copy_h2d)(td_device *d, void *dst, const void *src, size_t bytes);
+  void (*copy_d2h)(td_device *d, void *dst, const void *src, size_t bytes);
+  void (*copy_d2d)(td_device *d, void *dst, const void *src, size_t bytes);
+  void (*fill)(td_device *d, void *dst, td_dtype dt, int64_t n, float value);
+  void (*synchronize)(td_device *d);
+
+  /* ---- dense algebra ---- */
+  void (*matmul)(td_device *d, const td_matmul_desc *desc);
+  /* dbias[c] += sum_r dout[r, c]; dout: rows x cols */
+  void (*bias_backward)(td_device *d, float *dbias, const float *dout, int64_t rows, int64_t cols);
+
+  /* ---- normalisation and activations ---- */
+  /* out = (x - mean) * rstd * w + b per row; x: rows x cols; mean, rstd: rows (saved
+   * for backward, may be NULL); out in out_dtype (TD_F32 or TD_BF16). */
+  void (*layernorm_forward)(td_device *d, void *out, td_dtype out_dtype, float *mean, float *rstd,
+                            const float *x, const float *w, const float *b, int64_t rows,
+                            int64_t cols, float eps);
+  /* dx += ..., dw += ..., db += ... (dx accumulates: it is the residual stream) */
+  void (*layernorm_backward)(td_device *d, float *dx, float *dw, float *db, const float *dout,
+                             const float *x, const float *w, const float *mean, const float *rstd,
+                             int64_t rows, int64_t cols);
+  /* out = gelu(x); out in out_dtype (TD_F32 or TD_BF16) */
+  void (*gelu_forward)(td_device *d, void *out, td_dtype out_dtype, const float *x, int64_t n,
+                       td_gelu_kind kind);
+  /* dx = dout * gelu'(x) (overwrites; dx may alias dout) */
+  void (*gelu_backward)(td_device *d, float *dx, const float *dout, const float *x, int64_t n,
+                        td_gelu_kind kind);
+  /* out = a + b (out may alias a or b) */
+  void (*add)(td_device *d, float *out, const float *a, const float *b, int64_t n);
+  /* x = dropout(x) in place with keep prob 1 - p, kept values scaled by 1/(1-p);
+   * element k uses td_rng_u32(seed, stream, k). p == 0 is the identity. */
+  void (*dropout)(td_device *d, float *x, int64_t n, float p, uint64_t seed, uint64_t stream);
+
+  /* ---- attention ---- */
+  void (*attention_forward)(td_device *d, const td_attention_desc *desc);
+  void (*attention_backward)(td_device *d, const td_attention_desc *desc);
+
+  /* ---- embedding ---- */
+  /* out[r] (+)= table[ids[r] - vocab_start] for ids in [vocab_start, vocab_start + rows_in_table),
+   * zeros (or nothing added) for ids outside that range (vocab-parallel embedding).
+   * out: n x cols; table: rows_in_table x cols; accumulate: 0 overwrite, 1 add. */
+  void (*embedding_forward)(td_device *d, float *out, const int32_t *ids, int64_t n,
+                            const float *table, int64_t vocab_start, int64_t rows_in_table,
+                            int64_t cols, int accumulate);
+  /* dtable[ids[r] - vocab_start] += dout[r] for ids in range (scatter-add) */
+  void (*embedding_backward)(td_device *d, float *dtable, const float *dout, const int32_t *ids,
+                             int64_t n, int64_t vocab_start, int64_t rows_in_table, int64_t cols);
+
+  /* ---- loss ---- */
+  /* Per row r of logits (n x vocab): lse[r] = logsumexp(logits[r]),
+   * losses[r] = lse[r] - logits[r, targets[r]]. */
+  void (*cross_entropy_forward)(td_device *d, float *losses, float *lse, const float *logits,
+                                const int32_t *targets, int64_t n, int64_t vocab);
+  /* dlogits[r] = (softmax(logits[r]) - onehot(targets[r])) * dloss[r]
+   * (dloss carries the loss mask and the 1/num_tokens of the mean; dlogits may alias logits) */
+  void (*cross_entropy_backward)(td_device *d, float *dlogits, const float *logits,
+                                 const float *lse, const int32_t *targets, const float *dloss,
+                                 int64_t n, int64_t vocab);
+
+  /* ---- optimizer and utilities ---- */
+  /* AdamW (PyTorch's, decoupled weight decay) on flat fp32 buffers, step t >= 1:
+   *   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
+   *   p -= lr * (wd * p + (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)) */
+  void (*adamw)(td_device *d, float *param, const float *grad, float *m, float *v, int64_t n,
+                float lr, float beta1, float beta2, float eps, float weight_decay,
+                float grad_scale, int64_t step);
+  /* dst = (dst_dtype) src; any pair of TD_F32 / TD_BF16 / TD_F16, round to nearest even */
+  void (*cast)(td_device *d, void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dtype,
+               int64_t n);
+  /* x *= alpha */
+  void (*scale)(td_device *d, float *x, int64_t n, float alpha);
+  /* sum of x^2 in double over a fixed blocking (NaN/Inf propagate: the fp16 overflow check) */
+  double (*sum_squares)(td_device *d, const float *x, int64_t n);
+} td_device_ops;
+
+struct td_device {
+  const td_device_ops *ops;
+  void *impl; /* backend state */
+};
+
+/* Open a device by name ("cpu"). Unknown name: td_fail naming the known ones. */
+td_device *td_device_open(const char *name);
+void td_device_close(td_device *d);
+
+#endif

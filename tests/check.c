@@ -1,0 +1,90 @@
+#include "check.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "base/dtype.h"
+#include "base/rng.h"
+
+int tst_passed, tst_failed;
+
+void tst_check(int ok, const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (ok) {
+    tst_passed++;
+    printf("  ok    ");
+  } else {
+    tst_failed++;
+    printf("  FAIL  %s:%d: ", file, line);
+  }
+  vprintf(fmt, ap);
+  printf("\n");
+  fflush(stdout);
+  va_end(ap);
+}
+
+int tst_finish(void) {
+  printf("%d passed, %d failed\n", tst_passed, tst_failed);
+  return tst_failed ? 1 : 0;
+}
+
+uint64_t tst_seed(void) {
+  static uint64_t seed;
+  static int ready;
+  if (!ready) {
+    const char *e = getenv("TRIDENT_TEST_SEED");
+    if (e) {
+      seed = strtoull(e, NULL, 10);
+    } else {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      seed = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec;
+    }
+    printf("test seed %llu (TRIDENT_TEST_SEED=%llu replays it)\n", (unsigned long long)seed,
+           (unsigned long long)seed);
+    ready = 1;
+  }
+  return seed;
+}
+
+void tst_fill_uniform(float *x, int64_t n, uint64_t stream, float lo, float hi) {
+  td_rng_fill_uniform(x, n, tst_seed(), stream, 0);
+  for (int64_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * x[i];
+}
+
+void tst_fill_normal(float *x, int64_t n, uint64_t stream, float std) {
+  td_rng_fill_normal(x, n, tst_seed(), stream, 0, 0.0f, std);
+}
+
+double tst_rel_err(const float *got, const double *ref, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)got[i] - ref[i]);
+    if (!(d <= num)) num = d; /* NaN propagates */
+    if (fabs(ref[i]) > den) den = fabs(ref[i]);
+  }
+  return den > 0 ? num / den : num;
+}
+
+double tst_rel_err_f(const float *got, const float *ref, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)got[i] - (double)ref[i]);
+    if (!(d <= num)) num = d;
+    if (fabs((double)ref[i]) > den) den = fabs((double)ref[i]);
+  }
+  return den > 0 ? num / den : num;
+}
+
+td_device *tst_device(void) {
+  static td_device *d;
+  if (!d) d = td_device_open("cpu");
+  return d;
+}
+
+void tst_round_bf16(float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) x[i] = td_bf16_to_f32(td_f32_to_bf16(x[i]));
+}

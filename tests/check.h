@@ -1,0 +1,40 @@
+/* Minimal test harness: checks count and print; tst_finish() prints
+ * "N passed, N failed" and returns the exit code.
+ * Random inputs are fresh each run (seed from the clock) and the seed is
+ * printed; TRIDENT_TEST_SEED=<n> replays a run. */
+#ifndef TD_TESTS_CHECK_H
+#define TD_TESTS_CHECK_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "device/device.h"
+
+extern int tst_passed, tst_failed;
+
+void tst_check(int ok, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define CHECK(cond, ...) tst_check(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
+
+int tst_finish(void);
+
+/* Seed for this run (printed once). */
+uint64_t tst_seed(void);
+/* Uniform in [lo, hi) / normal(0, std), from stream `stream` of the run's seed. */
+void tst_fill_uniform(float *x, int64_t n, uint64_t stream, float lo, float hi);
+void tst_fill_normal(float *x, int64_t n, uint64_t stream, float std);
+
+/* Normwise relative error max_i |got_i - ref_i| / max_i |ref_i| (double reference). */
+double tst_rel_err(const float *got, const double *ref, int64_t n);
+/* Same, with the reference given as float. */
+double tst_rel_err_f(const float *got, const float *ref, int64_t n);
+/* Check rel err < tol and print the measured value. */
+#define CHECK_REL(what, err, tol) CHECK((err) < (tol), "%s: rel err %.3g (tol %.1g)", what, err, tol)
+
+/* The CPU device, opened once. */
+td_device *tst_device(void);
+
+/* Round a float buffer to bf16 in place (so a double reference sees the same inputs). */
+void tst_round_bf16(float *x, int64_t n);
+
+#endif
