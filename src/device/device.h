@@ -27,7 +27,7 @@ typedef struct td_device td_device;
  *   op(B): k x n (B is k x n, or n x k when trans_b), ldb likewise
  *   C: m x n with row stride ldc. bias: n floats added to every row, or NULL.
  *   a_dtype == b_dtype in {TD_F32, TD_BF16}; accumulation is fp32.
- *   c_dtype in {TD_F32, TD_BF16}; beta must be 0 when c_dtype is TD_BF16.
+ *   c_dtype TD_F32, or TD_BF16 with bf16 inputs and beta == 0.
  *   stride_a/b/c: elements between consecutive batch items (batch > 1). */
 typedef struct td_matmul_desc {
   int64_t m, n, k;

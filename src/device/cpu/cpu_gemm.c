@@ -1,32 +1,230 @@
-/* GEMM for the CPU backend through a vendor library. */
+/* GEMM for the CPU backend through a vendor library: oneDNN's matmul primitive
+ * (brgemm kernels; bf16 runs on AMX / AVX512-BF16 where the CPU has them) or
+ * OpenBLAS (cblas_sgemm; Debian's OpenBLAS is built without its bf16 GEMM, so
+ * bf16 is oneDNN's alone). Which library serves fp32 was decided by measurement
+ * (bench/RESULTS.md, `trident bench kernels`); TRIDENT_GEMM_FP32=onednn|openblas
+ * overrides it.
+ *
+ * oneDNN primitives are created once per distinct (shape, strides, dtypes,
+ * alpha, beta, bias?) and cached; each thread has its own stream and scratchpad,
+ * so td_cpu_gemm may be called concurrently from inside a parallel region (it
+ * then runs on the calling thread). */
 #include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "device/cpu/cpu_gemm.h"
 #include "device/cpu/cpu_kernels.h"
 
-static void gemm_openblas_f32(const td_matmul_desc *g) {
-  for (int64_t b = 0; b < g->batch; b++) {
-    const float *a = (const float *)g->a + b * g->stride_a;
-    const float *bb = (const float *)g->b + b * g->stride_b;
-    float *c = (float *)g->c + b * g->stride_c;
-    float beta = g->beta;
-    if (g->bias) {
-      for (int64_t i = 0; i < g->m; i++)
-        for (int64_t j = 0; j < g->n; j++) c[i * g->ldc + j] = beta * c[i * g->ldc + j] * (beta != 0) + g->bias[j];
-      beta = 1.0f;
-    }
-    cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
-                g->trans_b ? CblasTrans : CblasNoTrans, (int)g->m, (int)g->n, (int)g->k, g->alpha,
-                a, (int)g->lda, bb, (int)g->ldb, beta, c, (int)g->ldc);
+/* ------------------------------------------------------------------ choice */
+
+static td_gemm_library library_from_env(const char *var, td_gemm_library dflt) {
+  const char *e = getenv(var);
+  if (!e || !*e) return dflt;
+  if (!strcmp(e, "onednn")) return TD_GEMM_ONEDNN;
+  if (!strcmp(e, "openblas")) return TD_GEMM_OPENBLAS;
+  td_fail("%s='%s' is not known; expected 'onednn' or 'openblas'", var, e);
+}
+
+td_gemm_library td_cpu_gemm_library(td_dtype ab_dtype) {
+  static int f32 = -1;
+  if (ab_dtype == TD_BF16) return TD_GEMM_ONEDNN;
+  if (f32 < 0) f32 = (int)library_from_env("TRIDENT_GEMM_FP32", TD_GEMM_ONEDNN);
+  return (td_gemm_library)f32;
+}
+
+const char *td_gemm_library_name(td_gemm_library lib) {
+  return lib == TD_GEMM_ONEDNN ? "onednn" : "openblas";
+}
+
+/* ---------------------------------------------------------------- OpenBLAS */
+
+/* C <- beta*C + bias on every row, so the library call can then accumulate (beta = 1). */
+static void fold_bias(float *c, int64_t m, int64_t n, int64_t ldc, const float *bias, float beta) {
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++)
+      c[i * ldc + j] = (beta == 0.0f ? 0.0f : beta * c[i * ldc + j]) + bias[j];
+}
+
+static void openblas_one(const td_matmul_desc *g, const float *a, const float *b, float *c,
+                         int64_t ldc, float beta) {
+  enum CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans;
+  enum CBLAS_TRANSPOSE tb = g->trans_b ? CblasTrans : CblasNoTrans;
+  if (g->bias) {
+    fold_bias(c, g->m, g->n, ldc, g->bias, beta);
+    beta = 1.0f;
   }
+  cblas_sgemm(CblasRowMajor, ta, tb, (blasint)g->m, (blasint)g->n, (blasint)g->k, g->alpha,
+                a, (blasint)g->lda, b, (blasint)g->ldb, beta, c,
+                (blasint)ldc);
+}
+
+static void gemm_openblas(const td_matmul_desc *g) {
+  TD_CHECK(g->ab_dtype == TD_F32, "OpenBLAS serves fp32 inputs only");
+  for (int64_t b = 0; b < g->batch; b++)
+    openblas_one(g, (const float *)g->a + b * g->stride_a, (const float *)g->b + b * g->stride_b,
+                 (float *)g->c + b * g->stride_c, g->ldc, g->beta);
+}
+
+/* ------------------------------------------------------------------ oneDNN */
+
+#define DNNL_OK(call)                                                                  \
+  do {                                                                                 \
+    dnnl_status_t st_ = (call);                                                        \
+    TD_CHECK(st_ == dnnl_success, "oneDNN call %s returned status %d", #call, (int)st_); \
+  } while (0)
+
+/* Everything that determines a primitive; compared bytewise (zero-initialised). */
+typedef struct {
+  int64_t m, n, k, batch, lda, ldb, ldc, stride_a, stride_b, stride_c;
+  int32_t trans_a, trans_b, ab_dtype, c_dtype, has_bias;
+  float alpha, beta;
+} gemm_key;
+
+typedef struct {
+  gemm_key key;
+  dnnl_primitive_t prim;
+  dnnl_memory_desc_t a_md, b_md, c_md, bias_md, scratch_md;
+  size_t scratch_bytes;
+} gemm_entry;
+
+#define GEMM_CACHE_SIZE 512
+static gemm_entry g_cache[GEMM_CACHE_SIZE];
+static int g_cache_used;
+static dnnl_engine_t g_engine;
+
+static dnnl_data_type_t dnnl_type(td_dtype dt) { return dt == TD_BF16 ? dnnl_bf16 : dnnl_f32; }
+
+/* A row-major matrix of rows x cols, stored transposed when trans, with leading
+ * dimension ld and batch stride; 3-D (batch first) when batch > 1. */
+static void matrix_md(dnnl_memory_desc_t *md, int64_t batch, int64_t rows, int64_t cols, int trans,
+                      int64_t ld, int64_t stride, dnnl_data_type_t dt) {
+  dnnl_dims_t dims, strides;
+  int nd = 0;
+  if (batch > 1) dims[nd] = batch, strides[nd++] = stride;
+  dims[nd] = rows, strides[nd++] = trans ? 1 : ld;
+  dims[nd] = cols, strides[nd++] = trans ? ld : 1;
+  DNNL_OK(dnnl_memory_desc_init_by_strides(md, nd, dims, dt, strides));
+}
+
+static void entry_create(gemm_entry *e, const gemm_key *k) {
+  e->key = *k;
+  matrix_md(&e->a_md, k->batch, k->m, k->k, k->trans_a, k->lda, k->stride_a, dnnl_type(k->ab_dtype));
+  matrix_md(&e->b_md, k->batch, k->k, k->n, k->trans_b, k->ldb, k->stride_b, dnnl_type(k->ab_dtype));
+  matrix_md(&e->c_md, k->batch, k->m, k->n, 0, k->ldc, k->stride_c, dnnl_type(k->c_dtype));
+  if (k->has_bias) { /* {1, n}, or {1, 1, n} for a batched matmul: broadcast over rows */
+    matrix_md(&e->bias_md, 1, 1, k->n, 0, k->n, 0, dnnl_f32);
+    if (k->batch > 1) {
+      dnnl_dims_t dims = {1, 1, k->n}, strides = {k->n, k->n, 1};
+      DNNL_OK(dnnl_memory_desc_init_by_strides(&e->bias_md, 3, dims, dnnl_f32, strides));
+    }
+  }
+  dnnl_matmul_desc_t desc;
+  DNNL_OK(dnnl_matmul_desc_init(&desc, &e->a_md, &e->b_md, k->has_bias ? &e->bias_md : NULL,
+                                &e->c_md));
+  dnnl_primitive_attr_t attr;
+  DNNL_OK(dnnl_primitive_attr_create(&attr));
+  DNNL_OK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+  if (k->alpha != 1.0f) DNNL_OK(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha));
+  if (k->beta != 0.0f) {
+    dnnl_post_ops_t po;
+    DNNL_OK(dnnl_post_ops_create(&po));
+    DNNL_OK(dnnl_post_ops_append_sum(po, k->beta));
+    DNNL_OK(dnnl_primitive_attr_set_post_ops(attr, po));
+    dnnl_post_ops_destroy(po);
+  }
+  dnnl_primitive_desc_t pd;
+  DNNL_OK(dnnl_primitive_desc_create(&pd, &desc, attr, g_engine, NULL));
+  e->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  e->scratch_bytes = dnnl_memory_desc_get_size(&e->scratch_md);
+  DNNL_OK(dnnl_primitive_create(&e->prim, pd));
+  dnnl_primitive_desc_destroy(pd);
+  dnnl_primitive_attr_destroy(attr);
+}
+
+static const gemm_entry *entry_get(const gemm_key *k) {
+  const gemm_entry *found = NULL;
+#pragma omp critical(td_gemm_cache)
+  {
+    if (!g_engine) DNNL_OK(dnnl_engine_create(&g_engine, dnnl_cpu, 0));
+    for (int i = 0; i < g_cache_used && !found; i++)
+      if (!memcmp(&g_cache[i].key, k, sizeof *k)) found = &g_cache[i];
+    if (!found) {
+      TD_CHECK(g_cache_used < GEMM_CACHE_SIZE, "more than %d distinct GEMM shapes",
+               GEMM_CACHE_SIZE);
+      entry_create(&g_cache[g_cache_used], k);
+      found = &g_cache[g_cache_used++];
+    }
+  }
+  return found;
+}
+
+/* Per-thread execution state: a stream and a scratchpad that only grows. */
+static __thread dnnl_stream_t t_stream;
+static __thread void *t_scratch;
+static __thread size_t t_scratch_bytes;
+
+static dnnl_memory_t wrap(const dnnl_memory_desc_t *md, const void *p) {
+  dnnl_memory_t mem;
+  DNNL_OK(dnnl_memory_create(&mem, md, g_engine, (void *)p));
+  return mem;
+}
+
+static void gemm_onednn(const td_matmul_desc *g) {
+  gemm_key k;
+  memset(&k, 0, sizeof k);
+  k.m = g->m, k.n = g->n, k.k = g->k, k.batch = g->batch, k.lda = g->lda, k.ldb = g->ldb;
+  k.ldc = g->ldc, k.stride_a = g->batch > 1 ? g->stride_a : 0;
+  k.stride_b = g->batch > 1 ? g->stride_b : 0, k.stride_c = g->batch > 1 ? g->stride_c : 0;
+  k.trans_a = g->trans_a != 0, k.trans_b = g->trans_b != 0, k.ab_dtype = g->ab_dtype;
+  k.c_dtype = g->c_dtype, k.has_bias = g->bias != NULL, k.alpha = g->alpha, k.beta = g->beta;
+  const gemm_entry *e = entry_get(&k);
+  if (!t_stream) DNNL_OK(dnnl_stream_create(&t_stream, g_engine, dnnl_stream_default_flags));
+  if (e->scratch_bytes > t_scratch_bytes) {
+    td_free(t_scratch);
+    t_scratch = td_malloc(e->scratch_bytes);
+    t_scratch_bytes = e->scratch_bytes;
+  }
+  dnnl_exec_arg_t args[5] = {
+      {DNNL_ARG_SRC, wrap(&e->a_md, g->a)},
+      {DNNL_ARG_WEIGHTS, wrap(&e->b_md, g->b)},
+      {DNNL_ARG_DST, wrap(&e->c_md, g->c)},
+      {DNNL_ARG_SCRATCHPAD, wrap(&e->scratch_md, t_scratch)},
+  };
+  int nargs = 4;
+  if (g->bias) args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, wrap(&e->bias_md, g->bias)};
+  DNNL_OK(dnnl_primitive_execute(e->prim, t_stream, nargs, args));
+  DNNL_OK(dnnl_stream_wait(t_stream));
+  for (int i = 0; i < nargs; i++) dnnl_memory_destroy(args[i].memory);
+}
+
+/* ------------------------------------------------------------------ entry */
+
+static void check_desc(const td_matmul_desc *g) {
+  TD_CHECK(g->ab_dtype == TD_F32 || g->ab_dtype == TD_BF16, "matmul inputs must be fp32 or bf16");
+  TD_CHECK(g->c_dtype == TD_F32 || g->c_dtype == TD_BF16, "matmul output must be fp32 or bf16");
+  TD_CHECK(g->c_dtype == TD_F32 || (g->beta == 0.0f && g->ab_dtype == TD_BF16),
+           "a bf16 matmul output needs bf16 inputs and beta = 0");
+  TD_CHECK(g->m > 0 && g->n > 0 && g->k > 0 && g->batch > 0, "empty matmul %lldx%lldx%lld",
+           (long long)g->m, (long long)g->n, (long long)g->k);
+}
+
+void td_cpu_gemm_with(const td_matmul_desc *g, td_gemm_library lib) {
+  check_desc(g);
+  /* oneDNN adds the bias before the output scale; keep alpha * AB + bias exact. */
+  if (g->ab_dtype == TD_BF16 || (lib == TD_GEMM_ONEDNN && !(g->bias && g->alpha != 1.0f)))
+    gemm_onednn(g);
+  else
+    gemm_openblas(g);
 }
 
 void td_cpu_gemm(const td_matmul_desc *g, int threads) {
-  (void)threads;
-  TD_CHECK(g->ab_dtype == TD_F32 && g->c_dtype == TD_F32, "dtype");
-  gemm_openblas_f32(g);
+  (void)threads; /* both libraries run on the calling thread inside a parallel region */
+  td_cpu_gemm_with(g, td_cpu_gemm_library(g->ab_dtype));
 }
 
 static void cpu_matmul(td_device *d, const td_matmul_desc *g) {

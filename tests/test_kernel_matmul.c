@@ -1,0 +1,103 @@
+/* matmul (ops->matmul and each GEMM library) against a naive double reference:
+ * both transposes, batches with strides, bias, alpha/beta, fp32 and bf16 inputs,
+ * fp32 and bf16 outputs, sizes that are not multiples of 16. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "base/dtype.h"
+#include "base/mem.h"
+#include "check.h"
+#include "device/cpu/cpu_gemm.h"
+
+typedef struct {
+  int64_t m, n, k, batch;
+  int ta, tb, bias, c_bf16;
+  td_dtype ab;
+  float alpha, beta;
+} mm_case;
+
+/* C[b] = alpha op(A) op(B) + beta C + bias, in double */
+static void reference(const mm_case *c, const float *a, const float *b, const float *bias,
+                      const float *c0, double *out) {
+  for (int64_t q = 0; q < c->batch; q++)
+    for (int64_t i = 0; i < c->m; i++)
+      for (int64_t j = 0; j < c->n; j++) {
+        double s = 0;
+        for (int64_t p = 0; p < c->k; p++) {
+          double av = c->ta ? a[q * c->m * c->k + p * c->m + i] : a[q * c->m * c->k + i * c->k + p];
+          double bv = c->tb ? b[q * c->k * c->n + j * c->k + p] : b[q * c->k * c->n + p * c->n + j];
+          s += av * bv;
+        }
+        int64_t o = q * c->m * c->n + i * c->n + j;
+        out[o] = c->alpha * s + c->beta * (double)c0[o] + (bias ? bias[j] : 0.0);
+      }
+}
+
+static void to_bf16(uint16_t *dst, const float *src, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = td_f32_to_bf16(src[i]);
+}
+
+static void run_case(const mm_case *c, td_gemm_library lib, uint64_t stream) {
+  int64_t na = c->batch * c->m * c->k, nb = c->batch * c->k * c->n, nc = c->batch * c->m * c->n;
+  float *a = td_malloc(na * 4), *b = td_malloc(nb * 4), *bias = td_malloc(c->n * 4);
+  float *cc = td_malloc(nc * 4), *c0 = td_malloc(nc * 4);
+  double *ref = td_malloc(nc * 8);
+  tst_fill_uniform(a, na, stream, -1, 1);
+  tst_fill_uniform(b, nb, stream + 1, -1, 1);
+  tst_fill_uniform(bias, c->n, stream + 2, -1, 1);
+  tst_fill_uniform(c0, nc, stream + 3, -1, 1);
+  void *pa = a, *pb = b;
+  uint16_t *ha = NULL, *hb = NULL, *hc = NULL;
+  if (c->ab == TD_BF16) { /* the reference sees the rounded inputs */
+    tst_round_bf16(a, na);
+    tst_round_bf16(b, nb);
+    ha = td_malloc(na * 2), hb = td_malloc(nb * 2);
+    to_bf16(ha, a, na);
+    to_bf16(hb, b, nb);
+    pa = ha, pb = hb;
+  }
+  for (int64_t i = 0; i < nc; i++) cc[i] = c0[i];
+  if (c->c_bf16) hc = td_malloc(nc * 2);
+  td_matmul_desc g = {
+      .m = c->m, .n = c->n, .k = c->k, .ab_dtype = c->ab, .c_dtype = c->c_bf16 ? TD_BF16 : TD_F32,
+      .a = pa, .lda = c->ta ? c->m : c->k, .stride_a = c->m * c->k, .trans_a = c->ta,
+      .b = pb, .ldb = c->tb ? c->k : c->n, .stride_b = c->k * c->n, .trans_b = c->tb,
+      .c = c->c_bf16 ? (void *)hc : (void *)cc, .ldc = c->n, .stride_c = c->m * c->n,
+      .bias = c->bias ? bias : NULL, .alpha = c->alpha, .beta = c->beta, .batch = c->batch};
+  if (lib == (td_gemm_library)-1)
+    tst_device()->ops->matmul(tst_device(), &g);
+  else
+    td_cpu_gemm_with(&g, lib);
+  if (hc)
+    for (int64_t i = 0; i < nc; i++) cc[i] = td_bf16_to_f32(hc[i]);
+  reference(c, a, b, c->bias ? bias : NULL, c0, ref);
+  double err = tst_rel_err(cc, ref, nc);
+  double tol = (c->ab == TD_BF16 || c->c_bf16) ? 1e-2 : 1e-5;
+  const char *libname = lib == (td_gemm_library)-1 ? "device" : td_gemm_library_name(lib);
+  CHECK(err < tol, "%s %s->%s m%lld n%lld k%lld batch%lld ta%d tb%d bias%d alpha%g beta%g: rel err %.3g",
+        libname, td_dtype_name(c->ab), c->c_bf16 ? "bf16" : "fp32", (long long)c->m,
+        (long long)c->n, (long long)c->k, (long long)c->batch, c->ta, c->tb, c->bias, c->alpha,
+        c->beta, err);
+  td_free(a), td_free(b), td_free(bias), td_free(cc), td_free(c0), td_free(ref);
+  td_free(ha), td_free(hb), td_free(hc);
+}
+
+int main(void) {
+  static const int64_t shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 771, 48}, {130, 96, 257}};
+  uint64_t stream = 1;
+  for (int lib = -1; lib <= (int)TD_GEMM_OPENBLAS; lib++) /* -1: through the device */
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+      for (int ab = 0; ab < 2; ab++)
+        for (int t = 0; t < 4; t++) {
+          mm_case c = {.m = shapes[s][0], .n = shapes[s][1], .k = shapes[s][2], .batch = 1,
+                       .ta = t & 1, .tb = t >> 1, .ab = ab ? TD_BF16 : TD_F32, .alpha = 1};
+          run_case(&c, (td_gemm_library)lib, stream += 4);
+          c.bias = 1, c.beta = 1; /* accumulate with bias */
+          run_case(&c, (td_gemm_library)lib, stream += 4);
+          c.bias = 0, c.beta = 0.5f, c.alpha = 0.25f, c.batch = 3; /* batched, scaled */
+          run_case(&c, (td_gemm_library)lib, stream += 4);
+          c.beta = 0, c.alpha = 1, c.batch = 1, c.c_bf16 = 1, c.bias = 1; /* bf16 output */
+          if (ab) run_case(&c, (td_gemm_library)lib, stream += 4);
+        }
+  return tst_finish();
+}
