@@ -1,9 +1,10 @@
 /* GEMM for the CPU backend through a vendor library: oneDNN's matmul primitive
  * (brgemm kernels; bf16 runs on AMX / AVX512-BF16 where the CPU has them) or
  * OpenBLAS (cblas_sgemm; Debian's OpenBLAS is built without its bf16 GEMM, so
- * bf16 is oneDNN's alone). Which library serves fp32 was decided by measurement
- * (bench/RESULTS.md, `trident bench kernels`); TRIDENT_GEMM_FP32=onednn|openblas
- * overrides it.
+ * bf16 is oneDNN's alone). fp32 goes to OpenBLAS: measured at the GPT-2 124M
+ * shapes (bench/RESULTS.md, `trident bench kernels`) it is as fast as oneDNN on
+ * most and up to 2x faster where oneDNN 2.6 falls back to slow kernels (n = 3072,
+ * transposed A). TRIDENT_GEMM_FP32=onednn|openblas overrides the choice.
  *
  * oneDNN primitives are created once per distinct (shape, strides, dtypes,
  * alpha, beta, bias?) and cached; each thread has its own stream and scratchpad,
@@ -33,7 +34,7 @@ static td_gemm_library library_from_env(const char *var, td_gemm_library dflt) {
 td_gemm_library td_cpu_gemm_library(td_dtype ab_dtype) {
   static int f32 = -1;
   if (ab_dtype == TD_BF16) return TD_GEMM_ONEDNN;
-  if (f32 < 0) f32 = (int)library_from_env("TRIDENT_GEMM_FP32", TD_GEMM_ONEDNN);
+  if (f32 < 0) f32 = (int)library_from_env("TRIDENT_GEMM_FP32", TD_GEMM_OPENBLAS);
   return (td_gemm_library)f32;
 }
 

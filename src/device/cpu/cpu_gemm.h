@@ -7,8 +7,8 @@
 
 typedef enum { TD_GEMM_ONEDNN = 0, TD_GEMM_OPENBLAS = 1 } td_gemm_library;
 
-/* The library used for inputs of this dtype: bf16 always oneDNN; fp32 oneDNN unless
- * TRIDENT_GEMM_FP32=openblas. */
+/* The library used for inputs of this dtype: bf16 always oneDNN; fp32 OpenBLAS unless
+ * TRIDENT_GEMM_FP32=onednn. */
 td_gemm_library td_cpu_gemm_library(td_dtype ab_dtype);
 const char *td_gemm_library_name(td_gemm_library lib);
 /* Run a matmul through a given library (same semantics as ops->matmul; bf16 inputs

@@ -1,0 +1,426 @@
+/* trident bench kernels: GFLOP/s (matmul, attention) or GB/s (memory-bound
+ * kernels) of every device kernel at GPT-2 124M training shapes
+ * (tokens 4096 = micro-batch 4 x seq 1024, hidden 768, ffn 3072, vocab 50304,
+ * 12 heads of 64), in fp32 and bf16. Each matmul shape is also run through
+ * every GEMM library directly, so the device's rate is shown next to the best
+ * library's own rate. Times are the median of repeated runs. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "base/rng.h"
+#include "device/cpu/cpu_gemm.h"
+#include "device/device.h"
+
+typedef struct {
+  int json;
+  double min_seconds; /* keep repeating a kernel until this much time has passed */
+  const char *only;   /* run only kernels whose name contains this */
+  int do_fp32, do_bf16;
+  td_device *dev;
+  double best_gflops[2]; /* best matmul rate seen, [fp32, bf16] */
+} bench_ctx;
+
+/* ------------------------------------------------------------------ timing */
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median seconds of fn(arg) over at least 3 runs (after one warm-up) or min_seconds. */
+static double time_median(const bench_ctx *c, void (*fn)(void *), void *arg) {
+  double t[64];
+  int n = 0;
+  fn(arg);
+  double start = now_seconds();
+  while (n < 64 && (n < 3 || now_seconds() - start < c->min_seconds)) {
+    double t0 = now_seconds();
+    fn(arg);
+    t[n++] = now_seconds() - t0;
+  }
+  qsort(t, (size_t)n, sizeof *t, cmp_double);
+  return t[n / 2];
+}
+
+static int selected(const bench_ctx *c, const char *name) {
+  return !c->only || strstr(name, c->only) != NULL;
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+typedef struct {
+  bench_ctx *c;
+  td_matmul_desc g;
+  int lib; /* -1: the device's ops->matmul */
+} mm_run;
+
+static void mm_call(void *p) {
+  mm_run *r = p;
+  if (r->lib < 0)
+    r->c->dev->ops->matmul(r->c->dev, &r->g);
+  else
+    td_cpu_gemm_with(&r->g, (td_gemm_library)r->lib);
+}
+
+static void *alloc_random(td_device *dev, int64_t n, td_dtype dt, uint64_t stream) {
+  float *host = td_malloc((size_t)n * sizeof(float));
+  td_rng_fill_uniform(host, n, 1234, stream, 0);
+  void *d = dev->ops->alloc(dev, (size_t)n * td_dtype_size(dt));
+  if (dt == TD_F32) {
+    dev->ops->copy_h2d(dev, d, host, (size_t)n * sizeof(float));
+  } else {
+    uint16_t *h16 = td_malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) h16[i] = td_f32_to_bf16(host[i] - 0.5f);
+    dev->ops->copy_h2d(dev, d, h16, (size_t)n * 2);
+    td_free(h16);
+  }
+  td_free(host);
+  return d;
+}
+
+static void bench_matmul_shape(bench_ctx *c, td_dtype dt, int64_t m, int64_t n, int64_t k, int ta,
+                               int tb, const char *what) {
+  td_device *dev = c->dev;
+  void *a = alloc_random(dev, m * k, dt, 1), *b = alloc_random(dev, k * n, dt, 2);
+  float *out = dev->ops->alloc(dev, (size_t)(m * n) * sizeof(float));
+  mm_run r = {.c = c,
+              .g = {.m = m, .n = n, .k = k, .ab_dtype = dt, .c_dtype = TD_F32, .a = a,
+                    .lda = ta ? m : k, .trans_a = ta, .b = b, .ldb = tb ? k : n, .trans_b = tb,
+                    .c = out, .ldc = n, .alpha = 1, .beta = 0, .batch = 1}};
+  double flops = 2.0 * m * n * k, lib_best = 0;
+  const char *best_name = "";
+  for (int lib = 0; lib <= (int)TD_GEMM_OPENBLAS; lib++) {
+    if (dt == TD_BF16 && lib == TD_GEMM_OPENBLAS) continue; /* no bf16 GEMM in Debian's OpenBLAS */
+    r.lib = lib;
+    double gf = flops / time_median(c, mm_call, &r) / 1e9;
+    if (gf > lib_best) lib_best = gf, best_name = td_gemm_library_name((td_gemm_library)lib);
+    if (c->json)
+      printf("{\"kernel\": \"matmul_library\", \"library\": \"%s\", \"dtype\": \"%s\", \"m\": %lld, "
+             "\"k\": %lld, \"n\": %lld, \"trans_a\": %d, \"trans_b\": %d, \"gflops\": %.1f}\n",
+             td_gemm_library_name((td_gemm_library)lib), td_dtype_name(dt), (long long)m,
+             (long long)k, (long long)n, ta, tb, gf);
+  }
+  r.lib = -1;
+  double gf = flops / time_median(c, mm_call, &r) / 1e9;
+  int di = dt == TD_BF16;
+  if (gf > c->best_gflops[di]) c->best_gflops[di] = gf;
+  if (lib_best > c->best_gflops[di]) c->best_gflops[di] = lib_best;
+  if (c->json)
+    printf("{\"kernel\": \"matmul\", \"dtype\": \"%s\", \"m\": %lld, \"k\": %lld, \"n\": %lld, "
+           "\"trans_a\": %d, \"trans_b\": %d, \"gflops\": %.1f, \"best_library\": \"%s\", "
+           "\"best_library_gflops\": %.1f, \"fraction_of_best_library\": %.3f}\n",
+           td_dtype_name(dt), (long long)m, (long long)k, (long long)n, ta, tb, gf, best_name,
+           lib_best, gf / lib_best);
+  else
+    printf("matmul  %-4s %-22s m=%-5lld k=%-5lld n=%-5lld ta=%d tb=%d %8.1f GFLOP/s  "
+           "(best library %s %8.1f: %5.1f%%)\n",
+           td_dtype_name(dt), what, (long long)m, (long long)k, (long long)n, ta, tb, gf, best_name,
+           lib_best, 100 * gf / lib_best);
+  fflush(stdout);
+  dev->ops->free(dev, a), dev->ops->free(dev, b), dev->ops->free(dev, out);
+}
+
+/* The three products of every linear layer of GPT-2 124M at 4096 tokens:
+ * forward Y = X W^T, input grad dX = dY W, weight grad dW = dY^T X. */
+static void bench_matmuls(bench_ctx *c, td_dtype dt) {
+  static const struct {
+    const char *name;
+    int64_t in, out;
+  } layers[] = {{"qkv", 768, 2304}, {"attn_proj", 768, 768}, {"fc1", 768, 3072},
+                {"fc2", 3072, 768}, {"lm_head", 768, 50304}};
+  const int64_t tokens = 4096;
+  for (size_t i = 0; i < sizeof layers / sizeof *layers; i++) {
+    char what[64];
+    int64_t in = layers[i].in, out = layers[i].out;
+    snprintf(what, sizeof what, "%s fwd", layers[i].name);
+    bench_matmul_shape(c, dt, tokens, out, in, 0, 1, what);
+    snprintf(what, sizeof what, "%s bwd-input", layers[i].name);
+    bench_matmul_shape(c, dt, tokens, in, out, 0, 0, what);
+    snprintf(what, sizeof what, "%s bwd-weight", layers[i].name);
+    bench_matmul_shape(c, dt, out, in, tokens, 1, 0, what);
+  }
+}
+
+/* ------------------------------------------------------ other kernels */
+
+static void report(const bench_ctx *c, const char *kernel, td_dtype dt, const char *shape_json,
+                     const char *shape_text, double seconds, double flops, double bytes) {
+  int di = dt == TD_BF16;
+  if (c->json) {
+    if (flops > 0)
+      printf("{\"kernel\": \"%s\", \"dtype\": \"%s\", %s, \"gflops\": %.1f, "
+             "\"fraction_of_matmul\": %.3f}\n",
+             kernel, td_dtype_name(dt), shape_json, flops / seconds / 1e9,
+             flops / seconds / 1e9 / c->best_gflops[di]);
+    else
+      printf("{\"kernel\": \"%s\", \"dtype\": \"%s\", %s, \"gbps\": %.2f}\n", kernel,
+             td_dtype_name(dt), shape_json, bytes / seconds / 1e9);
+  } else {
+    if (flops > 0)
+      printf("%-22s %-4s %-28s %8.1f GFLOP/s  (%5.1f%% of best %s matmul %.1f)\n", kernel,
+             td_dtype_name(dt), shape_text, flops / seconds / 1e9,
+             100 * flops / seconds / 1e9 / c->best_gflops[di], td_dtype_name(dt),
+             c->best_gflops[di]);
+    else
+      printf("%-22s %-4s %-28s %8.2f GB/s   (%.3f ms)\n", kernel, td_dtype_name(dt), shape_text,
+             bytes / seconds / 1e9, seconds * 1e3);
+  }
+  fflush(stdout);
+}
+
+/* One memory-bound (or attention) kernel run: buffers and a closure. */
+typedef struct {
+  td_device *dev;
+  float *x, *y, *z, *w, *b, *mean, *rstd;
+  void *out;
+  int32_t *ids;
+  int64_t rows, cols;
+  td_dtype dt;
+  td_attention_desc att;
+} kargs;
+
+static void k_ln_fwd(void *p) {
+  kargs *a = p;
+  a->dev->ops->layernorm_forward(a->dev, a->out, a->dt, a->mean, a->rstd, a->x, a->w, a->b,
+                                 a->rows, a->cols, 1e-5f);
+}
+static void k_ln_bwd(void *p) {
+  kargs *a = p;
+  a->dev->ops->layernorm_backward(a->dev, a->z, a->w, a->b, a->y, a->x, a->w, a->mean, a->rstd,
+                                  a->rows, a->cols);
+}
+static void k_gelu_fwd(void *p) {
+  kargs *a = p;
+  a->dev->ops->gelu_forward(a->dev, a->out, a->dt, a->x, a->rows * a->cols, TD_GELU_ERF);
+}
+static void k_gelu_bwd(void *p) {
+  kargs *a = p;
+  a->dev->ops->gelu_backward(a->dev, a->z, a->y, a->x, a->rows * a->cols, TD_GELU_ERF);
+}
+static void k_add(void *p) {
+  kargs *a = p;
+  a->dev->ops->add(a->dev, a->z, a->x, a->y, a->rows * a->cols);
+}
+static void k_dropout(void *p) {
+  kargs *a = p;
+  a->dev->ops->dropout(a->dev, a->z, a->rows * a->cols, 0.1f, 1, 2);
+}
+static void k_bias_bwd(void *p) {
+  kargs *a = p;
+  a->dev->ops->bias_backward(a->dev, a->w, a->x, a->rows, a->cols);
+}
+static void k_emb_fwd(void *p) { /* rows = tokens, cols = hidden, table = y (vocab x hidden) */
+  kargs *a = p;
+  a->dev->ops->embedding_forward(a->dev, a->z, a->ids, a->rows, a->y, 0, 50304, a->cols, 0);
+}
+static void k_emb_bwd(void *p) {
+  kargs *a = p;
+  a->dev->ops->embedding_backward(a->dev, a->y, a->z, a->ids, a->rows, 0, 50304, a->cols);
+}
+static void k_xent_fwd(void *p) { /* rows = tokens, cols = vocab */
+  kargs *a = p;
+  a->dev->ops->cross_entropy_forward(a->dev, a->mean, a->rstd, a->x, a->ids, a->rows, a->cols);
+}
+static void k_xent_bwd(void *p) {
+  kargs *a = p;
+  a->dev->ops->cross_entropy_backward(a->dev, a->z, a->x, a->rstd, a->ids, a->mean, a->rows,
+                                      a->cols);
+}
+static void k_adamw(void *p) { /* rows x cols = parameter count */
+  kargs *a = p;
+  a->dev->ops->adamw(a->dev, a->x, a->y, a->z, a->w, a->rows * a->cols, 1e-4f, 0.9f, 0.95f, 1e-8f,
+                     0.1f, 1.0f, 10);
+}
+static void k_cast(void *p) {
+  kargs *a = p;
+  a->dev->ops->cast(a->dev, a->out, a->dt, a->x, TD_F32, a->rows * a->cols);
+}
+static void k_scale(void *p) {
+  kargs *a = p;
+  a->dev->ops->scale(a->dev, a->z, a->rows * a->cols, 0.999f);
+}
+static void k_sumsq(void *p) {
+  kargs *a = p;
+  volatile double s = a->dev->ops->sum_squares(a->dev, a->x, a->rows * a->cols);
+  (void)s;
+}
+static void k_att_fwd(void *p) {
+  kargs *a = p;
+  a->dev->ops->attention_forward(a->dev, &a->att);
+}
+static void k_att_bwd(void *p) {
+  kargs *a = p;
+  a->dev->ops->attention_backward(a->dev, &a->att);
+}
+static void k_att_both(void *p) {
+  k_att_fwd(p);
+  k_att_bwd(p);
+}
+
+/* Buffers big enough for every kernel below: up to 4096 x 50304 floats each. */
+static kargs kargs_alloc(td_device *dev) {
+  const int64_t n = 4096LL * 50304;
+  kargs a = {.dev = dev};
+  a.x = alloc_random(dev, n, TD_F32, 11), a.y = alloc_random(dev, n, TD_F32, 12);
+  a.z = alloc_random(dev, n, TD_F32, 13), a.w = alloc_random(dev, n, TD_F32, 14);
+  a.b = alloc_random(dev, 50304, TD_F32, 15);
+  a.mean = alloc_random(dev, 4096, TD_F32, 16), a.rstd = alloc_random(dev, 4096, TD_F32, 17);
+  a.out = dev->ops->alloc(dev, (size_t)n * sizeof(float));
+  int32_t *ids = td_malloc(4096 * sizeof(int32_t));
+  for (int i = 0; i < 4096; i++) ids[i] = (int32_t)(td_rng_u32(1, 18, (uint64_t)i) % 50304);
+  a.ids = dev->ops->alloc(dev, 4096 * sizeof(int32_t));
+  dev->ops->copy_h2d(dev, a.ids, ids, 4096 * sizeof(int32_t));
+  td_free(ids);
+  return a;
+}
+
+static void kargs_free(kargs *a) {
+  td_device *d = a->dev;
+  void *bufs[] = {a->x, a->y, a->z, a->w, a->b, a->mean, a->rstd, a->out, a->ids};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) d->ops->free(d, bufs[i]);
+}
+
+/* A memory-bound kernel over rows x cols elements, and the bytes it moves per
+ * element: reads + writes in fp32 (4 each), or with its bf16 output (0: none). */
+typedef struct {
+  const char *name;
+  void (*fn)(void *);
+  int64_t rows, cols;
+  double bytes_fp32, bytes_bf16;
+} mem_kernel;
+
+static void bench_memory_kernels(bench_ctx *c, kargs *a, td_dtype dt) {
+  const int64_t N = 4096, C = 768, F = 3072, V = 50304, P = 124475904 / 4096;
+  const mem_kernel ks[] = {
+      {"layernorm_forward", k_ln_fwd, N, C, 8, 6},
+      {"layernorm_backward", k_ln_bwd, N, C, 16, 0},
+      {"gelu_forward", k_gelu_fwd, N, F, 8, 6},
+      {"gelu_backward", k_gelu_bwd, N, F, 12, 0},
+      {"add", k_add, N, C, 12, 0},
+      {"dropout", k_dropout, N, C, 8, 0},
+      {"bias_backward", k_bias_bwd, N, F, 4, 0},
+      {"embedding_forward", k_emb_fwd, N, C, 8, 0},
+      {"embedding_backward", k_emb_bwd, N, C, 12, 0},
+      {"cross_entropy_forward", k_xent_fwd, N, V, 4, 0},
+      {"cross_entropy_backward", k_xent_bwd, N, V, 8, 0},
+      {"adamw", k_adamw, 4096, P, 28, 0},
+      {"cast", k_cast, 4096, P, 8, 6},
+      {"scale", k_scale, 4096, P, 8, 0},
+      {"sum_squares", k_sumsq, 4096, P, 4, 0},
+  };
+  for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
+    const mem_kernel *k = &ks[i];
+    double bpe = dt == TD_BF16 ? k->bytes_bf16 : k->bytes_fp32;
+    if (bpe == 0 || !selected(c, k->name)) continue;
+    a->rows = k->rows, a->cols = k->cols, a->dt = dt;
+    double sec = time_median(c, k->fn, a);
+    char js[96], tx[64];
+    snprintf(js, sizeof js, "\"rows\": %lld, \"cols\": %lld", (long long)k->rows,
+             (long long)k->cols);
+    snprintf(tx, sizeof tx, "%lld x %lld", (long long)k->rows, (long long)k->cols);
+    report(c, k->name, dt, js, tx, sec, 0, bpe * (double)(k->rows * k->cols));
+  }
+}
+
+/* Causal attention at B=4, T=1024, H=12, D=64. FLOPs (FlashAttention's count):
+ * forward 4*B*H*T*T*D / 2 (two GEMMs, halved by the causal mask), backward 2.5x. */
+static void bench_attention(bench_ctx *c, kargs *a, td_dtype dt) {
+  const int64_t B = 4, T = 1024, H = 12, D = 64;
+  td_device *dev = c->dev;
+  td_attention_desc *t = &a->att;
+  *t = (td_attention_desc){.batch = B, .seq = T, .heads = H, .head_dim = D, .dtype = dt,
+                           .scale = 1.0f / sqrtf((float)D)};
+  t->qkv = alloc_random(dev, B * T * H * 3 * D, dt, 21);
+  t->dout = alloc_random(dev, B * T * H * D, dt, 22);
+  t->out = dev->ops->alloc(dev, (size_t)(B * T * H * D) * td_dtype_size(dt));
+  t->dqkv = dev->ops->alloc(dev, (size_t)(B * T * H * 3 * D) * td_dtype_size(dt));
+  t->lse = dev->ops->alloc(dev, (size_t)(B * H * T) * sizeof(float));
+  const double fwd = 4.0 * B * H * T * T * D / 2;
+  const char *js = "\"batch\": 4, \"seq\": 1024, \"heads\": 12, \"head_dim\": 64";
+  const char *tx = "B=4 T=1024 H=12 D=64";
+  static const struct {
+    const char *name;
+    void (*fn)(void *);
+    double flops_per_fwd;
+  } runs[] = {{"attention_forward", k_att_fwd, 1.0},
+              {"attention_backward", k_att_bwd, 2.5},
+              {"attention_fwd_bwd", k_att_both, 3.5}};
+  dev->ops->attention_forward(dev, t); /* lse and out for the backward */
+  for (size_t i = 0; i < sizeof runs / sizeof *runs; i++)
+    if (selected(c, runs[i].name))
+      report(c, runs[i].name, dt, js, tx, time_median(c, runs[i].fn, a),
+             runs[i].flops_per_fwd * fwd, 0);
+  void *bufs[] = {(void *)t->qkv, (void *)t->dout, t->out, t->dqkv, t->lse};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) dev->ops->free(dev, bufs[i]);
+}
+
+/* ------------------------------------------------------------------ entry */
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: trident bench kernels [--json] [--dtype fp32|bf16] [--only NAME] [--seconds S]\n"
+          "  GFLOP/s or GB/s of each device kernel at GPT-2 124M shapes (tokens 4096, hidden 768,\n"
+          "  ffn 3072, vocab 50304, seq 1024, 12 heads), matmul next to each GEMM library's rate.\n"
+          "  --json       one JSON object per line\n"
+          "  --dtype D    only fp32 or only bf16 (default: both)\n"
+          "  --only NAME  only kernels whose name contains NAME (e.g. matmul, attention)\n"
+          "  --seconds S  minimum time per measurement (default 0.5)\n");
+}
+
+static int parse(bench_ctx *c, int argc, char **argv) {
+  c->min_seconds = 0.5, c->do_fp32 = 1, c->do_bf16 = 1;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--json")) {
+      c->json = 1;
+    } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      exit(0);
+    } else if (i + 1 < argc && !strcmp(a, "--dtype")) {
+      const char *d = argv[++i];
+      if (strcmp(d, "fp32") && strcmp(d, "bf16"))
+        td_fail("--dtype '%s': expected fp32 or bf16", d);
+      c->do_fp32 = !strcmp(d, "fp32"), c->do_bf16 = !strcmp(d, "bf16");
+    } else if (i + 1 < argc && !strcmp(a, "--only")) {
+      c->only = argv[++i];
+    } else if (i + 1 < argc && !strcmp(a, "--seconds")) {
+      char *end;
+      c->min_seconds = strtod(argv[++i], &end);
+      if (*end || !(c->min_seconds >= 0)) td_fail("--seconds '%s': expected a number >= 0", argv[i]);
+    } else {
+      td_fail("unknown flag '%s' for 'trident bench kernels' (see --help)", a);
+    }
+  }
+  return 0;
+}
+
+int td_bench_kernels(int argc, char **argv) {
+  bench_ctx c = {0};
+  parse(&c, argc, argv);
+  c.dev = td_device_open("cpu");
+  if (!c.json) printf("trident bench kernels: %d threads\n", omp_get_max_threads());
+  for (int di = 0; di < 2; di++) {
+    td_dtype dt = di ? TD_BF16 : TD_F32;
+    if ((di == 0 && !c.do_fp32) || (di == 1 && !c.do_bf16)) continue;
+    if (selected(&c, "matmul")) bench_matmuls(&c, dt);
+    if (c.best_gflops[di] == 0) c.best_gflops[di] = 1; /* no matmul run: report raw rates */
+    kargs a = kargs_alloc(c.dev);
+    bench_memory_kernels(&c, &a, dt);
+    if (selected(&c, "attention")) bench_attention(&c, &a, dt);
+    kargs_free(&a);
+  }
+  td_device_close(c.dev);
+  return 0;
+}
