@@ -5,7 +5,8 @@ set -eu
 pkgs=(
   build-essential cmake pkg-config   # compiler, build system
   libdnnl-dev                        # oneDNN: fp32/bf16 GEMM (AMX / AVX512-BF16 for bf16)
-  libopenblas-openmp-dev             # OpenBLAS (OpenMP build): fp32 GEMM candidate
+  libopenblas-openmp-dev             # OpenBLAS (OpenMP build): fp32 GEMM
+  libcjson-dev                       # cJSON: checkpoint metadata, safetensors headers, configs
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,161 @@
+#define _XOPEN_SOURCE 700 /* nftw */
+#define _DEFAULT_SOURCE
+#include "base/files.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/mem.h"
+
+static int failf(char *err, size_t errlen, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+int td_path_exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+int td_is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int td_mkdir_p(const char *path, char *err, size_t errlen) {
+  char buf[4096];
+  size_t n = strlen(path);
+  if (n == 0 || n >= sizeof buf) return failf(err, errlen, "bad directory path '%s'", path);
+  memcpy(buf, path, n + 1);
+  for (size_t i = 1; i <= n; i++) {
+    if (buf[i] != '/' && buf[i] != '\0') continue;
+    char c = buf[i];
+    buf[i] = '\0';
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+      return failf(err, errlen, "cannot create directory '%s': %s", buf, strerror(errno));
+    if (!td_is_dir(buf)) return failf(err, errlen, "'%s' exists and is not a directory", buf);
+    buf[i] = c;
+  }
+  return 0;
+}
+
+static int remove_entry(const char *p, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(p);
+}
+
+int td_remove_tree(const char *path, char *err, size_t errlen) {
+  if (!td_path_exists(path)) return 0;
+  if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+    return failf(err, errlen, "cannot remove '%s': %s", path, strerror(errno));
+  return 0;
+}
+
+int td_write_file(const char *path, const void *data, size_t len, char *err, size_t errlen) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return failf(err, errlen, "cannot create '%s': %s", path, strerror(errno));
+  const char *p = data;
+  while (len > 0) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int e = errno;
+      close(fd);
+      return failf(err, errlen, "cannot write '%s': %s", path, strerror(e));
+    }
+    p += w, len -= (size_t)w;
+  }
+  if (fsync(fd) != 0 || close(fd) != 0)
+    return failf(err, errlen, "cannot flush '%s' to disk: %s", path, strerror(errno));
+  return 0;
+}
+
+char *td_read_file(const char *path, size_t *len, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    failf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 1 << 16, n = 0;
+  char *buf = td_malloc(cap);
+  for (;;) {
+    if (n + 1 >= cap) {
+      char *bigger = td_malloc(cap * 2);
+      memcpy(bigger, buf, n);
+      td_free(buf);
+      buf = bigger, cap *= 2;
+    }
+    size_t r = fread(buf + n, 1, cap - n - 1, f);
+    n += r;
+    if (r == 0) break;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    td_free(buf);
+    failf(err, errlen, "cannot read '%s'", path);
+    return NULL;
+  }
+  buf[n] = '\0';
+  if (len) *len = n;
+  return buf;
+}
+
+int td_fsync_dir(const char *path, char *err, size_t errlen) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return failf(err, errlen, "cannot open directory '%s': %s", path, strerror(errno));
+  int rc = fsync(fd);
+  close(fd);
+  if (rc != 0) return failf(err, errlen, "cannot fsync directory '%s': %s", path, strerror(errno));
+  return 0;
+}
+
+int td_rename(const char *from, const char *to, char *err, size_t errlen) {
+  if (rename(from, to) != 0)
+    return failf(err, errlen, "cannot rename '%s' to '%s': %s", from, to, strerror(errno));
+  return 0;
+}
+
+static const char k_empty_map = 0;
+
+const void *td_mmap_file(const char *path, size_t *len, char *err, size_t errlen) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) {
+    failf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    failf(err, errlen, "'%s' is not a regular file", path);
+    return NULL;
+  }
+  *len = (size_t)st.st_size;
+  if (*len == 0) {
+    close(fd);
+    return &k_empty_map;
+  }
+  void *p = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    failf(err, errlen, "cannot map '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  return p;
+}
+
+void td_munmap(const void *p, size_t len) {
+  if (p && p != &k_empty_map && len) munmap((void *)p, len);
+}

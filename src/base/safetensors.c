@@ -1,0 +1,231 @@
+#include "base/safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/files.h"
+#include "base/mem.h"
+
+static const struct {
+  const char *name;
+  td_dtype dt;
+} k_dtypes[] = {{"F32", TD_F32}, {"BF16", TD_BF16}, {"F16", TD_F16}, {"I32", TD_I32}, {"I64", TD_I64}};
+
+static const char *dtype_tag(td_dtype dt) {
+  for (size_t i = 0; i < sizeof k_dtypes / sizeof *k_dtypes; i++)
+    if (k_dtypes[i].dt == dt) return k_dtypes[i].name;
+  return NULL;
+}
+
+static int dtype_from_tag(const char *s, td_dtype *dt) {
+  for (size_t i = 0; i < sizeof k_dtypes / sizeof *k_dtypes; i++)
+    if (!strcmp(k_dtypes[i].name, s)) return *dt = k_dtypes[i].dt, 0;
+  return -1;
+}
+
+static int failf(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+int64_t td_st_numel(const td_st_tensor *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+  return n;
+}
+
+/* ------------------------------------------------------------------ write */
+
+static char *header_json(const td_st_tensor *ts, int n, const char *const *keys,
+                         const char *const *values, int n_meta, size_t *total_data) {
+  cJSON *root = cJSON_CreateObject();
+  if (n_meta > 0) {
+    cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+    for (int i = 0; i < n_meta; i++) cJSON_AddStringToObject(meta, keys[i], values[i]);
+  }
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    cJSON *t = cJSON_AddObjectToObject(root, ts[i].name);
+    cJSON_AddStringToObject(t, "dtype", dtype_tag(ts[i].dtype));
+    cJSON *shape = cJSON_AddArrayToObject(t, "shape");
+    for (int d = 0; d < ts[i].ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)ts[i].shape[d]));
+    size_t bytes = (size_t)td_st_numel(&ts[i]) * td_dtype_size(ts[i].dtype);
+    cJSON *offs = cJSON_AddArrayToObject(t, "data_offsets");
+    cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+    cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + bytes)));
+    off += bytes;
+  }
+  char *s = cJSON_PrintUnformatted(root);
+  cJSON_Delete(root);
+  *total_data = off;
+  return s;
+}
+
+int td_safetensors_write(const char *path, const td_st_tensor *ts, int n,
+                         const char *const *keys, const char *const *values, int n_meta,
+                         char *err, size_t errlen) {
+  for (int i = 0; i < n; i++)
+    if (!dtype_tag(ts[i].dtype) || ts[i].ndim < 0 || ts[i].ndim > TD_ST_MAX_DIMS)
+      return failf(err, errlen, "%s: tensor '%s' has an unsupported dtype or rank", path, ts[i].name);
+  size_t data_bytes;
+  char *json = header_json(ts, n, keys, values, n_meta, &data_bytes);
+  size_t hlen = strlen(json), padded = (hlen + 7) / 8 * 8;
+  size_t total = 8 + padded + data_bytes;
+  unsigned char *buf = td_malloc(total);
+  for (int b = 0; b < 8; b++) buf[b] = (unsigned char)((uint64_t)padded >> (8 * b));
+  memcpy(buf + 8, json, hlen);
+  memset(buf + 8 + hlen, ' ', padded - hlen);
+  free(json);
+  size_t off = 8 + padded;
+  for (int i = 0; i < n; i++) {
+    size_t bytes = (size_t)td_st_numel(&ts[i]) * td_dtype_size(ts[i].dtype);
+    if (bytes) memcpy(buf + off, ts[i].data, bytes);
+    off += bytes;
+  }
+  int rc = td_write_file(path, buf, total, err, errlen);
+  td_free(buf);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ read */
+
+struct td_safetensors {
+  const unsigned char *map;
+  size_t map_len;
+  int n;
+  td_st_tensor *tensors;
+  cJSON *meta; /* the "__metadata__" object, detached, or NULL */
+};
+
+void td_safetensors_close(td_safetensors *st) {
+  if (!st) return;
+  for (int i = 0; i < st->n; i++) td_free((void *)st->tensors[i].name);
+  td_free(st->tensors);
+  cJSON_Delete(st->meta);
+  td_munmap(st->map, st->map_len);
+  td_free(st);
+}
+
+static int parse_int_array(const cJSON *arr, int64_t *out, int max, int *count) {
+  if (!cJSON_IsArray(arr)) return -1;
+  int n = 0;
+  const cJSON *it;
+  cJSON_ArrayForEach(it, arr) {
+    if (n >= max || !cJSON_IsNumber(it) || it->valuedouble < 0 ||
+        it->valuedouble != (double)(int64_t)it->valuedouble)
+      return -1;
+    out[n++] = (int64_t)it->valuedouble;
+  }
+  *count = n;
+  return 0;
+}
+
+/* One header entry -> tensor; checks dtype, shape and offsets against data_len. */
+static int parse_entry(const cJSON *e, td_st_tensor *t, int64_t off[2], size_t data_len,
+                       const char *path, char *err, size_t errlen) {
+  const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+  if (!cJSON_IsString(dt) || dtype_from_tag(dt->valuestring, &t->dtype))
+    return failf(err, errlen, "%s: tensor '%s': dtype must be one of F32, BF16, F16, I32, I64",
+                 path, e->string);
+  if (parse_int_array(cJSON_GetObjectItemCaseSensitive(e, "shape"), t->shape, TD_ST_MAX_DIMS,
+                      &t->ndim))
+    return failf(err, errlen, "%s: tensor '%s': shape must be a list of at most %d sizes >= 0",
+                 path, e->string, TD_ST_MAX_DIMS);
+  int n_off;
+  if (parse_int_array(cJSON_GetObjectItemCaseSensitive(e, "data_offsets"), off, 2, &n_off) ||
+      n_off != 2 || off[0] > off[1] || (size_t)off[1] > data_len)
+    return failf(err, errlen,
+                 "%s: tensor '%s': data_offsets must be [begin, end] within the %zu data bytes",
+                 path, e->string, data_len);
+  uint64_t want = (uint64_t)td_st_numel(t) * td_dtype_size(t->dtype);
+  if ((uint64_t)(off[1] - off[0]) != want)
+    return failf(err, errlen, "%s: tensor '%s': %lld bytes stored but its shape and dtype need %llu",
+                 path, e->string, (long long)(off[1] - off[0]), (unsigned long long)want);
+  return 0;
+}
+
+static int cmp_off(const void *a, const void *b) {
+  const int64_t *x = a, *y = b;
+  return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+static int parse_header(td_safetensors *st, const char *json, size_t hlen, size_t data_len,
+                        const unsigned char *data, const char *path, char *err, size_t errlen) {
+  cJSON *root = cJSON_ParseWithLength(json, hlen);
+  if (!cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    return failf(err, errlen, "%s: the header is not a JSON object (not a safetensors file?)", path);
+  }
+  st->meta = cJSON_DetachItemFromObjectCaseSensitive(root, "__metadata__");
+  int n = cJSON_GetArraySize(root), rc = 0;
+  st->tensors = td_calloc(sizeof(td_st_tensor) * (size_t)(n ? n : 1));
+  int64_t(*offs)[2] = td_malloc(sizeof(int64_t[2]) * (size_t)(n ? n : 1));
+  const cJSON *e;
+  cJSON_ArrayForEach(e, root) {
+    td_st_tensor *t = &st->tensors[st->n];
+    if (!cJSON_IsObject(e) || parse_entry(e, t, offs[st->n], data_len, path, err, errlen)) {
+      if (!cJSON_IsObject(e)) failf(err, errlen, "%s: header entry '%s' is not an object", path, e->string);
+      rc = -1;
+      break;
+    }
+    t->name = td_strdup(e->string);
+    t->data = data + offs[st->n][0];
+    st->n++;
+  }
+  if (rc == 0) { /* no two tensors may share bytes */
+    qsort(offs, (size_t)st->n, sizeof *offs, cmp_off);
+    for (int i = 1; i < st->n; i++)
+      if (offs[i][0] < offs[i - 1][1])
+        rc = failf(err, errlen, "%s: tensors overlap in the data section", path);
+  }
+  td_free(offs);
+  cJSON_Delete(root);
+  return rc;
+}
+
+td_safetensors *td_safetensors_open(const char *path, char *err, size_t errlen) {
+  td_safetensors *st = td_calloc(sizeof *st);
+  st->map = td_mmap_file(path, &st->map_len, err, errlen);
+  if (!st->map) {
+    td_free(st);
+    return NULL;
+  }
+  uint64_t hlen = 0;
+  if (st->map_len < 8) {
+    failf(err, errlen, "%s: file is %zu bytes, too short for a safetensors header", path, st->map_len);
+    goto bad;
+  }
+  for (int b = 0; b < 8; b++) hlen |= (uint64_t)st->map[b] << (8 * b);
+  if (hlen > st->map_len - 8 || hlen > 100000000) {
+    failf(err, errlen, "%s: header length %llu exceeds the file (%zu bytes): truncated or not safetensors",
+          path, (unsigned long long)hlen, st->map_len);
+    goto bad;
+  }
+  if (parse_header(st, (const char *)st->map + 8, (size_t)hlen, st->map_len - 8 - hlen,
+                   st->map + 8 + hlen, path, err, errlen))
+    goto bad;
+  return st;
+bad:
+  td_safetensors_close(st);
+  return NULL;
+}
+
+int td_safetensors_count(const td_safetensors *st) { return st->n; }
+const td_st_tensor *td_safetensors_at(const td_safetensors *st, int i) { return &st->tensors[i]; }
+
+const td_st_tensor *td_safetensors_find(const td_safetensors *st, const char *name) {
+  for (int i = 0; i < st->n; i++)
+    if (!strcmp(st->tensors[i].name, name)) return &st->tensors[i];
+  return NULL;
+}
+
+const char *td_safetensors_meta(const td_safetensors *st, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(st->meta, key);
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
