@@ -4,5 +4,7 @@
 #define TD_TOOLS_COMMANDS_H
 
 int td_cmd_bench(int argc, char **argv);
+int td_cmd_train(int argc, char **argv);
+int td_cmd_tokenize(int argc, char **argv);
 
 #endif

@@ -11,6 +11,8 @@ typedef struct {
 } command;
 
 static const command k_commands[] = {
+    {"train", td_cmd_train, "pretrain a GPT with Megatron-LM's flags (pretrain_gpt.py)"},
+    {"tokenize", td_cmd_tokenize, "GPT-2 BPE ids of JSON lines, one array per line (--decode: back to text)"},
     {"bench", td_cmd_bench, "measure kernels (trident bench kernels)"},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof *k_commands)

@@ -1,2 +1,387 @@
+/* The elementwise group of the CPU backend: every kernel of td_device_ops but
+ * matmul and attention (device.h has each one's math and shapes).
+ *
+ * This file owns the threading: work is cut into pieces whose bounds depend on
+ * the sizes alone (EW_CHUNK elements, whole rows, or row chunks), OpenMP
+ * threads take whole pieces, and each piece runs an inner kernel of the ISA
+ * table (cpu_ew.h) chosen by td_cpu_isa_get(). Reductions across rows
+ * (bias_backward, layernorm dw / db, sum_squares) keep one partial per piece
+ * in a scratch buffer and add the partials in piece order, so the result is
+ * the same for any thread count; embedding_backward gives each thread whole
+ * columns, walked in row order. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "device/cpu/cpu_ew.h"
+#include "device/cpu/cpu_isa.h"
 #include "device/cpu/cpu_kernels.h"
-void td_cpu_register_elementwise(td_device_ops *ops) { (void)ops; }
+
+#define EW_CHUNK 16384    /* elements per piece of a flat kernel (a multiple of 64) */
+#define EW_PAR_MIN 32768  /* below this many elements a kernel runs on one thread */
+#define EW_MAX_PIECES 64  /* row chunks of a reduction over rows */
+#define EW_MIN_ROWS 16    /* rows per chunk, at least */
+
+static const td_ew_isa *ew_isa(void) {
+  return td_cpu_isa_get() == TD_ISA_AVX512 ? &td_cpu_ew_avx512 : &td_cpu_ew_generic;
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Scratch for per-piece partials: grown on demand and kept (no allocation in
+ * the steady state); one per calling thread so concurrent callers are safe. */
+static _Thread_local void *scratch_buf;
+static _Thread_local size_t scratch_bytes;
+
+static void *scratch(size_t bytes) {
+  if (bytes > scratch_bytes) {
+    td_free(scratch_buf);
+    scratch_buf = td_malloc(bytes);
+    scratch_bytes = bytes;
+  }
+  return scratch_buf;
+}
+
+/* Rows per chunk of a reduction over rows: a function of rows alone. */
+static int64_t rows_per_chunk(int64_t rows) {
+  int64_t r = (rows + EW_MAX_PIECES - 1) / EW_MAX_PIECES;
+  return r < EW_MIN_ROWS ? EW_MIN_ROWS : r;
+}
+
+/* out[c] += sum_k part[k * stride + c] over k < nparts, k in order; c < cols */
+static void add_partials(float *out, const float *part, int64_t nparts, int64_t stride,
+                         int64_t cols) {
+#pragma omp parallel for schedule(static) if (nparts * cols > EW_PAR_MIN)
+  for (int64_t c0 = 0; c0 < cols; c0 += 256) {
+    float s[256] = {0};
+    int64_t w = min64(256, cols - c0);
+    for (int64_t k = 0; k < nparts; k++) {
+      const float *p = part + k * stride + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < w; c++) s[c] += p[c];
+    }
+    for (int64_t c = 0; c < w; c++) out[c0 + c] += s[c];
+  }
+}
+
+/* ---------------------------------------------------------------------- fill */
+
+static void fill_bytes(void *dst, size_t esize, uint64_t pattern, int64_t n) {
+  if (pattern == 0) {
+    memset(dst, 0, (size_t)n * esize);
+    return;
+  }
+  if (esize == 2)
+    for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = (uint16_t)pattern;
+  else if (esize == 4)
+    for (int64_t i = 0; i < n; i++) ((uint32_t *)dst)[i] = (uint32_t)pattern;
+  else
+    for (int64_t i = 0; i < n; i++) ((uint64_t *)dst)[i] = pattern;
+}
+
+/* dst[i] = value converted to dt (any td_dtype; integers truncate) */
+static void cpu_fill(td_device *d, void *dst, td_dtype dt, int64_t n, float value) {
+  (void)d;
+  uint64_t pattern;
+  switch (dt) {
+    case TD_F32: pattern = td_f32_bits(value); break;
+    case TD_BF16: pattern = td_f32_to_bf16(value); break;
+    case TD_F16: pattern = td_f32_to_f16(value); break;
+    case TD_I32: pattern = (uint32_t)(int32_t)value; break;
+    case TD_I64: pattern = (uint64_t)(int64_t)value; break;
+    default: td_fail("fill: unknown dtype %d", (int)dt);
+  }
+  size_t es = td_dtype_size(dt);
+#pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
+  for (int64_t i = 0; i < n; i += EW_CHUNK)
+    fill_bytes((char *)dst + (size_t)i * es, es, pattern, min64(EW_CHUNK, n - i));
+}
+
+/* ------------------------------------------------------------- bias_backward */
+
+/* acc[c] = sum_r x[r, c], r in order; x: rows x cols */
+static void column_sums(float *acc, const float *x, int64_t rows, int64_t cols) {
+  memset(acc, 0, (size_t)cols * sizeof(float));
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; c++) acc[c] += xr[c];
+  }
+}
+
+/* dbias[c] += sum_r dout[r, c]; dout: rows x cols. Per-chunk column sums, then
+ * the chunks in order. */
+static void cpu_bias_backward(td_device *d, float *dbias, const float *dout, int64_t rows,
+                              int64_t cols) {
+  (void)d;
+  int64_t rc = rows_per_chunk(rows), nch = (rows + rc - 1) / rc;
+  float *part = scratch((size_t)(nch * cols) * sizeof(float));
+#pragma omp parallel for schedule(static) if (nch > 1 && rows * cols > EW_PAR_MIN)
+  for (int64_t k = 0; k < nch; k++)
+    column_sums(part + k * cols, dout + k * rc * cols, min64(rc, rows - k * rc), cols);
+  add_partials(dbias, part, nch, cols, cols);
+}
+
+/* ----------------------------------------------------------------- layernorm */
+
+/* out = (x - mean) rstd w + b per row; x: rows x cols; w, b: cols; mean, rstd:
+ * rows (saved when not NULL); out: rows x cols in out_dtype (F32 or BF16). */
+static void cpu_layernorm_forward(td_device *d, void *out, td_dtype out_dtype, float *mean,
+                                  float *rstd, const float *x, const float *w, const float *b,
+                                  int64_t rows, int64_t cols, float eps) {
+  (void)d;
+  TD_CHECK(out_dtype == TD_F32 || out_dtype == TD_BF16, "layernorm output must be fp32 or bf16");
+  const td_ew_isa *isa = ew_isa();
+  size_t os = td_dtype_size(out_dtype);
+#pragma omp parallel for schedule(static) if (rows * cols > EW_PAR_MIN)
+  for (int64_t r = 0; r < rows; r++) {
+    float m, s;
+    isa->layernorm_row((char *)out + (size_t)(r * cols) * os, out_dtype, &m, &s, x + r * cols,
+                       w, b, cols, eps);
+    if (mean) mean[r] = m;
+    if (rstd) rstd[r] = s;
+  }
+}
+
+/* With xhat = (x - mean) rstd and g = dout w, per row:
+ *   dx += rstd (g - mean_c(g) - xhat mean_c(g xhat)),
+ *   dw += sum_r dout xhat,  db += sum_r dout  (per row chunk, then chunks in order).
+ * Scratch: nch x [dw partial (cols), db partial (cols)]. */
+static void cpu_layernorm_backward(td_device *d, float *dx, float *dw, float *db,
+                                   const float *dout, const float *x, const float *w,
+                                   const float *mean, const float *rstd, int64_t rows,
+                                   int64_t cols) {
+  (void)d;
+  const td_ew_isa *isa = ew_isa();
+  int64_t rc = rows_per_chunk(rows), nch = (rows + rc - 1) / rc;
+  float *part = scratch((size_t)(2 * nch * cols) * sizeof(float));
+#pragma omp parallel for schedule(static) if (nch > 1 && rows * cols > EW_PAR_MIN)
+  for (int64_t k = 0; k < nch; k++) {
+    float *pw = part + 2 * k * cols, *pb = pw + cols;
+    memset(pw, 0, (size_t)(2 * cols) * sizeof(float));
+    for (int64_t r = k * rc; r < min64(rows, (k + 1) * rc); r++)
+      isa->layernorm_backward_row(dx + r * cols, pw, pb, dout + r * cols, x + r * cols, w,
+                                  mean[r], rstd[r], cols);
+  }
+  add_partials(dw, part, nch, 2 * cols, cols);
+  add_partials(db, part + cols, nch, 2 * cols, cols);
+}
+
+/* ---------------------------------------------------------------------- gelu */
+
+/* out[i] = gelu(x[i]) in out_dtype (F32 or BF16); i < n */
+static void cpu_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const float *x,
+                             int64_t n, td_gelu_kind kind) {
+  (void)d;
+  TD_CHECK(out_dtype == TD_F32 || out_dtype == TD_BF16, "gelu output must be fp32 or bf16");
+  const td_ew_isa *isa = ew_isa();
+  size_t os = td_dtype_size(out_dtype);
+#pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
+  for (int64_t i = 0; i < n; i += EW_CHUNK)
+    isa->gelu_forward((char *)out + (size_t)i * os, out_dtype, x + i, min64(EW_CHUNK, n - i), kind);
+}
+
+/* dx[i] = dout[i] gelu'(x[i]) (overwrites; dx may alias dout) */
+static void cpu_gelu_backward(td_device *d, float *dx, const float *dout, const float *x,
+                              int64_t n, td_gelu_kind kind) {
+  (void)d;
+  const td_ew_isa *isa = ew_isa();
+#pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
+  for (int64_t i = 0; i < n; i += EW_CHUNK)
+    isa->gelu_backward(dx + i, dout + i, x + i, min64(EW_CHUNK, n - i), kind);
+}
+
+/* ------------------------------------------------------- add, scale, dropout */
+
+/* out = a + b (out may alias a or b) */
+static void cpu_add(td_device *d, float *out, const float *a, const float *b, int64_t n) {
+  (void)d;
+  const td_ew_isa *isa = ew_isa();
+#pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
+  for (int64_t i = 0; i < n; i += EW_CHUNK) isa->add(out + i, a + i, b + i, min64(EW_CHUNK, n - i));
+}
+
+/* x *= alpha */
+static void cpu_scale(td_device *d, float *x, int64_t n, float alpha) {
+  (void)d;
+  const td_ew_isa *isa = ew_isa();
+#pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
+  for (int64_t i = 0; i < n; i += EW_CHUNK) isa->scale(x + i, min64(EW_CHUNK, n - i), alpha);
+}
+
+/* x[k] = unit(td_rng_u32(seed, stream, k)) >= p ? x[k] / (1 - p) : 0, with
+ * unit() = td_rng_bits_to_unit, so P(keep) = 1 - p; p == 0 is the identity. */
+static void cpu_dropout(td_device *d, float *x, int64_t n, float p, uint64_t seed,
+                        uint64_t stream) {
+  (void)d;
+  TD_CHECK(p >= 0.0f && p <= 1.0f, "dropout probability %g outside [0, 1]", (double)p);
+  if (p == 0.0f) return;
+  const td_ew_isa *isa = ew_isa();
+#pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
+  for (int64_t i = 0; i < n; i += EW_CHUNK)
+    isa->dropout(x, i, min64(i + EW_CHUNK, n), p, seed, stream);
+}
+
+/* ----------------------------------------------------------------- embedding */
+
+/* One output row: the table row, or zeros / nothing when the id is not in this table. */
+static void embed_row(float *out, const float *table, int64_t row, int64_t rows_in_table,
+                      int64_t cols, int accumulate) {
+  const float *t = row >= 0 && row < rows_in_table ? table + row * cols : NULL;
+  if (!accumulate) {
+    if (t)
+      memcpy(out, t, (size_t)cols * sizeof(float));
+    else
+      memset(out, 0, (size_t)cols * sizeof(float));
+  } else if (t) {
+#pragma omp simd
+    for (int64_t c = 0; c < cols; c++) out[c] += t[c];
+  }
+}
+
+/* out[r] (+)= table[ids[r] - vocab_start]; out: n x cols; table: rows_in_table x cols */
+static void cpu_embedding_forward(td_device *d, float *out, const int32_t *ids, int64_t n,
+                                  const float *table, int64_t vocab_start, int64_t rows_in_table,
+                                  int64_t cols, int accumulate) {
+  (void)d;
+#pragma omp parallel for schedule(static) if (n * cols > EW_PAR_MIN)
+  for (int64_t r = 0; r < n; r++)
+    embed_row(out + r * cols, table, ids[r] - vocab_start, rows_in_table, cols, accumulate);
+}
+
+/* dtable[ids[r] - vocab_start] += dout[r] for ids in range. Each thread owns a
+ * range of whole columns (in 16-float cache lines) and adds rows in order, so
+ * repeated ids sum in the same order for any thread count. */
+static void cpu_embedding_backward(td_device *d, float *dtable, const float *dout,
+                                   const int32_t *ids, int64_t n, int64_t vocab_start,
+                                   int64_t rows_in_table, int64_t cols) {
+  (void)d;
+#pragma omp parallel if (n * cols > EW_PAR_MIN)
+  {
+    int64_t nt = omp_get_num_threads(), t = omp_get_thread_num(), lines = (cols + 15) / 16;
+    int64_t c0 = lines * t / nt * 16, c1 = min64(cols, lines * (t + 1) / nt * 16);
+    for (int64_t r = 0; r < n; r++) {
+      int64_t row = ids[r] - vocab_start;
+      if (row < 0 || row >= rows_in_table) continue;
+      float *dt = dtable + row * cols;
+      const float *g = dout + r * cols;
+#pragma omp simd
+      for (int64_t c = c0; c < c1; c++) dt[c] += g[c];
+    }
+  }
+}
+
+/* ------------------------------------------------------------- cross-entropy */
+
+static int32_t checked_target(const int32_t *targets, int64_t r, int64_t vocab) {
+  int32_t t = targets[r];
+  TD_CHECK(t >= 0 && t < vocab, "cross-entropy target[%lld] = %d outside [0, %lld)",
+           (long long)r, t, (long long)vocab);
+  return t;
+}
+
+/* lse[r] = log sum_j exp(logits[r, j]); losses[r] = lse[r] - logits[r, targets[r]];
+ * logits: n x vocab */
+static void cpu_cross_entropy_forward(td_device *d, float *losses, float *lse,
+                                      const float *logits, const int32_t *targets, int64_t n,
+                                      int64_t vocab) {
+  (void)d;
+  const td_ew_isa *isa = ew_isa();
+#pragma omp parallel for schedule(static) if (n * vocab > EW_PAR_MIN)
+  for (int64_t r = 0; r < n; r++) {
+    const float *row = logits + r * vocab;
+    float l = isa->logsumexp_row(row, vocab);
+    lse[r] = l;
+    losses[r] = l - row[checked_target(targets, r, vocab)];
+  }
+}
+
+/* dlogits[r, j] = (exp(logits[r, j] - lse[r]) - [j == targets[r]]) dloss[r]
+ * (dlogits may alias logits: the target term is applied after the row). */
+static void cpu_cross_entropy_backward(td_device *d, float *dlogits, const float *logits,
+                                       const float *lse, const int32_t *targets,
+                                       const float *dloss, int64_t n, int64_t vocab) {
+  (void)d;
+  const td_ew_isa *isa = ew_isa();
+#pragma omp parallel for schedule(static) if (n * vocab > EW_PAR_MIN)
+  for (int64_t r = 0; r < n; r++) {
+    int32_t t = checked_target(targets, r, vocab);
+    isa->softmax_grad_row(dlogits + r * vocab, logits + r * vocab, lse[r], dloss[r], vocab);
+    dlogits[r * vocab + t] -= dloss[r];
+  }
+}
+
+/* --------------------------------------------------------- optimizer, utils */
+
+/* AdamW as device.h writes it; the bias corrections 1 / (1 - beta^t) in double. */
+static void cpu_adamw(td_device *d, float *param, const float *grad, float *m, float *v,
+                      int64_t n, float lr, float beta1, float beta2, float eps,
+                      float weight_decay, float grad_scale, int64_t step) {
+  (void)d;
+  TD_CHECK(step >= 1, "adamw step %lld: steps count from 1", (long long)step);
+  const td_ew_adamw c = {
+      .lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay,
+      .grad_scale = grad_scale,
+      .inv_bc1 = (float)(1.0 / (1.0 - pow(beta1, (double)step))),
+      .inv_bc2 = (float)(1.0 / (1.0 - pow(beta2, (double)step)))};
+  const td_ew_isa *isa = ew_isa();
+#pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
+  for (int64_t i = 0; i < n; i += EW_CHUNK)
+    isa->adamw(param + i, grad + i, m + i, v + i, min64(EW_CHUNK, n - i), &c);
+}
+
+static int is_float_dtype(td_dtype dt) { return dt == TD_F32 || dt == TD_BF16 || dt == TD_F16; }
+
+/* dst = (dst_dtype) src for fp32 / bf16 / fp16, rounding as dtype.h (nearest even,
+ * NaN and Inf kept); the same dtype is a copy. */
+static void cpu_cast(td_device *d, void *dst, td_dtype dst_dtype, const void *src,
+                     td_dtype src_dtype, int64_t n) {
+  (void)d;
+  TD_CHECK(is_float_dtype(dst_dtype) && is_float_dtype(src_dtype),
+           "cast between %s and %s: only fp32, bf16, fp16", td_dtype_name(src_dtype),
+           td_dtype_name(dst_dtype));
+  size_t ds = td_dtype_size(dst_dtype), ss = td_dtype_size(src_dtype);
+  if (dst_dtype == src_dtype) {
+    if (n > 0 && dst != src) memmove(dst, src, (size_t)n * ds);
+    return;
+  }
+  const td_ew_isa *isa = ew_isa();
+#pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
+  for (int64_t i = 0; i < n; i += EW_CHUNK)
+    isa->cast((char *)dst + (size_t)i * ds, dst_dtype, (const char *)src + (size_t)i * ss,
+              src_dtype, min64(EW_CHUNK, n - i));
+}
+
+/* sum x^2 in double: one partial per EW_CHUNK piece, added in piece order */
+static double cpu_sum_squares(td_device *d, const float *x, int64_t n) {
+  (void)d;
+  const td_ew_isa *isa = ew_isa();
+  int64_t np = (n + EW_CHUNK - 1) / EW_CHUNK;
+  double *part = scratch((size_t)np * sizeof(double)), s = 0;
+#pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
+  for (int64_t k = 0; k < np; k++)
+    part[k] = isa->sum_squares(x + k * EW_CHUNK, min64(EW_CHUNK, n - k * EW_CHUNK));
+  for (int64_t k = 0; k < np; k++) s += part[k];
+  return s;
+}
+
+void td_cpu_register_elementwise(td_device_ops *ops) {
+  ops->fill = cpu_fill;
+  ops->bias_backward = cpu_bias_backward;
+  ops->layernorm_forward = cpu_layernorm_forward;
+  ops->layernorm_backward = cpu_layernorm_backward;
+  ops->gelu_forward = cpu_gelu_forward;
+  ops->gelu_backward = cpu_gelu_backward;
+  ops->add = cpu_add;
+  ops->dropout = cpu_dropout;
+  ops->embedding_forward = cpu_embedding_forward;
+  ops->embedding_backward = cpu_embedding_backward;
+  ops->cross_entropy_forward = cpu_cross_entropy_forward;
+  ops->cross_entropy_backward = cpu_cross_entropy_backward;
+  ops->adamw = cpu_adamw;
+  ops->cast = cpu_cast;
+  ops->scale = cpu_scale;
+  ops->sum_squares = cpu_sum_squares;
+}

@@ -1,0 +1,441 @@
+/* bf16 attention on AMX tiles (TDPBF16PS), one (batch, head) per call; the
+ * algorithm is cpu_attention.h's with our own tile GEMM instead of the library's
+ * (oneDNN 2.6 only runs AMX on dense operands, and attention's are strided).
+ * Needs AMX-BF16 and AVX512-BF16 (vcvtne2ps2bf16: round to nearest even).
+ *
+ * Tile GEMM: C[M x N] fp32 (+)= A[M x K] B with A bf16 row-major and B in AMX's
+ * pair layout ("VNNI": row p holds, for each column n, the pair B[2p][n],
+ * B[2p+1][n]), blocked 32 x 32 (4 C tiles, 2 A, 2 B). M, N, K are multiples of
+ * 32: T and D are padded with zeros to Tp, Dp (multiples of 32). Per head the
+ * operands are packed once (bf16, Tp x Dp each):
+ *   Qp, dOp   row-major (A of S = Q K^T, dP' = dO V^T)
+ *   KTv, VTv  pair layout of K^T, V^T: row p = (K[t][2p], K[t][2p+1]) for all t
+ *             (B of S and dP'; a 32-bit transpose of K viewed as Tp x Dp/2)
+ *   Kv, Vv    pair layout of K, V: row p = (V[2p][d], V[2p+1][d]) for all d
+ *             (B of dQ = dS K and O = P V)
+ *   QT, dOT   Q^T, dO^T row-major (A of dK^T = Q^T dS, dV^T = dO^T P')
+ * Forward rows write e_j = exp(x_j - max) * keep_j as bf16 (P before its 1/l),
+ * and O's rows are multiplied by keep_scale / l after the P V product, as
+ * FlashAttention does. Backward rows write P' and dS in the pair layout over
+ * query rows (B of dV^T, dK^T) and dS row-major (A of dQ). dK^T, dV^T
+ * accumulate in fp32 Dp x Tp over the query blocks (last block first: it covers
+ * every key) and are transposed into dqkv at the end; scale is applied when dQ
+ * and dK are written. Padded query rows get P = P' = dS = 0.
+ *
+ * Long row pitches get 64 extra bytes: tile rows 4 KiB apart alias in L1 and
+ * halve the tile store rate. */
+#include <math.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "device/cpu/cpu_attention.h"
+#include "device/cpu/cpu_attention_avx512.h"
+
+#define AMX_FN __attribute__((target("amx-tile,amx-bf16")))
+#define BQ TD_ATTN_AMX_BQ
+
+/* The intrinsics' tile loads do not tell the compiler they read memory. */
+#define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
+
+static int64_t round32(int64_t x) { return (x + 31) & ~(int64_t)31; }
+static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+/* ------------------------------------------------------------------- tiles */
+
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tile_config;
+
+/* Tiles 0-7: 16 rows of 64 bytes (16 fp32, or 32 bf16, or 16 bf16 pairs). */
+AMX_FN static void tiles_configure(void) {
+  tile_config c;
+  memset(&c, 0, sizeof c);
+  c.palette = 1;
+  for (int i = 0; i < 8; i++) c.rows[i] = 16, c.colsb[i] = 64;
+  MEMORY_BARRIER(); /* _tile_loadconfig's asm names only the first bytes of c */
+  _tile_loadconfig(&c);
+}
+
+/* C[M x N] (+)= A[M x K] B: A bf16 row-major (lda bytes), B in pair layout (K/2
+ * rows of N pairs, ldb bytes), C fp32 (ldc bytes); M, N, K multiples of 32.
+ * Column blocks outer: B (the long operand here) is read once. */
+AMX_FN static void tile_gemm(int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                             const void *B, int64_t ldb, float *C, int64_t ldc, int accumulate) {
+  MEMORY_BARRIER();
+  for (int64_t j = 0; j < N; j += 32)
+    for (int64_t i = 0; i < M; i += 32) {
+      char *c = (char *)C + i * ldc + j * 4;
+      if (accumulate) {
+        _tile_loadd(0, c, ldc);
+        _tile_loadd(1, c + 64, ldc);
+        _tile_loadd(2, c + 16 * ldc, ldc);
+        _tile_loadd(3, c + 16 * ldc + 64, ldc);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      for (int64_t k = 0; k < K; k += 32) {
+        const char *a = (const char *)A + i * lda + k * 2;
+        const char *b = (const char *)B + (k / 2) * ldb + j * 4;
+        _tile_loadd(4, a, lda);
+        _tile_loadd(5, a + 16 * lda, lda);
+        _tile_loadd(6, b, ldb);
+        _tile_loadd(7, b + 64, ldb);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, c, ldc);
+      _tile_stored(1, c + 64, ldc);
+      _tile_stored(2, c + 16 * ldc, ldc);
+      _tile_stored(3, c + 16 * ldc + 64, ldc);
+    }
+}
+
+/* ---------------------------------------------------------------- packing */
+
+/* dst[Tp x Dp] = src rows t < T (D elements, ld elements apart), zero padded. */
+static void pack_rows(uint16_t *dst, const uint16_t *src, int64_t ld, int64_t T, int64_t D,
+                      int64_t Tp, int64_t Dp) {
+  for (int64_t t = 0; t < Tp; t++) {
+    uint16_t *o = dst + t * Dp;
+    if (t < T) {
+      memcpy(o, src + t * ld, (size_t)D * 2);
+      memset(o + D, 0, (size_t)(Dp - D) * 2);
+    } else {
+      memset(o, 0, (size_t)Dp * 2);
+    }
+  }
+}
+
+/* From src[Tp x Dp] bf16: the pair layout of src^T, Dp/2 rows of Tp 32-bit pairs
+ * (split == 0), or src^T itself, Dp rows of Tp bf16 (split == 1); rows of dst
+ * are pitch elements (of 32 or 16 bits) apart. */
+static void pack_transposed(void *dst, int64_t pitch, const uint16_t *src, int64_t Tp, int64_t Dp,
+                            int split) {
+  const uint32_t *s32 = (const uint32_t *)src;
+  const int64_t P = Dp / 2;
+  for (int64_t t0 = 0; t0 < Tp; t0 += 16)
+    for (int64_t p0 = 0; p0 < P; p0 += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(s32 + (t0 + i) * P + p0);
+      td_attn_transpose16(r); /* r[i]: pair p0 + i of tokens t0 .. t0 + 15 */
+      for (int i = 0; i < 16; i++) {
+        if (!split) {
+          _mm512_storeu_si512((uint32_t *)dst + (p0 + i) * pitch + t0, r[i]);
+        } else {
+          uint16_t *o = (uint16_t *)dst + 2 * (p0 + i) * pitch + t0;
+          _mm256_storeu_si256((__m256i *)o, _mm512_cvtepi32_epi16(r[i]));
+          _mm256_storeu_si256((__m256i *)(o + pitch),
+                              _mm512_cvtepi32_epi16(_mm512_srli_epi32(r[i], 16)));
+        }
+      }
+    }
+}
+
+/* dst[Tp/2][Dp] 32-bit = pair layout of src[Tp x Dp] (rows 2p, 2p+1 interleaved). */
+static void pack_pairs(uint32_t *dst, const uint16_t *src, int64_t Tp, int64_t Dp) {
+  for (int64_t p = 0; p < Tp / 2; p++)
+    for (int64_t d = 0; d < Dp; d += 16) {
+      __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + 2 * p * Dp + d)));
+      __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + (2 * p + 1) * Dp + d)));
+      _mm512_storeu_si512(dst + p * Dp + d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+}
+
+static inline void store_bf16(uint16_t *dst, __mmask16 m, __m512 x) {
+  _mm256_mask_storeu_epi16(dst, m, (__m256i)_mm512_cvtneps_pbh(x));
+}
+
+/* dst rows r < rows (ld elements apart) = mult * row_mult[r] * src[r][0:D) as bf16
+ * (row_mult NULL: 1); src fp32, rows Dp apart. */
+static void store_rows(uint16_t *dst, int64_t ld, const float *src, int64_t rows, int64_t D,
+                       int64_t Dp, float mult, const float *row_mult) {
+  for (int64_t r = 0; r < rows; r++) {
+    const __m512 vm = _mm512_set1_ps(row_mult ? mult * row_mult[r] : mult);
+    for (int64_t d = 0; d < D; d += 16)
+      store_bf16(dst + r * ld + d, td_attn_lanes(D - d), _mm512_mul_ps(vm, _mm512_loadu_ps(src + r * Dp + d)));
+  }
+}
+
+/* dst[t][d] (rows ld elements apart) = mult * src[d][t] as bf16 for t < T, d < D;
+ * src fp32, D rows pitch apart. */
+static void store_transposed(uint16_t *dst, int64_t ld, const float *src, int64_t pitch, int64_t T,
+                             int64_t D, float mult) {
+  const __m512 vm = _mm512_set1_ps(mult);
+  for (int64_t t0 = 0; t0 < T; t0 += 16)
+    for (int64_t d0 = 0; d0 < D; d0 += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(src + (d0 + i) * pitch + t0);
+      td_attn_transpose16(r);
+      for (int i = 0; i < 16 && t0 + i < T; i++)
+        store_bf16(dst + (t0 + i) * ld + d0, td_attn_lanes(D - d0),
+                   _mm512_mul_ps(vm, _mm512_castsi512_ps(r[i])));
+    }
+}
+
+/* sum_d x[d] y[d] over D bf16 elements */
+static float dot_bf16(const uint16_t *x, const uint16_t *y, int64_t D) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t d = 0; d < D; d += 16) {
+    __mmask16 m = td_attn_lanes(D - d);
+    acc = _mm512_fmadd_ps(td_attn_load_bf16(x + d, m), td_attn_load_bf16(y + d, m), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+/* ------------------------------------------------------------- row kernels */
+
+static inline __mmask16 kept(const uint32_t *words, td_attn_dropout dr, int64_t j, __mmask16 valid) {
+  if (!words) return valid;
+  __m512i w = _mm512_maskz_loadu_epi32(valid, words + j);
+  return _mm512_mask_cmpge_epu32_mask(valid, w, _mm512_set1_epi32((int)dr.thr));
+}
+
+/* Forward row: raw scores s[0:n) (n a multiple of 16), visible j < nvalid,
+ * x_j = scale s_j. Writes e_j = exp(x_j - max x) * keep_j (0 for j >= nvalid) as
+ * bf16 to p, sets *lse = max x + log l and returns l = sum_{j<nvalid} exp(x_j - max x). */
+static float fwd_row(const float *s, int64_t nvalid, int64_t n, float scale, const uint32_t *words,
+                     td_attn_dropout dr, float *lse, uint16_t *p) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < nvalid; j += 16) {
+    __mmask16 m = td_attn_lanes(nvalid - j);
+    vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(m, s + j)));
+  }
+  const float mx = _mm512_reduce_max_ps(vmax);
+  const __m512 vm = _mm512_set1_ps(mx);
+  __m512 vsum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    __mmask16 valid = td_attn_lanes(nvalid - j);
+    __m512 e = _mm512_maskz_mov_ps(valid, td_attn_exp16(_mm512_fmsub_ps(vscale, _mm512_maskz_loadu_ps(valid, s + j), vm)));
+    vsum = _mm512_add_ps(vsum, e);
+    if (words) e = _mm512_maskz_mov_ps(kept(words, dr, j, valid), e);
+    _mm256_storeu_si256((__m256i *)(p + j), (__m256i)_mm512_cvtneps_pbh(e));
+  }
+  const float l = _mm512_reduce_add_ps(vsum);
+  *lse = mx + logf(l);
+  return l;
+}
+
+/* One query row of the backward (cpu_attention.h's row backward). */
+typedef struct {
+  const float *s, *dp;
+  int64_t nvalid;
+  float lse, di;
+  const uint32_t *words;
+} bwd_row;
+
+/* p' and dS of chunk j (16 lanes) of a row */
+static inline void bwd_chunk(const bwd_row *r, int64_t j, __m512 vscale, td_attn_dropout dr,
+                             __m512 *pk, __m512 *ds) {
+  __mmask16 valid = td_attn_lanes(r->nvalid - j);
+  __m512 x = _mm512_fmsub_ps(vscale, _mm512_maskz_loadu_ps(valid, r->s + j), _mm512_set1_ps(r->lse));
+  __m512 p = _mm512_maskz_mov_ps(valid, td_attn_exp16(x));
+  __m512 dp = _mm512_maskz_loadu_ps(valid, r->dp + j);
+  *pk = p;
+  if (r->words) {
+    __m512 k = _mm512_maskz_mov_ps(kept(r->words, dr, j, valid), _mm512_set1_ps(dr.keep_scale));
+    *pk = _mm512_mul_ps(p, k);
+    dp = _mm512_mul_ps(dp, k);
+  }
+  *ds = _mm512_mul_ps(p, _mm512_sub_ps(dp, _mm512_set1_ps(r->di)));
+}
+
+/* Query rows 2q, 2q+1 of a block (n columns, a multiple of 32): dS row-major to
+ * ds0 and ds0 + ds_pitch; P' and dS pairs to pk_pairs, ds_pairs (row q of the
+ * pair layouts). A row with nvalid == 0 (padding) gives zeros. */
+static void bwd_row_pair(const bwd_row *r0, const bwd_row *r1, int64_t n, float scale,
+                         td_attn_dropout dr, uint16_t *ds0, int64_t ds_pitch, uint32_t *pk_pairs,
+                         uint32_t *ds_pairs) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                              24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17,
+                                              1, 16, 0);
+  const int64_t live = r0->nvalid > r1->nvalid ? r0->nvalid : r1->nvalid;
+  for (int64_t j = 0; j < n; j += 16) {
+    __m512i pk2 = _mm512_setzero_si512(), ds2 = pk2; /* row 0 in words 0-15, row 1 in 16-31 */
+    if (j < live) {
+      __m512 pk0, ds0v, pk1, ds1v;
+      bwd_chunk(r0, j, vscale, dr, &pk0, &ds0v);
+      bwd_chunk(r1, j, vscale, dr, &pk1, &ds1v);
+      pk2 = (__m512i)_mm512_cvtne2ps_pbh(pk1, pk0);
+      ds2 = (__m512i)_mm512_cvtne2ps_pbh(ds1v, ds0v);
+    }
+    _mm256_storeu_si256((__m256i *)(ds0 + j), _mm512_castsi512_si256(ds2));
+    _mm256_storeu_si256((__m256i *)(ds0 + ds_pitch + j), _mm512_extracti64x4_epi64(ds2, 1));
+    _mm512_storeu_si512(pk_pairs + j, _mm512_permutexvar_epi16(interleave, pk2));
+    _mm512_storeu_si512(ds_pairs + j, _mm512_permutexvar_epi16(interleave, ds2));
+  }
+}
+
+/* ------------------------------------------------------------------ scratch */
+
+typedef struct {
+  int64_t Tp, Dp;
+  /* pitch (elements) of rows up to Tp long: p32 for 32-bit elements (KTv, VTv,
+   * dKT, dVT, S, dP, Pv, dSv), p16 for bf16 (QT, dOT, P, dS); 64 bytes of slack */
+  int64_t p32, p16;
+  uint16_t *Qp, *tmp, *KTv, *Vv, *Kv, *VTv, *dOp, *QT, *dOT, *P, *dS, *Pv, *dSv;
+  float *S, *dP, *Ob, *dKT, *dVT, *rowl;
+  uint32_t *rng0, *rng1;
+} amx_bufs;
+
+static void *take(char *base, size_t *off, size_t bytes) {
+  void *p = base ? base + *off : NULL;
+  *off += round64(bytes);
+  return p;
+}
+
+/* Carve the scratch (base NULL: only count); returns its size. */
+static size_t layout(amx_bufs *b, char *base, int64_t Tp, int64_t Dp, int backward) {
+  memset(b, 0, sizeof *b);
+  b->Tp = Tp, b->Dp = Dp, b->p32 = Tp + 16, b->p16 = Tp + 32;
+  const size_t pk = (size_t)(Tp * Dp) * 2;
+  const size_t pairs_t = (size_t)(Dp / 2 * b->p32) * 4, rows_t = (size_t)(Dp * b->p16) * 2;
+  const size_t blk32 = (size_t)(BQ * b->p32) * 4, blk16 = (size_t)(BQ * b->p16) * 2;
+  size_t off = 0;
+  b->Qp = take(base, &off, pk);
+  b->tmp = take(base, &off, pk);
+  b->KTv = take(base, &off, pairs_t);
+  b->S = take(base, &off, blk32);
+  b->Ob = take(base, &off, (size_t)(BQ * Dp) * 4); /* O block, or dQ block */
+  b->rng0 = take(base, &off, (size_t)(Tp + 67) * 4);
+  if (!backward) {
+    b->Vv = take(base, &off, pk);
+    b->P = take(base, &off, blk16);
+    b->rowl = take(base, &off, BQ * 4);
+    return off;
+  }
+  b->Kv = take(base, &off, pk);
+  b->VTv = take(base, &off, pairs_t);
+  b->dOp = take(base, &off, pk);
+  b->QT = take(base, &off, rows_t);
+  b->dOT = take(base, &off, rows_t);
+  b->dP = take(base, &off, blk32);
+  b->dS = take(base, &off, blk16);
+  b->Pv = take(base, &off, blk32 / 2);
+  b->dSv = take(base, &off, blk32 / 2);
+  b->dKT = take(base, &off, pairs_t * 2);
+  b->dVT = take(base, &off, pairs_t * 2);
+  b->rng1 = take(base, &off, (size_t)(Tp + 67) * 4);
+  return off;
+}
+
+size_t td_attn_amx_scratch_bytes(int64_t T, int64_t D, int backward) {
+  amx_bufs b;
+  return layout(&b, NULL, round32(T), round32(D), backward);
+}
+
+/* ------------------------------------------------------------------ heads */
+
+typedef struct {
+  int64_t T, H, D;
+  const uint16_t *q, *k, *v; /* token 0 of this head; tokens 3*H*D apart */
+  float *lse;                /* lse of this head, T */
+  uint64_t g0;               /* dropout index of element (i = 0, j = 0) */
+} head;
+
+static head head_of(const td_attention_desc *a, int64_t b, int64_t h) {
+  head e = {.T = a->seq, .H = a->heads, .D = a->head_dim};
+  e.q = (const uint16_t *)a->qkv + (b * e.T * e.H + h) * 3 * e.D;
+  e.k = e.q + e.D, e.v = e.q + 2 * e.D;
+  e.lse = a->lse + (b * e.H + h) * e.T;
+  e.g0 = (uint64_t)((b * e.H + h) * e.T * e.T);
+  return e;
+}
+
+static const uint32_t *words_of(const td_attention_desc *a, const head *e, td_attn_dropout dr,
+                                int64_t i, uint32_t *buf) {
+  if (dr.thr == 0) return NULL;
+  return td_attn_rng_row_avx512(a->seed, a->stream, e->g0 + (uint64_t)(i * e->T), i + 1, buf);
+}
+
+AMX_FN void td_attn_amx_forward_head(const td_attention_desc *a, int64_t b, int64_t h,
+                                     td_attn_dropout dr, void *scratch) {
+  const head e = head_of(a, b, h);
+  const int64_t T = e.T, D = e.D, ld = 3 * e.H * D;
+  amx_bufs m;
+  layout(&m, scratch, round32(T), round32(D), 0);
+  const int64_t Tp = m.Tp, Dp = m.Dp;
+  pack_rows(m.Qp, e.q, ld, T, D, Tp, Dp);
+  pack_rows(m.tmp, e.k, ld, T, D, Tp, Dp);
+  pack_transposed(m.KTv, m.p32, m.tmp, Tp, Dp, 0);
+  pack_rows(m.tmp, e.v, ld, T, D, Tp, Dp);
+  pack_pairs((uint32_t *)m.Vv, m.tmp, Tp, Dp);
+  uint16_t *out = (uint16_t *)a->out + (b * T * e.H + h) * D;
+  tiles_configure();
+  for (int64_t i0 = 0; i0 < T; i0 += BQ) {
+    const int64_t rows = BQ < Tp - i0 ? BQ : Tp - i0, n = i0 + rows; /* keys [0, n) */
+    tile_gemm(rows, n, Dp, m.Qp + i0 * Dp, Dp * 2, m.KTv, m.p32 * 4, m.S, m.p32 * 4, 0);
+    for (int64_t r = 0; r < rows; r++) {
+      const int64_t i = i0 + r;
+      if (i < T) {
+        float l = fwd_row(m.S + r * m.p32, i + 1, n, a->scale, words_of(a, &e, dr, i, m.rng0), dr,
+                          e.lse + i, m.P + r * m.p16);
+        m.rowl[r] = dr.keep_scale / l;
+      } else {
+        memset(m.P + r * m.p16, 0, (size_t)n * 2);
+      }
+    }
+    tile_gemm(rows, Dp, n, m.P, m.p16 * 2, m.Vv, Dp * 4, m.Ob, Dp * 4, 0);
+    store_rows(out + i0 * e.H * D, e.H * D, m.Ob, (T - i0 < rows ? T - i0 : rows), D, Dp, 1.0f,
+               m.rowl);
+  }
+  _tile_release();
+}
+
+AMX_FN void td_attn_amx_backward_head(const td_attention_desc *a, int64_t b, int64_t h,
+                                      td_attn_dropout dr, void *scratch) {
+  const head e = head_of(a, b, h);
+  const int64_t T = e.T, D = e.D, ld = 3 * e.H * D, ldo = e.H * D;
+  amx_bufs m;
+  layout(&m, scratch, round32(T), round32(D), 1);
+  const int64_t Tp = m.Tp, Dp = m.Dp, p32 = m.p32, p16 = m.p16;
+  const int64_t o0 = (b * T * e.H + h) * D; /* token 0 of this head in out, dout */
+  const uint16_t *O = (const uint16_t *)a->out + o0;
+  pack_rows(m.Qp, e.q, ld, T, D, Tp, Dp);
+  pack_transposed(m.QT, p16, m.Qp, Tp, Dp, 1);
+  pack_rows(m.tmp, e.k, ld, T, D, Tp, Dp);
+  pack_transposed(m.KTv, p32, m.tmp, Tp, Dp, 0);
+  pack_pairs((uint32_t *)m.Kv, m.tmp, Tp, Dp);
+  pack_rows(m.tmp, e.v, ld, T, D, Tp, Dp);
+  pack_transposed(m.VTv, p32, m.tmp, Tp, Dp, 0);
+  pack_rows(m.dOp, (const uint16_t *)a->dout + o0, ldo, T, D, Tp, Dp);
+  pack_transposed(m.dOT, p16, m.dOp, Tp, Dp, 1);
+  uint16_t *dq = (uint16_t *)a->dqkv + (b * T * e.H + h) * 3 * D;
+  tiles_configure();
+  const int64_t last = (T - 1) / BQ * BQ;
+  for (int64_t i0 = last; i0 >= 0; i0 -= BQ) {
+    const int64_t rows = BQ < Tp - i0 ? BQ : Tp - i0, n = i0 + rows;
+    const int acc = i0 != last; /* the last block covers every key: it initialises dK^T, dV^T */
+    tile_gemm(rows, n, Dp, m.Qp + i0 * Dp, Dp * 2, m.KTv, p32 * 4, m.S, p32 * 4, 0);
+    tile_gemm(rows, n, Dp, m.dOp + i0 * Dp, Dp * 2, m.VTv, p32 * 4, m.dP, p32 * 4, 0);
+    for (int64_t r = 0; r < rows; r += 2) {
+      bwd_row rr[2];
+      for (int u = 0; u < 2; u++) {
+        const int64_t i = i0 + r + u;
+        rr[u] = (bwd_row){.s = m.S + (r + u) * p32, .dp = m.dP + (r + u) * p32};
+        if (i >= T) continue; /* padding: nvalid 0 */
+        rr[u].nvalid = i + 1;
+        rr[u].lse = e.lse[i];
+        rr[u].di = dot_bf16(m.dOp + i * Dp, O + i * ldo, D);
+        rr[u].words = words_of(a, &e, dr, i, u ? m.rng1 : m.rng0);
+      }
+      bwd_row_pair(&rr[0], &rr[1], n, a->scale, dr, m.dS + r * p16, p16,
+                   (uint32_t *)m.Pv + (r / 2) * p32, (uint32_t *)m.dSv + (r / 2) * p32);
+    }
+    tile_gemm(Dp, n, rows, m.dOT + i0, p16 * 2, m.Pv, p32 * 4, m.dVT, p32 * 4, acc);
+    tile_gemm(Dp, n, rows, m.QT + i0, p16 * 2, m.dSv, p32 * 4, m.dKT, p32 * 4, acc);
+    tile_gemm(rows, Dp, n, m.dS, p16 * 2, m.Kv, Dp * 4, m.Ob, Dp * 4, 0);
+    store_rows(dq + i0 * ld, ld, m.Ob, (T - i0 < rows ? T - i0 : rows), D, Dp, a->scale, NULL);
+  }
+  _tile_release();
+  store_transposed(dq + D, ld, m.dKT, p32, T, D, a->scale);
+  store_transposed(dq + 2 * D, ld, m.dVT, p32, T, D, 1.0f);
+}

@@ -1,0 +1,82 @@
+/* AVX-512 helpers shared by the attention's *_avx512.c files (include only from
+ * files compiled with the AVX-512 flags).
+ *
+ * exp16: Cephes' expf on 16 lanes: n = round(x log2 e), r = x - n ln2 (ln2 split
+ * in two), e^r = 1 + r + r^2 poly5(r), times 2^n by vscalefps (which also flushes
+ * very negative x to 0); about 1 ulp for x <= 88 (the callers' x are <= ~0).
+ * bf16_bits: round to nearest even with the integer trick of td_f32_to_bf16
+ * (same bits as the portable path, NaN kept quiet), the bf16 in the low 16 bits
+ * of each 32-bit lane. */
+#ifndef TD_DEVICE_CPU_ATTENTION_AVX512_H
+#define TD_DEVICE_CPU_ATTENTION_AVX512_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+/* mask of the first min(max(left, 0), 16) lanes */
+static inline __mmask16 td_attn_lanes(int64_t left) {
+  return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1);
+}
+
+static inline __m512 td_attn_exp16(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f)); /* also maps -inf to 0 */
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(y, n);
+}
+
+static inline __m512i td_attn_bf16_bits(__m512 x) {
+  __m512i u = _mm512_castps_si512(x);
+  __m512i hi = _mm512_srli_epi32(u, 16);
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                   _mm512_and_si512(hi, _mm512_set1_epi32(1))));
+  r = _mm512_srli_epi32(r, 16);
+  __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+}
+
+/* store the first lanes (mask m) of x as bf16 */
+static inline void td_attn_store_bf16(uint16_t *dst, __mmask16 m, __m512 x) {
+  _mm256_mask_storeu_epi16(dst, m, _mm512_cvtepi32_epi16(td_attn_bf16_bits(x)));
+}
+
+/* the first lanes (mask m) of 16 bf16 as fp32, 0 elsewhere */
+static inline __m512 td_attn_load_bf16(const uint16_t *src, __mmask16 m) {
+  __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+/* In-register transpose of a 16 x 16 matrix of 32-bit elements (r[i] = row i). */
+static inline void td_attn_transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 16; i += 8)
+    for (int j = 0; j < 4; j++) {
+      t[i + j] = _mm512_shuffle_i32x4(r[i + j], r[i + j + 4], 0x88);
+      t[i + j + 4] = _mm512_shuffle_i32x4(r[i + j], r[i + j + 4], 0xdd);
+    }
+  for (int j = 0; j < 8; j++) {
+    r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
+  }
+}
+
+#endif

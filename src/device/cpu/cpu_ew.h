@@ -1,0 +1,57 @@
+/* Inner kernels of the CPU elementwise group, one table per ISA.
+ *
+ * Each entry is single-threaded and works on one row or one contiguous range;
+ * cpu_elementwise.c splits the work over OpenMP threads with a blocking that
+ * does not depend on the number of threads, then picks the table by
+ * td_cpu_isa_get(). The two tables compute the same math (they may differ in
+ * the last bits: the AVX-512 one uses FMA and its own exp / erfc). */
+#ifndef TD_DEVICE_CPU_EW_H
+#define TD_DEVICE_CPU_EW_H
+
+#include <stdint.h>
+
+#include "device/device.h"
+
+/* AdamW constants of one step: bias corrections are 1 / (1 - beta^t). */
+typedef struct td_ew_adamw {
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  float inv_bc1, inv_bc2;
+} td_ew_adamw;
+
+typedef struct td_ew_isa {
+  /* One row of cols: y = (x - mean) rstd w + b into out (out_dtype); returns
+   * the row's mean and rstd through the pointers. */
+  void (*layernorm_row)(void *out, td_dtype out_dtype, float *mean, float *rstd, const float *x,
+                        const float *w, const float *b, int64_t cols, float eps);
+  /* One row: dx += rstd (dout w - mean(dout w) - xhat mean(dout w xhat)),
+   * dw_acc += dout xhat, db_acc += dout, with xhat = (x - mean) rstd. */
+  void (*layernorm_backward_row)(float *dx, float *dw_acc, float *db_acc, const float *dout,
+                                 const float *x, const float *w, float mean, float rstd,
+                                 int64_t cols);
+  /* out[i] = gelu(x[i]) (out_dtype), i < n */
+  void (*gelu_forward)(void *out, td_dtype out_dtype, const float *x, int64_t n,
+                       td_gelu_kind kind);
+  /* dx[i] = dout[i] gelu'(x[i]); dx may alias dout */
+  void (*gelu_backward)(float *dx, const float *dout, const float *x, int64_t n,
+                        td_gelu_kind kind);
+  void (*add)(float *out, const float *a, const float *b, int64_t n); /* out = a + b */
+  void (*scale)(float *x, int64_t n, float alpha);                    /* x *= alpha */
+  /* Elements [k0, k1) of x (x points at element 0; k0 is a multiple of 64). */
+  void (*dropout)(float *x, int64_t k0, int64_t k1, float p, uint64_t seed, uint64_t stream);
+  /* logsumexp of one row of vocab logits */
+  float (*logsumexp_row)(const float *logits, int64_t vocab);
+  /* dlogits[j] = exp(logits[j] - lse) dloss, j < vocab (may alias) */
+  void (*softmax_grad_row)(float *dlogits, const float *logits, float lse, float dloss,
+                           int64_t vocab);
+  void (*adamw)(float *param, const float *grad, float *m, float *v, int64_t n,
+                const td_ew_adamw *c);
+  /* dst = (dst_dtype) src, n elements, dtypes in {F32, BF16, F16}, dtypes differ */
+  void (*cast)(void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dtype, int64_t n);
+  /* sum of x[i]^2 in double, in an order fixed by n alone */
+  double (*sum_squares)(const float *x, int64_t n);
+} td_ew_isa;
+
+extern const td_ew_isa td_cpu_ew_generic; /* cpu_ew_generic.c: portable C, libm */
+extern const td_ew_isa td_cpu_ew_avx512;  /* cpu_ew_avx512.c: AVX-512 F/BW/VL/DQ + FMA */
+
+#endif

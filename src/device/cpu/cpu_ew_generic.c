@@ -1,0 +1,221 @@
+/* Portable C inner kernels of the elementwise group (cpu_ew.h), compiled for
+ * baseline x86-64: row reductions in double, special functions from libm.
+ * The reference the AVX-512 table is held to, and the path for CPUs without it. */
+#include <math.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "base/rng.h"
+#include "device/cpu/cpu_ew.h"
+
+#define INV_SQRT_2PI 0.3989422804014327f
+#define GELU_TANH_K0 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_TANH_K1 0.044715f
+
+static void store_f32_or_bf16(void *out, td_dtype dt, int64_t i, float y) {
+  if (dt == TD_BF16)
+    ((uint16_t *)out)[i] = td_f32_to_bf16(y);
+  else
+    ((float *)out)[i] = y;
+}
+
+/* ---------------------------------------------------------------- layernorm */
+
+/* mean = sum x / C; rstd = 1 / sqrt(sum (x - mean)^2 / C + eps); two passes in double */
+static void layernorm_row(void *out, td_dtype out_dtype, float *mean_out, float *rstd_out,
+                          const float *x, const float *w, const float *b, int64_t cols,
+                          float eps) {
+  double s = 0, ss = 0;
+  for (int64_t c = 0; c < cols; c++) s += x[c];
+  float mean = (float)(s / (double)cols);
+  for (int64_t c = 0; c < cols; c++) {
+    double d = (double)x[c] - mean;
+    ss += d * d;
+  }
+  float rstd = (float)(1.0 / sqrt(ss / (double)cols + eps));
+  if (out_dtype == TD_F32) {
+    float *y = out;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; c++) y[c] = (x[c] - mean) * rstd * w[c] + b[c];
+  } else {
+    for (int64_t c = 0; c < cols; c++)
+      ((uint16_t *)out)[c] = td_f32_to_bf16((x[c] - mean) * rstd * w[c] + b[c]);
+  }
+  *mean_out = mean;
+  *rstd_out = rstd;
+}
+
+static void layernorm_backward_row(float *dx, float *dw_acc, float *db_acc, const float *dout,
+                                   const float *x, const float *w, float mean, float rstd,
+                                   int64_t cols) {
+  double s_dy = 0, s_dyx = 0; /* sum dout w, sum dout w xhat */
+  for (int64_t c = 0; c < cols; c++) {
+    float xhat = (x[c] - mean) * rstd, dyw = dout[c] * w[c];
+    s_dy += dyw;
+    s_dyx += (double)dyw * xhat;
+  }
+  float m_dy = (float)(s_dy / (double)cols), m_dyx = (float)(s_dyx / (double)cols);
+#pragma omp simd
+  for (int64_t c = 0; c < cols; c++) {
+    float xhat = (x[c] - mean) * rstd, dyw = dout[c] * w[c];
+    dx[c] += rstd * (dyw - m_dy - xhat * m_dyx);
+    dw_acc[c] += dout[c] * xhat;
+    db_acc[c] += dout[c];
+  }
+}
+
+/* --------------------------------------------------------------------- gelu */
+
+/* erf:  gelu(x) = x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2 (no cancellation for x < 0)
+ *       gelu'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2/2) / sqrt(2 pi)
+ * tanh: 1 + tanh(u) = 2 sigmoid(2u), u = K0 (x + K1 x^3), so gelu(x) = x s with
+ *       s = 1 / (1 + e), e = exp(-2u) (clamped at exp(88): no Inf / Inf), and
+ *       gelu'(x) = s + x (e s) s 2 K0 (1 + 3 K1 x^2) */
+static float phi_cdf(float x) { return 0.5f * erfcf(-x * (float)M_SQRT1_2); }
+
+static float gelu_value(float x, td_gelu_kind kind) {
+  if (kind == TD_GELU_ERF) return x * phi_cdf(x);
+  float u = GELU_TANH_K0 * x * (1.0f + GELU_TANH_K1 * x * x);
+  return x / (1.0f + expf(fminf(-2.0f * u, 88.0f)));
+}
+
+static float gelu_grad(float x, td_gelu_kind kind) {
+  if (kind == TD_GELU_ERF) {
+    float xc = fminf(fmaxf(x, -16.0f), 16.0f); /* phi(16) underflows; keeps Inf * 0 out */
+    return phi_cdf(x) + xc * expf(-0.5f * xc * xc) * INV_SQRT_2PI;
+  }
+  float x2 = x * x, u = GELU_TANH_K0 * x * (1.0f + GELU_TANH_K1 * x2);
+  float e = expf(fminf(-2.0f * u, 88.0f)), s = 1.0f / (1.0f + e);
+  return s + x * (e * s) * s * (2.0f * GELU_TANH_K0) * (1.0f + 3.0f * GELU_TANH_K1 * x2);
+}
+
+static void gelu_forward(void *out, td_dtype out_dtype, const float *x, int64_t n,
+                         td_gelu_kind kind) {
+  for (int64_t i = 0; i < n; i++) store_f32_or_bf16(out, out_dtype, i, gelu_value(x[i], kind));
+}
+
+static void gelu_backward(float *dx, const float *dout, const float *x, int64_t n,
+                          td_gelu_kind kind) {
+  for (int64_t i = 0; i < n; i++) dx[i] = dout[i] * gelu_grad(x[i], kind);
+}
+
+/* ------------------------------------------------------------ add, scale */
+
+static void add(float *out, const float *a, const float *b, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+static void scale(float *x, int64_t n, float alpha) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) x[i] *= alpha;
+}
+
+/* ------------------------------------------------------------------ dropout */
+
+/* Element k is kept iff unit(td_rng_u32(seed, stream, k)) >= p; one Philox block
+ * (rng.h's counter layout) gives the bits of elements 4j .. 4j+3. */
+static void dropout(float *x, int64_t k0, int64_t k1, float p, uint64_t seed, uint64_t stream) {
+  const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+  const float s = 1.0f / (1.0f - p);
+  for (int64_t k = k0; k < k1; k += 4) {
+    uint64_t j = (uint64_t)k / 4;
+    uint32_t ctr[4] = {(uint32_t)j, (uint32_t)(j >> 32), (uint32_t)stream,
+                       (uint32_t)(stream >> 32)};
+    uint32_t bits[4];
+    td_philox4x32_10(ctr, key, bits);
+    for (int64_t q = 0; q < 4 && k + q < k1; q++)
+      x[k + q] = td_rng_bits_to_unit(bits[q]) >= p ? x[k + q] * s : 0.0f;
+  }
+}
+
+/* ------------------------------------------------------------ cross-entropy */
+
+/* lse = max + log sum exp(x - max), the sum in double */
+static float logsumexp_row(const float *logits, int64_t vocab) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < vocab; j++) mx = fmaxf(mx, logits[j]);
+  double s = 0;
+  for (int64_t j = 0; j < vocab; j++) s += expf(logits[j] - mx);
+  return (float)((double)mx + log(s));
+}
+
+static void softmax_grad_row(float *dlogits, const float *logits, float lse, float dloss,
+                             int64_t vocab) {
+  for (int64_t j = 0; j < vocab; j++) dlogits[j] = expf(logits[j] - lse) * dloss;
+}
+
+/* -------------------------------------------------------------------- adamw */
+
+static void adamw(float *param, const float *grad, float *m, float *v, int64_t n,
+                  const td_ew_adamw *c) {
+  for (int64_t i = 0; i < n; i++) {
+    float g = grad[i] * c->grad_scale;
+    float mi = c->beta1 * m[i] + (1.0f - c->beta1) * g;
+    float vi = c->beta2 * v[i] + (1.0f - c->beta2) * g * g;
+    float update = mi * c->inv_bc1 / (sqrtf(vi * c->inv_bc2) + c->eps);
+    param[i] -= c->lr * (c->weight_decay * param[i] + update);
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+/* --------------------------------------------------------------------- cast */
+
+/* Through fp32 (exact from bf16 and fp16) in pieces of 256, dtype.h's scalar rounding. */
+static void load_f32(float *dst, const void *src, td_dtype dt, int64_t n) {
+  const uint16_t *h = src;
+  if (dt == TD_F32)
+    memcpy(dst, src, (size_t)n * sizeof(float));
+  else if (dt == TD_BF16)
+    for (int64_t i = 0; i < n; i++) dst[i] = td_bf16_to_f32(h[i]);
+  else
+    for (int64_t i = 0; i < n; i++) dst[i] = td_f16_to_f32(h[i]);
+}
+
+static void store_from_f32(void *dst, td_dtype dt, const float *src, int64_t n) {
+  uint16_t *h = dst;
+  if (dt == TD_F32)
+    memcpy(dst, src, (size_t)n * sizeof(float));
+  else if (dt == TD_BF16)
+    for (int64_t i = 0; i < n; i++) h[i] = td_f32_to_bf16(src[i]);
+  else
+    for (int64_t i = 0; i < n; i++) h[i] = td_f32_to_f16(src[i]);
+}
+
+static void cast(void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dtype, int64_t n) {
+  float buf[256];
+  size_t ds = td_dtype_size(dst_dtype), ss = td_dtype_size(src_dtype);
+  for (int64_t i = 0; i < n; i += 256) {
+    int64_t len = n - i < 256 ? n - i : 256;
+    load_f32(buf, (const char *)src + (size_t)i * ss, src_dtype, len);
+    store_from_f32((char *)dst + (size_t)i * ds, dst_dtype, buf, len);
+  }
+}
+
+/* ------------------------------------------------------------- sum_squares */
+
+/* four interleaved double accumulators, combined as (a0 + a1) + (a2 + a3) */
+static double sum_squares(const float *x, int64_t n) {
+  double a[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int q = 0; q < 4; q++) a[q] += (double)x[i + q] * x[i + q];
+  for (; i < n; i++) a[0] += (double)x[i] * x[i];
+  return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+const td_ew_isa td_cpu_ew_generic = {
+    .layernorm_row = layernorm_row,
+    .layernorm_backward_row = layernorm_backward_row,
+    .gelu_forward = gelu_forward,
+    .gelu_backward = gelu_backward,
+    .add = add,
+    .scale = scale,
+    .dropout = dropout,
+    .logsumexp_row = logsumexp_row,
+    .softmax_grad_row = softmax_grad_row,
+    .adamw = adamw,
+    .cast = cast,
+    .sum_squares = sum_squares,
+};

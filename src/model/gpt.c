@@ -1,0 +1,428 @@
+/* GPT forward and backward (gpt.h), each layer's forward and backward side by
+ * side. Sizes as in gpt_impl.h: N = B*T tokens, C hidden, H heads, D head dim,
+ * F ffn hidden, V vocabulary; cd the compute dtype (fp32 or bf16). */
+#include <math.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "model/gpt_impl.h"
+#include "model/linear.h"
+
+/* ------------------------------------------------------------ small helpers */
+
+static const td_device_ops *OPS(const td_gpt *m) { return m->dev->ops; }
+static float *P(const td_gpt *m, int t) { return m->params + m->tensors[t].offset; }
+static float *G(const td_gpt *m, int t) { return m->grads + m->tensors[t].offset; }
+/* A weight as the matmuls read it: the fp32 master or its bf16 copy. */
+static const void *W(const td_gpt *m, int t) {
+  if (m->cd == TD_F32) return P(m, t);
+  return (const uint16_t *)m->weights_bf16 + m->tensors[t].offset;
+}
+/* Tensor i of local layer l. */
+static int LT(const td_gpt *m, int64_t l, int i) {
+  return m->layer_first + (int)l * TD_GPT_LAYER_TENSORS + i;
+}
+static td_gelu_kind gelu_kind(const td_gpt *m) {
+  return m->cfg.openai_gelu ? TD_GELU_TANH : TD_GELU_ERF;
+}
+
+/* Dropout RNG streams: one per (global layer, site); the embedding is layer -1. */
+enum { SITE_ATTENTION, SITE_PROJ, SITE_FC2, SITE_EMBEDDING };
+static uint64_t dropout_stream(const td_gpt *m, int64_t l, int site) {
+  int64_t global = site == SITE_EMBEDDING ? -1 : m->lay.layer_begin + l;
+  return ((uint64_t)(global + 1) << 8) | (uint64_t)site;
+}
+
+/* dy in the compute dtype: itself in fp32, else its bf16 cast in m->gh. */
+static const void *to_compute(td_gpt *m, const float *dy, int64_t n) {
+  if (m->cd == TD_F32) return dy;
+  OPS(m)->cast(m->dev, m->gh, TD_BF16, dy, TD_F32, n);
+  return m->gh;
+}
+
+/* Hidden dropout forward: y = x + dropout(h); h (scratch) is overwritten. */
+static void dropout_residual(td_gpt *m, float *y, const float *x, float *h, uint64_t stream) {
+  int64_t n = m->N * m->C;
+  OPS(m)->dropout(m->dev, h, n, m->p_hidden, m->seed, stream);
+  OPS(m)->add(m->dev, y, x, h, n);
+}
+
+/* Hidden dropout backward: the forward's mask applied to dy (dy itself when p = 0). */
+static const float *dropout_grad(td_gpt *m, const float *dy, float *scratch, uint64_t stream) {
+  int64_t n = m->N * m->C;
+  if (m->p_hidden == 0.0f) return dy;
+  OPS(m)->copy_d2d(m->dev, scratch, dy, (size_t)n * sizeof(float));
+  OPS(m)->dropout(m->dev, scratch, n, m->p_hidden, m->seed, stream);
+  return scratch;
+}
+
+/* --------------------------------------------------------------- embedding */
+
+/* emb[N, C] = dropout(wte[tokens] + wpe[positions]) */
+static void embedding_forward(td_gpt *m) {
+  const td_device_ops *ops = OPS(m);
+  int64_t N = m->N, C = m->C;
+  ops->embedding_forward(m->dev, m->emb, m->tokens, N, P(m, m->wte), m->vocab_start,
+                         m->tensors[m->wte].local_shape[0], C, 0);
+  ops->embedding_forward(m->dev, m->emb, m->positions, N, P(m, m->wpe), 0, m->cfg.max_positions,
+                         C, 1);
+  ops->dropout(m->dev, m->emb, N * C, m->p_hidden, m->seed, dropout_stream(m, -1, SITE_EMBEDDING));
+}
+
+/* dwte[tokens] += demb, dwpe[positions] += demb, demb = dropout'(dres) (in place) */
+static void embedding_backward(td_gpt *m) {
+  const td_device_ops *ops = OPS(m);
+  int64_t N = m->N, C = m->C;
+  ops->dropout(m->dev, m->dres, N * C, m->p_hidden, m->seed,
+               dropout_stream(m, -1, SITE_EMBEDDING));
+  ops->embedding_backward(m->dev, G(m, m->wte), m->dres, m->tokens, N, m->vocab_start,
+                          m->tensors[m->wte].local_shape[0], C);
+  ops->embedding_backward(m->dev, G(m, m->wpe), m->dres, m->positions, N, 0,
+                          m->cfg.max_positions, C);
+}
+
+/* --------------------------------------------------------------- attention */
+
+static td_attention_desc attention_desc(const td_gpt *m, const td_gpt_layer_acts *a, int64_t l) {
+  td_attention_desc ad = {0};
+  ad.batch = m->B, ad.seq = m->T, ad.heads = m->H, ad.head_dim = m->D;
+  ad.dtype = m->cd;
+  ad.scale = 1.0f / sqrtf((float)m->D);
+  ad.qkv = a->qkv, ad.out = a->att, ad.lse = a->att_lse;
+  ad.dropout_p = m->p_attn, ad.seed = m->seed, ad.stream = dropout_stream(m, l, SITE_ATTENTION);
+  return ad;
+}
+
+/* ln1 = layernorm(x)                      [N, C] -> [N, C] cd
+ * qkv = ln1 Wqkv^T + bqkv                 [N, 3C] cd, per token [H, 3, D]
+ * att = attention(qkv)                    [N, C] cd, lse [B, H, T]
+ * mid = x + dropout(att Wproj^T + bproj)  [N, C] */
+static void attention_block_forward(td_gpt *m, int64_t l) {
+  const td_device_ops *ops = OPS(m);
+  td_gpt_layer_acts *a = &m->acts[l];
+  int64_t N = m->N, C = m->C;
+  ops->layernorm_forward(m->dev, a->ln1, m->cd, a->ln1_mean, a->ln1_rstd, a->x,
+                         P(m, LT(m, l, TD_LN1_W)), P(m, LT(m, l, TD_LN1_B)), N, C,
+                         m->cfg.layernorm_eps);
+  td_linear_forward(m->dev, a->qkv, m->cd, a->ln1, W(m, LT(m, l, TD_QKV_W)),
+                    P(m, LT(m, l, TD_QKV_B)), N, C, 3 * C, m->cd);
+  td_attention_desc ad = attention_desc(m, a, l);
+  ops->attention_forward(m->dev, &ad);
+  td_linear_forward(m->dev, m->hidden, TD_F32, a->att, W(m, LT(m, l, TD_PROJ_W)),
+                    P(m, LT(m, l, TD_PROJ_B)), N, C, C, m->cd);
+  dropout_residual(m, a->mid, a->x, m->hidden, dropout_stream(m, l, SITE_PROJ));
+}
+
+/* In: dres = d mid. Out: dres = d x (the residual passes through, ln1 adds). */
+static void attention_block_backward(td_gpt *m, int64_t l) {
+  const td_device_ops *ops = OPS(m);
+  const td_gpt_layer_acts *a = &m->acts[l];
+  int64_t N = m->N, C = m->C;
+  const float *dproj = dropout_grad(m, m->dres, m->gf, dropout_stream(m, l, SITE_PROJ));
+  ops->bias_backward(m->dev, G(m, LT(m, l, TD_PROJ_B)), dproj, N, C);
+  const void *dproj_c = to_compute(m, dproj, N * C);
+  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_PROJ_W)), dproj_c, a->att, N, C, C, m->cd);
+  td_linear_backward_input(m->dev, m->gatt, m->cd, dproj_c, W(m, LT(m, l, TD_PROJ_W)), N, C, C,
+                           m->cd);
+  td_attention_desc ad = attention_desc(m, a, l);
+  ad.dout = m->gatt, ad.dqkv = m->gh;
+  ops->attention_backward(m->dev, &ad);
+  const float *dqkv32 = m->gh; /* the bias gradient reads fp32 */
+  if (m->cd != TD_F32) {
+    ops->cast(m->dev, m->gf, TD_F32, m->gh, m->cd, N * 3 * C);
+    dqkv32 = m->gf;
+  }
+  ops->bias_backward(m->dev, G(m, LT(m, l, TD_QKV_B)), dqkv32, N, 3 * C);
+  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_QKV_W)), m->gh, a->ln1, N, C, 3 * C, m->cd);
+  td_linear_backward_input(m->dev, m->dln, TD_F32, m->gh, W(m, LT(m, l, TD_QKV_W)), N, C, 3 * C,
+                           m->cd);
+  ops->layernorm_backward(m->dev, m->dres, G(m, LT(m, l, TD_LN1_W)), G(m, LT(m, l, TD_LN1_B)),
+                          m->dln, a->x, P(m, LT(m, l, TD_LN1_W)), a->ln1_mean, a->ln1_rstd, N, C);
+}
+
+/* --------------------------------------------------------------------- MLP */
+
+/* ln2 = layernorm(mid)                     [N, C] cd
+ * fc1 = ln2 Wfc1^T + bfc1                  [N, F]
+ * gelu = gelu(fc1)                         [N, F] cd
+ * out = mid + dropout(gelu Wfc2^T + bfc2)  [N, C] */
+static void mlp_block_forward(td_gpt *m, int64_t l) {
+  const td_device_ops *ops = OPS(m);
+  td_gpt_layer_acts *a = &m->acts[l];
+  int64_t N = m->N, C = m->C, F = m->F;
+  ops->layernorm_forward(m->dev, a->ln2, m->cd, a->ln2_mean, a->ln2_rstd, a->mid,
+                         P(m, LT(m, l, TD_LN2_W)), P(m, LT(m, l, TD_LN2_B)), N, C,
+                         m->cfg.layernorm_eps);
+  td_linear_forward(m->dev, a->fc1, TD_F32, a->ln2, W(m, LT(m, l, TD_FC1_W)),
+                    P(m, LT(m, l, TD_FC1_B)), N, C, F, m->cd);
+  ops->gelu_forward(m->dev, a->gelu, m->cd, a->fc1, N * F, gelu_kind(m));
+  td_linear_forward(m->dev, m->hidden, TD_F32, a->gelu, W(m, LT(m, l, TD_FC2_W)),
+                    P(m, LT(m, l, TD_FC2_B)), N, F, C, m->cd);
+  dropout_residual(m, a->out, a->mid, m->hidden, dropout_stream(m, l, SITE_FC2));
+}
+
+/* In: dres = d out. Out: dres = d mid. */
+static void mlp_block_backward(td_gpt *m, int64_t l) {
+  const td_device_ops *ops = OPS(m);
+  const td_gpt_layer_acts *a = &m->acts[l];
+  int64_t N = m->N, C = m->C, F = m->F;
+  const float *dfc2 = dropout_grad(m, m->dres, m->gf, dropout_stream(m, l, SITE_FC2));
+  ops->bias_backward(m->dev, G(m, LT(m, l, TD_FC2_B)), dfc2, N, C);
+  const void *dfc2_c = to_compute(m, dfc2, N * C);
+  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC2_W)), dfc2_c, a->gelu, N, F, C, m->cd);
+  td_linear_backward_input(m->dev, m->dff, TD_F32, dfc2_c, W(m, LT(m, l, TD_FC2_W)), N, F, C,
+                           m->cd);
+  ops->gelu_backward(m->dev, m->dff, m->dff, a->fc1, N * F, gelu_kind(m));
+  ops->bias_backward(m->dev, G(m, LT(m, l, TD_FC1_B)), m->dff, N, F);
+  const void *dfc1_c = to_compute(m, m->dff, N * F);
+  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC1_W)), dfc1_c, a->ln2, N, C, F, m->cd);
+  td_linear_backward_input(m->dev, m->dln, TD_F32, dfc1_c, W(m, LT(m, l, TD_FC1_W)), N, C, F,
+                           m->cd);
+  ops->layernorm_backward(m->dev, m->dres, G(m, LT(m, l, TD_LN2_W)), G(m, LT(m, l, TD_LN2_B)),
+                          m->dln, a->mid, P(m, LT(m, l, TD_LN2_W)), a->ln2_mean, a->ln2_rstd, N,
+                          C);
+}
+
+/* -------------------------------------------------------------------- head */
+
+static const float *last_hidden(const td_gpt *m) {
+  return m->n_layers ? m->acts[m->n_layers - 1].out : m->emb;
+}
+
+/* lnf = layernorm(x)                      [N, C] cd
+ * logits = lnf Whead^T                    [N, V]
+ * losses = lse(logits) - logits[target]   [N] */
+static void head_forward(td_gpt *m) {
+  const td_device_ops *ops = OPS(m);
+  int64_t N = m->N, C = m->C, V = m->V;
+  ops->layernorm_forward(m->dev, m->lnf, m->cd, m->lnf_mean, m->lnf_rstd, last_hidden(m),
+                         P(m, m->lnf_w), P(m, m->lnf_b), N, C, m->cfg.layernorm_eps);
+  td_linear_forward(m->dev, m->logits, TD_F32, m->lnf, W(m, m->head_w), NULL, N, C, V, m->cd);
+  ops->cross_entropy_forward(m->dev, m->losses, m->ce_lse, m->logits, m->targets, N, V);
+}
+
+/* dloss = mask * dloss_scale; dlogits (in place); out: dres = d x (overwritten) */
+static void head_backward(td_gpt *m, float dloss_scale) {
+  const td_device_ops *ops = OPS(m);
+  int64_t N = m->N, C = m->C, V = m->V;
+  ops->copy_d2d(m->dev, m->dloss, m->mask, (size_t)N * sizeof(float));
+  ops->scale(m->dev, m->dloss, N, dloss_scale);
+  ops->cross_entropy_backward(m->dev, m->logits, m->logits, m->ce_lse, m->targets, m->dloss, N,
+                              V);
+  const void *dlogits = m->logits;
+  if (m->cd != TD_F32) {
+    ops->cast(m->dev, m->glogits, m->cd, m->logits, TD_F32, N * V);
+    dlogits = m->glogits;
+  }
+  td_linear_backward_weight(m->dev, G(m, m->head_w), dlogits, m->lnf, N, C, V, m->cd);
+  td_linear_backward_input(m->dev, m->dln, TD_F32, dlogits, W(m, m->head_w), N, C, V, m->cd);
+  ops->fill(m->dev, m->dres, TD_F32, N * C, 0.0f);
+  ops->layernorm_backward(m->dev, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, last_hidden(m),
+                          P(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
+}
+
+/* ------------------------------------------------------------------- model */
+
+/* Ids come from user data: one outside the vocabulary is a user-facing error. */
+static void check_tokens(const td_gpt *m, const int32_t *ids, const char *what) {
+  for (int64_t i = 0; i < m->N; i++)
+    if (ids[i] < 0 || ids[i] >= m->cfg.vocab_size)
+      td_fail("%s id %d (micro-batch position %lld) is outside the model's vocabulary [0, %lld): "
+              "was the data tokenized with a larger vocabulary?",
+              what, ids[i], (long long)i, (long long)m->cfg.vocab_size);
+}
+
+double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
+                      const float *loss_mask, uint64_t dropout_seed, int training,
+                      double *mask_sum) {
+  const td_device_ops *ops = OPS(m);
+  size_t ids_bytes = (size_t)m->N * sizeof(int32_t);
+  check_tokens(m, tokens, "token");
+  check_tokens(m, targets, "target");
+  ops->copy_h2d(m->dev, m->tokens, tokens, ids_bytes);
+  ops->copy_h2d(m->dev, m->targets, targets, ids_bytes);
+  ops->copy_h2d(m->dev, m->mask, loss_mask, (size_t)m->N * sizeof(float));
+  m->seed = dropout_seed;
+  m->p_hidden = training ? m->cfg.hidden_dropout : 0.0f;
+  m->p_attn = training ? m->cfg.attention_dropout : 0.0f;
+
+  embedding_forward(m);
+  for (int64_t l = 0; l < m->n_layers; l++) {
+    attention_block_forward(m, l);
+    mlp_block_forward(m, l);
+  }
+  head_forward(m);
+  m->pending_backward = 1;
+
+  ops->copy_d2h(m->dev, m->h_losses, m->losses, (size_t)m->N * sizeof(float));
+  double sum = 0, msum = 0;
+  for (int64_t i = 0; i < m->N; i++) {
+    sum += (double)m->h_losses[i] * loss_mask[i];
+    msum += loss_mask[i];
+  }
+  if (mask_sum) *mask_sum = msum;
+  return sum;
+}
+
+void td_gpt_backward(td_gpt *m, float dloss_scale) {
+  TD_CHECK(m->pending_backward, "td_gpt_backward needs a forward first (once per forward)");
+  m->pending_backward = 0;
+  head_backward(m, dloss_scale);
+  for (int64_t l = m->n_layers - 1; l >= 0; l--) {
+    mlp_block_backward(m, l);
+    attention_block_backward(m, l);
+  }
+  embedding_backward(m);
+}
+
+void td_gpt_zero_grads(td_gpt *m) {
+  OPS(m)->fill(m->dev, m->grads, TD_F32, m->flat_numel, 0.0f);
+}
+
+void td_gpt_cast_weights(td_gpt *m) {
+  if (m->cd == TD_F32) return;
+  OPS(m)->cast(m->dev, m->weights_bf16, m->cd, m->params, TD_F32, m->flat_numel);
+}
+
+/* ------------------------------------------------------------------ arena */
+
+/* Carves the arena; with base NULL it only measures (every pointer NULL). */
+typedef struct {
+  char *base;
+  size_t used;
+} bump;
+
+static void *take(bump *b, int64_t n, td_dtype dt) {
+  void *p = b->base ? b->base + b->used : NULL;
+  b->used += ((size_t)n * td_dtype_size(dt) + 63) / 64 * 64;
+  return p;
+}
+
+static void carve_layer(td_gpt *m, bump *b, td_gpt_layer_acts *a) {
+  int64_t N = m->N, C = m->C, F = m->F;
+  a->ln1_mean = take(b, N, TD_F32), a->ln1_rstd = take(b, N, TD_F32);
+  a->ln1 = take(b, N * C, m->cd);
+  a->qkv = take(b, N * 3 * C, m->cd);
+  a->att = take(b, N * C, m->cd);
+  a->att_lse = take(b, m->B * m->H * m->T, TD_F32);
+  a->mid = take(b, N * C, TD_F32);
+  a->ln2_mean = take(b, N, TD_F32), a->ln2_rstd = take(b, N, TD_F32);
+  a->ln2 = take(b, N * C, m->cd);
+  a->fc1 = take(b, N * F, TD_F32);
+  a->gelu = take(b, N * F, m->cd);
+  a->out = take(b, N * C, TD_F32);
+}
+
+static void carve(td_gpt *m, bump *b) {
+  int64_t N = m->N, C = m->C, F = m->F, V = m->V;
+  m->tokens = take(b, N, TD_I32), m->targets = take(b, N, TD_I32);
+  m->positions = take(b, N, TD_I32);
+  m->emb = take(b, N * C, TD_F32);
+  for (int64_t l = 0; l < m->n_layers; l++) {
+    carve_layer(m, b, &m->acts[l]);
+    m->acts[l].x = l ? m->acts[l - 1].out : m->emb;
+  }
+  m->lnf_mean = take(b, N, TD_F32), m->lnf_rstd = take(b, N, TD_F32);
+  m->lnf = take(b, N * C, m->cd);
+  m->logits = take(b, N * V, TD_F32);
+  m->losses = take(b, N, TD_F32), m->ce_lse = take(b, N, TD_F32);
+  m->mask = take(b, N, TD_F32), m->dloss = take(b, N, TD_F32);
+  m->hidden = take(b, N * C, TD_F32);
+  m->dres = take(b, N * C, TD_F32), m->dln = take(b, N * C, TD_F32);
+  m->gf = take(b, N * 3 * C, TD_F32);
+  m->dff = take(b, N * F, TD_F32);
+  m->gatt = take(b, N * C, m->cd);
+  m->gh = take(b, N * (3 * C > F ? 3 * C : F), m->cd);
+  m->glogits = m->cd == TD_F32 ? NULL : take(b, N * V, m->cd);
+}
+
+/* positions[b*T + t] = t */
+static void upload_positions(td_gpt *m) {
+  int32_t *host = td_malloc((size_t)m->N * sizeof(int32_t));
+  for (int64_t i = 0; i < m->N; i++) host[i] = (int32_t)(i % m->T);
+  OPS(m)->copy_h2d(m->dev, m->positions, host, (size_t)m->N * sizeof(int32_t));
+  td_free(host);
+}
+
+/* ------------------------------------------------------------------ create */
+
+static void check_config(const td_gpt_config *c, const td_gpt_layout *lay, int64_t micro_batch,
+                         td_dtype cd) {
+  TD_CHECK(c->num_layers > 0 && c->hidden > 0 && c->heads > 0 && c->ffn_hidden > 0 &&
+               c->seq_len > 0 && c->vocab_size > 0,
+           "GPT sizes must be positive");
+  TD_CHECK(c->hidden % c->heads == 0, "hidden %lld not divisible by heads %lld",
+           (long long)c->hidden, (long long)c->heads);
+  TD_CHECK(c->seq_len <= c->max_positions, "seq_len %lld > max_positions %lld",
+           (long long)c->seq_len, (long long)c->max_positions);
+  TD_CHECK(micro_batch > 0, "micro_batch %lld", (long long)micro_batch);
+  TD_CHECK(cd == TD_F32 || cd == TD_BF16, "compute dtype must be fp32 or bf16");
+  TD_CHECK(lay->layer_begin >= 0 && lay->layer_begin <= lay->layer_end &&
+               lay->layer_end <= c->num_layers,
+           "layer range [%lld, %lld) of %lld", (long long)lay->layer_begin,
+           (long long)lay->layer_end, (long long)c->num_layers);
+  /* Splitting the forward over ranks (TP collectives, PP send/recv) is not built yet. */
+  TD_CHECK(lay->tp_size == 1 && lay->tp_rank == 0 && lay->has_embedding && lay->has_head,
+           "only the single-rank layout (tp = 1, one stage) runs so far");
+}
+
+td_gpt_layout td_gpt_layout_single(const td_gpt_config *cfg) {
+  td_gpt_layout lay = {1, 0, 0, cfg->num_layers, 1, 1};
+  return lay;
+}
+
+static void set_sizes(td_gpt *m, int64_t micro_batch) {
+  const td_gpt_config *c = &m->cfg;
+  int64_t tp = m->lay.tp_size;
+  m->B = micro_batch, m->T = c->seq_len, m->N = m->B * m->T;
+  m->C = c->hidden, m->H = c->heads / tp, m->D = c->hidden / c->heads;
+  m->F = c->ffn_hidden / tp, m->V = c->vocab_size / tp;
+  m->vocab_start = m->V * m->lay.tp_rank;
+  m->n_layers = m->lay.layer_end - m->lay.layer_begin;
+}
+
+td_gpt *td_gpt_create(td_device *dev, const td_gpt_config *cfg, const td_gpt_layout *lay,
+                      int64_t micro_batch, td_dtype compute_dtype) {
+  check_config(cfg, lay, micro_batch, compute_dtype);
+  td_gpt *m = td_calloc(sizeof *m);
+  m->dev = dev, m->cfg = *cfg, m->lay = *lay, m->cd = compute_dtype;
+  set_sizes(m, micro_batch);
+  td_gpt_build_tensors(m);
+  size_t flat_bytes = (size_t)m->flat_numel * sizeof(float);
+  m->params = dev->ops->alloc(dev, flat_bytes);
+  m->grads = dev->ops->alloc(dev, flat_bytes);
+  if (m->cd != TD_F32) m->weights_bf16 = dev->ops->alloc(dev, (size_t)m->flat_numel * 2);
+
+  m->acts = td_calloc((size_t)(m->n_layers ? m->n_layers : 1) * sizeof *m->acts);
+  bump measure = {NULL, 0};
+  carve(m, &measure);
+  m->arena_bytes = measure.used;
+  m->arena = dev->ops->alloc(dev, m->arena_bytes);
+  bump real = {m->arena, 0};
+  carve(m, &real);
+  upload_positions(m);
+  m->h_losses = td_malloc((size_t)m->N * sizeof(float));
+  return m;
+}
+
+void td_gpt_destroy(td_gpt *m) {
+  if (!m) return;
+  const td_device_ops *ops = OPS(m);
+  ops->free(m->dev, m->arena);
+  ops->free(m->dev, m->params);
+  ops->free(m->dev, m->grads);
+  if (m->weights_bf16) ops->free(m->dev, m->weights_bf16);
+  td_free(m->acts);
+  td_free(m->tensors);
+  td_free(m->h_losses);
+  td_free(m);
+}
+
+td_gpt_memory td_gpt_memory_report(const td_gpt *m) {
+  td_gpt_memory r;
+  r.params = r.grads = (size_t)m->flat_numel * sizeof(float);
+  r.weights_bf16 = m->weights_bf16 ? (size_t)m->flat_numel * 2 : 0;
+  r.activations = m->arena_bytes;
+  return r;
+}

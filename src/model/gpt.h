@@ -1,0 +1,125 @@
+/* GPT-2 as Megatron builds it with --transformer-impl local:
+ *
+ *   x = dropout(wte[tokens] + wpe[positions])
+ *   per layer:  x = x + dropout(proj(attention(ln1(x))))
+ *               x = x + dropout(fc2(gelu(fc1(ln2(x)))))
+ *   logits = ln_f(x) @ wte^T   (or a separate output_layer.weight when untied)
+ *   loss = cross_entropy(logits, targets) per token
+ *
+ * The fused QKV linear writes per token [heads, 3, head_dim] (Megatron's per-head
+ * interleave, device.h's attention layout). Weights are stored like PyTorch's
+ * Linear, [out_features, in_features]: y = x W^T + b.
+ *
+ * The model is built per rank from (config, layout): DESIGN.md. Parameters and
+ * gradients each live in ONE flat fp32 device buffer with a view per tensor,
+ * named as Megatron-core's GPTModel names them. Every tensor is initialised on its
+ * GLOBAL shape from the global seed (stream = td_gpt_name_stream(name), element
+ * index = position in the global tensor) and each rank keeps its slice.
+ * Activations live in an arena sized at creation for (micro_batch, seq_len): no
+ * allocation in forward or backward.
+ *
+ * Mixed precision (compute dtype TD_BF16): matmul inputs (weights, LayerNorm and
+ * GELU outputs, attention) are bf16, accumulation, master weights, gradients and
+ * the residual stream fp32. The bf16 weights are a copy of the flat buffer made by
+ * td_gpt_cast_weights. */
+#ifndef TD_MODEL_GPT_H
+#define TD_MODEL_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device/device.h"
+
+typedef struct td_gpt_config {
+  int64_t num_layers, hidden, heads, ffn_hidden, seq_len, max_positions;
+  int64_t vocab_size; /* already padded: td_gpt_padded_vocab */
+  float init_std, layernorm_eps, hidden_dropout, attention_dropout;
+  int openai_gelu;      /* tanh GELU (GPT-2's) instead of the exact erf form */
+  int untie_embeddings; /* separate output_layer.weight */
+} td_gpt_config;
+
+/* This rank's part of the model. tp = 1 and one stage holding everything is the
+ * layout that runs today; other layouts are refused by td_gpt_create. */
+typedef struct td_gpt_layout {
+  int tp_size, tp_rank;
+  int64_t layer_begin, layer_end; /* global layer indices [begin, end) */
+  int has_embedding, has_head;
+} td_gpt_layout;
+
+/* The single-process layout: tp = 1, all layers, embedding and head. */
+td_gpt_layout td_gpt_layout_single(const td_gpt_config *cfg);
+
+/* Megatron's vocabulary padding: the smallest multiple of divisible_by * tp_size
+ * that is >= vocab (so every TP rank holds an equal, aligned share). */
+int64_t td_gpt_padded_vocab(int64_t vocab, int64_t divisible_by, int tp_size);
+
+/* The RNG stream of a tensor's initialisation: FNV-1a 64 of its global name. */
+uint64_t td_gpt_name_stream(const char *name);
+
+/* The dropout seed of one micro-batch (micro_batch: its index in the global batch
+ * over all data-parallel ranks), so a resumed run draws the same masks. */
+uint64_t td_gpt_dropout_seed(uint64_t seed, int64_t iteration, int64_t micro_batch);
+
+#define TD_GPT_NAME_MAX 96
+
+/* One parameter tensor: its global identity and where this rank's slice lives in
+ * the flat parameter and gradient buffers (same offsets in both). */
+typedef struct td_gpt_tensor {
+  char name[TD_GPT_NAME_MAX]; /* Megatron-core name, global layer index */
+  int ndim;                   /* 1 or 2 */
+  int64_t shape[2];           /* global shape (ndim entries) */
+  int64_t local_shape[2];     /* this rank's slice */
+  int split_dim;              /* dimension split over TP ranks, -1: replicated */
+  int64_t slice_start;        /* first index of the slice along split_dim */
+  int64_t offset, numel;      /* elements in the flat buffers; numel of the slice */
+  int weight_decay;           /* 0 for biases and LayerNorm parameters (Megatron) */
+  float init_std;             /* normal(0, init_std), or when 0 the constant init_value */
+  float init_value;
+} td_gpt_tensor;
+
+typedef struct td_gpt td_gpt;
+
+/* Build this rank's model on dev for micro-batches of micro_batch x cfg->seq_len
+ * tokens; compute_dtype TD_F32 or TD_BF16. Parameters start at zero: call
+ * td_gpt_init_params or load them. */
+td_gpt *td_gpt_create(td_device *dev, const td_gpt_config *cfg, const td_gpt_layout *lay,
+                      int64_t micro_batch, td_dtype compute_dtype);
+void td_gpt_destroy(td_gpt *m);
+
+/* Draw every parameter from seed (see above), then td_gpt_cast_weights. */
+void td_gpt_init_params(td_gpt *m, uint64_t seed);
+
+float *td_gpt_params(td_gpt *m);       /* flat fp32 device buffer */
+float *td_gpt_grads(td_gpt *m);        /* flat fp32 device buffer, same views */
+int64_t td_gpt_flat_numel(const td_gpt *m); /* elements in each flat buffer (views are
+                                               64-byte aligned; the gaps stay zero) */
+int64_t td_gpt_num_params(const td_gpt *m); /* parameters on this rank (sum of numel) */
+int td_gpt_num_tensors(const td_gpt *m);
+const td_gpt_tensor *td_gpt_tensor_at(const td_gpt *m, int i);
+const td_gpt_tensor *td_gpt_find_tensor(const td_gpt *m, const char *name); /* or NULL */
+const td_gpt_config *td_gpt_get_config(const td_gpt *m);
+
+void td_gpt_zero_grads(td_gpt *m);
+/* Refresh the bf16 weight copy from the fp32 parameters (a no-op in fp32). Call
+ * after every change of the parameters: optimizer step, checkpoint load. */
+void td_gpt_cast_weights(td_gpt *m);
+
+/* Forward one micro-batch. tokens, targets: [micro_batch, seq_len] int32 and
+ * loss_mask: [micro_batch, seq_len] float, host memory. training = 0 disables
+ * dropout. Returns sum_t loss_t * mask_t (double) and sets *mask_sum = sum_t mask_t. */
+double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
+                      const float *loss_mask, uint64_t dropout_seed, int training,
+                      double *mask_sum);
+
+/* Backward of the last forward, token t's loss weighted by loss_mask_t * dloss_scale
+ * (the trainer passes loss_scale / tokens in the global batch); ACCUMULATES into
+ * the gradients. */
+void td_gpt_backward(td_gpt *m, float dloss_scale);
+
+/* Device bytes held by the model. */
+typedef struct td_gpt_memory {
+  size_t params, grads, weights_bf16, activations;
+} td_gpt_memory;
+td_gpt_memory td_gpt_memory_report(const td_gpt *m);
+
+#endif

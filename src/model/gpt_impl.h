@@ -1,0 +1,81 @@
+/* Internal to src/model: the td_gpt struct shared by gpt_params.c (tensor views,
+ * initialisation) and gpt.c (arena, forward, backward).
+ * Sizes (this rank's): B micro-batch, T sequence, N = B*T tokens, C hidden,
+ * H heads, D = C/H head dim, F ffn hidden, V vocabulary; cd the compute dtype. */
+#ifndef TD_MODEL_GPT_IMPL_H
+#define TD_MODEL_GPT_IMPL_H
+
+#include "model/gpt.h"
+
+/* The tensors of one transformer layer, in order; a layer's tensor i is
+ * m->tensors[layer_first + l * TD_GPT_LAYER_TENSORS + i]. */
+enum {
+  TD_LN1_W, TD_LN1_B, TD_QKV_W, TD_QKV_B, TD_PROJ_W, TD_PROJ_B,
+  TD_LN2_W, TD_LN2_B, TD_FC1_W, TD_FC1_B, TD_FC2_W, TD_FC2_B,
+  TD_GPT_LAYER_TENSORS
+};
+
+/* What one layer keeps from forward for backward (device memory). */
+typedef struct {
+  const float *x;              /* N x C    the layer's input (residual stream) */
+  float *ln1_mean, *ln1_rstd;  /* N */
+  void *ln1;                   /* N x C    cd */
+  void *qkv;                   /* N x 3C   cd, per token [H, 3, D] */
+  void *att;                   /* N x C    cd, per token [H, D] */
+  float *att_lse;              /* B x H x T */
+  float *mid;                  /* N x C    residual after attention */
+  float *ln2_mean, *ln2_rstd;  /* N */
+  void *ln2;                   /* N x C    cd */
+  float *fc1;                  /* N x F    before GELU */
+  void *gelu;                  /* N x F    cd */
+  float *out;                  /* N x C    residual after the MLP: the next layer's x */
+} td_gpt_layer_acts;
+
+struct td_gpt {
+  td_device *dev;
+  td_gpt_config cfg;
+  td_gpt_layout lay;
+  td_dtype cd;
+  int64_t B, T, N, C, H, D, F, V, n_layers; /* local sizes; n_layers on this rank */
+  int64_t vocab_start;                      /* first vocabulary row held here */
+
+  /* parameters: views into the flat buffers */
+  td_gpt_tensor *tensors;
+  int n_tensors;
+  int wte, wpe, layer_first, lnf_w, lnf_b, head_w; /* tensor indices (-1: absent) */
+  int64_t flat_numel, num_params;
+  float *params, *grads;
+  void *weights_bf16; /* flat bf16 copy (TD_BF16 compute), else NULL */
+
+  /* activations: one arena */
+  void *arena;
+  size_t arena_bytes;
+  td_gpt_layer_acts *acts;           /* n_layers (host array of device pointers) */
+  int32_t *tokens, *targets, *positions; /* N */
+  float *emb;                        /* N x C   embedding output: layer 0's input */
+  float *lnf_mean, *lnf_rstd;        /* N */
+  void *lnf;                         /* N x C   cd */
+  float *logits;                     /* N x V   (dlogits in backward, in place) */
+  float *losses, *ce_lse, *mask, *dloss; /* N */
+  float *hidden;                     /* N x C   linear output before dropout + residual */
+  /* backward scratch */
+  float *dres;   /* N x C   gradient of the residual stream */
+  float *dln;    /* N x C   gradient of a LayerNorm output */
+  float *gf;     /* N x 3C  fp32 scratch: dropout-masked gradients, fp32 dqkv */
+  float *dff;    /* N x F   gradient of the MLP hidden */
+  void *gatt;    /* N x C   cd: gradient of the attention output */
+  void *gh;      /* N x max(3C, F) cd: dY of a matmul in the compute dtype, dqkv */
+  void *glogits; /* N x V   bf16 dlogits (TD_BF16 compute only) */
+  float *h_losses; /* N, host */
+
+  /* the last forward, for backward */
+  int pending_backward;
+  uint64_t seed;
+  float p_hidden, p_attn;
+};
+
+/* gpt_params.c: build m->tensors from cfg and layout (sets the tensor indices,
+ * flat_numel, num_params). */
+void td_gpt_build_tensors(td_gpt *m);
+
+#endif

@@ -1,0 +1,181 @@
+/* GPT parameters: Megatron-core names, global shapes, this rank's slices in the
+ * flat buffers, and initialisation on the global shape (DESIGN.md). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "base/rng.h"
+#include "model/gpt_impl.h"
+
+int64_t td_gpt_padded_vocab(int64_t vocab, int64_t divisible_by, int tp_size) {
+  int64_t multiple = divisible_by * tp_size;
+  TD_CHECK(vocab > 0 && multiple > 0, "vocab %lld, multiple %lld", (long long)vocab,
+           (long long)multiple);
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+uint64_t td_gpt_name_stream(const char *name) {
+  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 */
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+    h ^= *p;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+static uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t td_gpt_dropout_seed(uint64_t seed, int64_t iteration, int64_t micro_batch) {
+  return splitmix64(seed ^ splitmix64((uint64_t)iteration ^ splitmix64((uint64_t)micro_batch)));
+}
+
+/* ------------------------------------------------------------------ views */
+
+/* How a tensor is split over TP ranks (Megatron's tensor_parallel layers). */
+enum { REPLICATED = -1, COLUMN = 0, ROW = 1 }; /* split dim: output rows / input columns */
+
+typedef struct {
+  td_gpt *m;
+  int cap;
+} builder;
+
+/* Append one tensor of global shape [d0] or [d0, d1]; 64-byte aligned offset. */
+static int add(builder *b, const char *name, int ndim, int64_t d0, int64_t d1, int split,
+               float std, float value) {
+  td_gpt *m = b->m;
+  if (m->n_tensors == b->cap) {
+    b->cap = b->cap ? 2 * b->cap : 64;
+    td_gpt_tensor *grown = td_calloc((size_t)b->cap * sizeof *grown);
+    if (m->n_tensors) memcpy(grown, m->tensors, (size_t)m->n_tensors * sizeof *grown);
+    td_free(m->tensors);
+    m->tensors = grown;
+  }
+  td_gpt_tensor *t = &m->tensors[m->n_tensors];
+  TD_CHECK(strlen(name) < TD_GPT_NAME_MAX, "tensor name too long: %s", name);
+  strcpy(t->name, name);
+  t->ndim = ndim;
+  t->shape[0] = t->local_shape[0] = d0;
+  t->shape[1] = t->local_shape[1] = ndim == 2 ? d1 : 1;
+  t->split_dim = split;
+  if (split != REPLICATED) {
+    int64_t full = t->shape[t->split_dim], tp = m->lay.tp_size;
+    TD_CHECK(full % tp == 0, "%s: dim %d (%lld) not divisible by tp %lld", name, t->split_dim,
+             (long long)full, (long long)tp);
+    t->local_shape[t->split_dim] = full / tp;
+    t->slice_start = full / tp * m->lay.tp_rank;
+  }
+  t->numel = t->local_shape[0] * t->local_shape[1];
+  t->offset = m->flat_numel;
+  t->weight_decay = ndim == 2; /* Megatron: no decay on biases and norm parameters */
+  t->init_std = std;
+  t->init_value = value;
+  m->flat_numel += (t->numel + 15) / 16 * 16;
+  m->num_params += t->numel;
+  return m->n_tensors++;
+}
+
+static void add_layer(builder *b, int64_t layer) {
+  const td_gpt_config *c = &b->m->cfg;
+  float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->num_layers);
+  int64_t h = c->hidden, f = c->ffn_hidden;
+  char n[TD_GPT_NAME_MAX];
+#define NAME(s) (snprintf(n, sizeof n, "decoder.layers.%lld.%s", (long long)layer, s), n)
+  add(b, NAME("input_layernorm.weight"), 1, h, 0, REPLICATED, 0, 1);
+  add(b, NAME("input_layernorm.bias"), 1, h, 0, REPLICATED, 0, 0);
+  add(b, NAME("self_attention.linear_qkv.weight"), 2, 3 * h, h, COLUMN, std, 0);
+  add(b, NAME("self_attention.linear_qkv.bias"), 1, 3 * h, 0, COLUMN, 0, 0);
+  add(b, NAME("self_attention.linear_proj.weight"), 2, h, h, ROW, out_std, 0);
+  add(b, NAME("self_attention.linear_proj.bias"), 1, h, 0, REPLICATED, 0, 0);
+  add(b, NAME("pre_mlp_layernorm.weight"), 1, h, 0, REPLICATED, 0, 1);
+  add(b, NAME("pre_mlp_layernorm.bias"), 1, h, 0, REPLICATED, 0, 0);
+  add(b, NAME("mlp.linear_fc1.weight"), 2, f, h, COLUMN, std, 0);
+  add(b, NAME("mlp.linear_fc1.bias"), 1, f, 0, COLUMN, 0, 0);
+  add(b, NAME("mlp.linear_fc2.weight"), 2, h, f, ROW, out_std, 0);
+  add(b, NAME("mlp.linear_fc2.bias"), 1, h, 0, REPLICATED, 0, 0);
+#undef NAME
+}
+
+void td_gpt_build_tensors(td_gpt *m) {
+  const td_gpt_config *c = &m->cfg;
+  builder b = {m, 0};
+  m->wte = m->wpe = m->layer_first = m->lnf_w = m->lnf_b = m->head_w = -1;
+  if (m->lay.has_embedding) {
+    m->wte = add(&b, "embedding.word_embeddings.weight", 2, c->vocab_size, c->hidden, COLUMN,
+                 c->init_std, 0);
+    m->wpe = add(&b, "embedding.position_embeddings.weight", 2, c->max_positions, c->hidden,
+                 REPLICATED, c->init_std, 0);
+  }
+  m->layer_first = m->n_tensors;
+  for (int64_t l = m->lay.layer_begin; l < m->lay.layer_end; l++) add_layer(&b, l);
+  if (m->lay.has_head) {
+    m->lnf_w = add(&b, "decoder.final_layernorm.weight", 1, c->hidden, 0, REPLICATED, 0, 1);
+    m->lnf_b = add(&b, "decoder.final_layernorm.bias", 1, c->hidden, 0, REPLICATED, 0, 0);
+    m->head_w = c->untie_embeddings ? add(&b, "output_layer.weight", 2, c->vocab_size, c->hidden,
+                                          COLUMN, c->init_std, 0)
+                                    : m->wte;
+  }
+}
+
+/* ------------------------------------------------------------------ init */
+
+/* This rank's slice of the global tensor drawn element by element: element
+ * (i, j) of the global [rows, cols] tensor is element i * cols + j of its stream. */
+static void draw_slice(float *out, const td_gpt_tensor *t, uint64_t seed) {
+  uint64_t stream = td_gpt_name_stream(t->name);
+  int64_t cols = t->shape[1], lcols = t->local_shape[1];
+  if (t->split_dim == ROW) {
+    for (int64_t r = 0; r < t->local_shape[0]; r++)
+      td_rng_fill_normal(out + r * lcols, lcols, seed, stream,
+                         (uint64_t)(r * cols + t->slice_start), 0.0f, t->init_std);
+  } else {
+    int64_t first = t->split_dim == COLUMN ? t->slice_start * cols : 0;
+    td_rng_fill_normal(out, t->numel, seed, stream, (uint64_t)first, 0.0f, t->init_std);
+  }
+}
+
+void td_gpt_init_params(td_gpt *m, uint64_t seed) {
+  const td_device_ops *ops = m->dev->ops;
+  int64_t most = 0;
+  for (int i = 0; i < m->n_tensors; i++)
+    if (m->tensors[i].numel > most) most = m->tensors[i].numel;
+  float *host = td_malloc((size_t)most * sizeof(float));
+  for (int i = 0; i < m->n_tensors; i++) {
+    const td_gpt_tensor *t = &m->tensors[i];
+    float *p = m->params + t->offset;
+    if (t->init_std > 0) {
+      draw_slice(host, t, seed);
+      ops->copy_h2d(m->dev, p, host, (size_t)t->numel * sizeof(float));
+    } else {
+      ops->fill(m->dev, p, TD_F32, t->numel, t->init_value);
+    }
+  }
+  td_free(host);
+  td_gpt_cast_weights(m);
+}
+
+/* ------------------------------------------------------------------ access */
+
+float *td_gpt_params(td_gpt *m) { return m->params; }
+float *td_gpt_grads(td_gpt *m) { return m->grads; }
+int64_t td_gpt_flat_numel(const td_gpt *m) { return m->flat_numel; }
+int64_t td_gpt_num_params(const td_gpt *m) { return m->num_params; }
+int td_gpt_num_tensors(const td_gpt *m) { return m->n_tensors; }
+const td_gpt_config *td_gpt_get_config(const td_gpt *m) { return &m->cfg; }
+
+const td_gpt_tensor *td_gpt_tensor_at(const td_gpt *m, int i) {
+  TD_CHECK(i >= 0 && i < m->n_tensors, "tensor %d of %d", i, m->n_tensors);
+  return &m->tensors[i];
+}
+
+const td_gpt_tensor *td_gpt_find_tensor(const td_gpt *m, const char *name) {
+  for (int i = 0; i < m->n_tensors; i++)
+    if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+  return NULL;
+}

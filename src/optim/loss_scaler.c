@@ -1,0 +1,35 @@
+#include "optim/loss_scaler.h"
+
+void td_loss_scaler_init_constant(td_loss_scaler *s, float scale) {
+  *s = (td_loss_scaler){
+      .scale = scale, .min_scale = scale, .growth_factor = 1.0f, .backoff_factor = 1.0f};
+}
+
+void td_loss_scaler_init_dynamic(td_loss_scaler *s, float initial_scale, float min_scale,
+                                 int window, int hysteresis) {
+  *s = (td_loss_scaler){.dynamic = 1,
+                        .scale = initial_scale,
+                        .min_scale = min_scale,
+                        .growth_factor = 2.0f,
+                        .backoff_factor = 0.5f,
+                        .growth_interval = window,
+                        .hysteresis = hysteresis,
+                        .hysteresis_tracker = hysteresis};
+}
+
+void td_loss_scaler_update(td_loss_scaler *s, int found_inf) {
+  if (!s->dynamic) return;
+  if (found_inf) {
+    s->growth_tracker = 0;
+    if (--s->hysteresis_tracker <= 0) {
+      float backed_off = s->scale * s->backoff_factor;
+      s->scale = backed_off > s->min_scale ? backed_off : s->min_scale;
+    }
+    return;
+  }
+  if (++s->growth_tracker == s->growth_interval) {
+    s->growth_tracker = 0;
+    s->hysteresis_tracker = s->hysteresis;
+    s->scale *= s->growth_factor;
+  }
+}

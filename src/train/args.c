@@ -1,0 +1,876 @@
+#include "train/args.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "data/blend.h"
+
+/* ------------------------------------------------------------------ the table */
+
+typedef enum {
+  K_INT,    /* int64_t */
+  K_FLOAT,  /* double */
+  K_BOOL,   /* int, store_true */
+  K_STR,    /* const char * */
+  K_CHOICE, /* int: index into choices */
+  K_LIST,   /* td_strlist, nargs='*' */
+  K_NOTE,   /* accepted, no field: a switch, or a value when meta is set */
+} kind;
+
+typedef enum { C_ANY, C_POS, C_NONNEG, C_UNIT, C_BETA } constraint;
+
+typedef enum { G_MODEL, G_TRAIN, G_LR, G_PREC, G_DATA, G_LOG, G_PARALLEL, G_COMPAT, G_COUNT } group;
+
+static const char *const k_group_titles[G_COUNT] = {
+    "model",
+    "training",
+    "learning rate",
+    "mixed precision",
+    "data and tokenizer",
+    "evaluation, checkpoints and logging",
+    "parallelism",
+    "accepted for compatibility (they change nothing here; trident says why once on stderr)"};
+
+typedef struct {
+  const char *name, *alias; /* without the leading "--" */
+  kind k;
+  size_t off;
+  const char *def;    /* default, parsed like a command-line value; NULL: unset */
+  const char *defdoc; /* the default in words when it is derived */
+  constraint c;
+  const char *const *choices;
+  group g;
+  int required;
+  const char *meta, *help;
+  const char *note; /* K_NOTE: what the flag means here */
+} flag;
+
+static const char *const k_optimizers[] = {"adam", NULL};
+static const char *const k_tokenizers[] = {"GPT2BPETokenizer", "NullTokenizer", NULL};
+static const char *const k_levels[] = {"0", "1", "2", NULL};
+static const char *const k_zero_stages[] = {"0", "1", "2", "3", NULL};
+static const char *const k_impls[] = {"local", "transformer_engine", NULL};
+static const char *const k_backends[] = {"nccl", "gloo", NULL};
+static const char *const k_ckpt_formats[] = {"torch",     "torch_dist",   "zarr",
+                                             "torch_dcp", "fsdp_dtensor", NULL};
+static const char *const k_granularities[] = {"full", "selective", NULL};
+static const char *const k_recompute_methods[] = {"uniform", "block", NULL};
+
+#define F(field) offsetof(td_args, field)
+#define INT(field) .k = K_INT, .off = F(field)
+#define FLOAT(field) .k = K_FLOAT, .off = F(field)
+#define BOOL(field) .k = K_BOOL, .off = F(field)
+#define STR(field) .k = K_STR, .off = F(field)
+#define LIST(field) .k = K_LIST, .off = F(field)
+#define CHOICE(field) .k = K_CHOICE, .off = F(field)
+#define NOTE .k = K_NOTE
+#define NOTE_RECOMPUTE                                                                             \
+  "activation recomputation is not implemented; all activations are kept (see the memory report)"
+#define NOTE_FUSION "switches a fused CUDA kernel; the CPU kernels are unaffected"
+
+// clang-format off
+static const flag k_flags[] = {
+    /* model */
+    {.name = "num-layers", INT(num_layers), .c = C_POS, .g = G_MODEL, .required = 1, .meta = "N",
+     .help = "number of transformer layers"},
+    {.name = "hidden-size", INT(hidden_size), .c = C_POS, .g = G_MODEL, .required = 1, .meta = "N",
+     .help = "transformer hidden size"},
+    {.name = "ffn-hidden-size", INT(ffn_hidden_size), .defdoc = "4 x hidden-size", .c = C_POS, .g = G_MODEL, .meta = "N",
+     .help = "MLP hidden size"},
+    {.name = "num-attention-heads", INT(num_attention_heads), .c = C_POS, .g = G_MODEL, .required = 1, .meta = "N",
+     .help = "attention heads"},
+    {.name = "seq-length", INT(seq_length), .c = C_POS, .g = G_MODEL, .required = 1, .meta = "N",
+     .help = "tokens per sample"},
+    {.name = "max-position-embeddings", INT(max_position_embeddings), .c = C_POS, .g = G_MODEL, .required = 1, .meta = "N",
+     .help = "rows of the learned position embedding"},
+    {.name = "make-vocab-size-divisible-by", INT(make_vocab_size_divisible_by), .def = "128", .c = C_POS, .g = G_MODEL, .meta = "N",
+     .help = "pad the vocabulary to a multiple of this times the TP size"},
+    {.name = "vocab-size", INT(vocab_size), .c = C_POS, .g = G_MODEL, .meta = "N",
+     .help = "vocabulary before the end-of-document token and padding (NullTokenizer)"},
+    {.name = "init-method-std", FLOAT(init_method_std), .def = "0.02", .c = C_NONNEG, .g = G_MODEL, .meta = "STD",
+     .help = "std of the normal weight initialisation"},
+    {.name = "layernorm-epsilon", .alias = "norm-epsilon", FLOAT(layernorm_epsilon), .def = "1e-5", .c = C_POS, .g = G_MODEL, .meta = "EPS",
+     .help = "LayerNorm epsilon"},
+    {.name = "hidden-dropout", FLOAT(hidden_dropout), .def = "0.1", .c = C_UNIT, .g = G_MODEL, .meta = "P",
+     .help = "dropout on the hidden states"},
+    {.name = "attention-dropout", FLOAT(attention_dropout), .def = "0.1", .c = C_UNIT, .g = G_MODEL, .meta = "P",
+     .help = "dropout on the attention probabilities"},
+    {.name = "openai-gelu", BOOL(openai_gelu), .g = G_MODEL,
+     .help = "GELU's tanh approximation (GPT-2's) instead of the exact erf form"},
+    {.name = "untie-embeddings-and-output-weights", BOOL(untie_embeddings_and_output_weights), .g = G_MODEL,
+     .help = "separate output layer instead of the word embeddings"},
+    /* training */
+    {.name = "micro-batch-size", INT(micro_batch_size), .c = C_POS, .g = G_TRAIN, .required = 1, .meta = "N",
+     .help = "samples per forward/backward on one data-parallel rank"},
+    {.name = "global-batch-size", INT(global_batch_size), .defdoc = "micro-batch-size x data-parallel size", .c = C_POS, .g = G_TRAIN, .meta = "N",
+     .help = "samples per iteration (gradient accumulation = global / (micro x DP))"},
+    {.name = "train-iters", INT(train_iters), .c = C_POS, .g = G_TRAIN, .meta = "N",
+     .help = "iterations to train (or --train-samples)"},
+    {.name = "train-samples", INT(train_samples), .c = C_POS, .g = G_TRAIN, .meta = "N",
+     .help = "samples to train (or --train-iters)"},
+    {.name = "exit-interval", INT(exit_interval), .c = C_POS, .g = G_TRAIN, .meta = "N",
+     .help = "exit after an iteration divisible by N"},
+    {.name = "seed", INT(seed), .def = "1234", .c = C_NONNEG, .g = G_TRAIN, .meta = "N",
+     .help = "seed of initialisation, dropout and data order"},
+    {.name = "optimizer", CHOICE(optimizer), .def = "adam", .choices = k_optimizers, .g = G_TRAIN, .meta = "NAME",
+     .help = "Adam with decoupled weight decay (AdamW), fp32 state"},
+    {.name = "weight-decay", FLOAT(weight_decay), .def = "0.01", .c = C_NONNEG, .g = G_TRAIN, .meta = "W",
+     .help = "weight decay (not on biases and norm weights)"},
+    {.name = "adam-beta1", FLOAT(adam_beta1), .def = "0.9", .c = C_BETA, .g = G_TRAIN, .meta = "B",
+     .help = "Adam beta1"},
+    {.name = "adam-beta2", FLOAT(adam_beta2), .def = "0.999", .c = C_BETA, .g = G_TRAIN, .meta = "B",
+     .help = "Adam beta2"},
+    {.name = "adam-eps", FLOAT(adam_eps), .def = "1e-08", .c = C_POS, .g = G_TRAIN, .meta = "EPS",
+     .help = "Adam epsilon"},
+    {.name = "clip-grad", FLOAT(clip_grad), .def = "1.0", .c = C_NONNEG, .g = G_TRAIN, .meta = "NORM",
+     .help = "clip gradients to this global L2 norm (0: no clipping)"},
+    /* learning rate */
+    {.name = "lr", FLOAT(lr), .c = C_NONNEG, .g = G_LR, .required = 1, .meta = "LR",
+     .help = "peak learning rate"},
+    {.name = "min-lr", FLOAT(min_lr), .def = "0.0", .c = C_NONNEG, .g = G_LR, .meta = "LR",
+     .help = "learning rate at the end of the decay"},
+    {.name = "lr-decay-style", CHOICE(lr_decay_style), .def = "linear", .choices = td_lr_style_names, .g = G_LR, .meta = "STYLE",
+     .help = "decay after warmup"},
+    {.name = "lr-wsd-decay-style", CHOICE(lr_wsd_decay_style), .def = "exponential", .choices = td_wsd_style_names, .g = G_LR, .meta = "STYLE",
+     .help = "annealing of the WSD schedule"},
+    {.name = "lr-warmup-iters", INT(lr_warmup_iters), .def = "0", .c = C_NONNEG, .g = G_LR, .meta = "N",
+     .help = "linear warmup over N iterations"},
+    {.name = "lr-warmup-samples", INT(lr_warmup_samples), .def = "0", .c = C_NONNEG, .g = G_LR, .meta = "N",
+     .help = "linear warmup over N samples"},
+    {.name = "lr-warmup-fraction", FLOAT(lr_warmup_fraction), .c = C_UNIT, .g = G_LR, .meta = "F",
+     .help = "warmup over this fraction of the decay"},
+    {.name = "lr-warmup-init", FLOAT(lr_warmup_init), .def = "0.0", .c = C_NONNEG, .g = G_LR, .meta = "LR",
+     .help = "learning rate at the start of the warmup"},
+    {.name = "lr-decay-iters", INT(lr_decay_iters), .defdoc = "--train-iters", .c = C_POS, .g = G_LR, .meta = "N",
+     .help = "iterations to decay over"},
+    {.name = "lr-decay-samples", INT(lr_decay_samples), .defdoc = "--train-samples", .c = C_POS, .g = G_LR, .meta = "N",
+     .help = "samples to decay over"},
+    {.name = "lr-wsd-decay-iters", INT(lr_wsd_decay_iters), .c = C_POS, .g = G_LR, .meta = "N",
+     .help = "iterations of WSD annealing"},
+    {.name = "lr-wsd-decay-samples", INT(lr_wsd_decay_samples), .c = C_POS, .g = G_LR, .meta = "N",
+     .help = "samples of WSD annealing"},
+    /* mixed precision */
+    {.name = "fp16", BOOL(fp16), .g = G_PREC,
+     .help = "fp16 weights and activations, fp32 master weights, loss scaling"},
+    {.name = "bf16", BOOL(bf16), .g = G_PREC,
+     .help = "bf16 matmul inputs, fp32 accumulation, master weights and gradients"},
+    {.name = "loss-scale", FLOAT(loss_scale), .defdoc = "dynamic", .c = C_POS, .g = G_PREC, .meta = "S",
+     .help = "static loss scale"},
+    {.name = "initial-loss-scale", FLOAT(initial_loss_scale), .def = "4294967296", .c = C_POS, .g = G_PREC, .meta = "S",
+     .help = "first dynamic loss scale (2^32)"},
+    {.name = "min-loss-scale", FLOAT(min_loss_scale), .def = "1.0", .c = C_POS, .g = G_PREC, .meta = "S",
+     .help = "floor of the dynamic loss scale"},
+    {.name = "loss-scale-window", INT(loss_scale_window), .def = "1000", .c = C_POS, .g = G_PREC, .meta = "N",
+     .help = "double the scale after N steps without overflow"},
+    {.name = "hysteresis", INT(hysteresis), .def = "2", .c = C_POS, .g = G_PREC, .meta = "N",
+     .help = "overflows tolerated before the scale is halved"},
+    /* data */
+    {.name = "data-path", LIST(data_path), .g = G_DATA, .meta = "[W] PREFIX ...",
+     .help = "datasets (preprocess_data.py output without .bin/.idx), optionally weighted, split by --split"},
+    {.name = "split", STR(split), .defdoc = "969, 30, 1", .g = G_DATA, .meta = "T,V,T",
+     .help = "train, validation, test proportions of --data-path"},
+    {.name = "train-data-path", LIST(train_data_path), .g = G_DATA, .meta = "[W] PREFIX ...",
+     .help = "training datasets (instead of --data-path)"},
+    {.name = "valid-data-path", LIST(valid_data_path), .g = G_DATA, .meta = "[W] PREFIX ...",
+     .help = "validation datasets"},
+    {.name = "test-data-path", LIST(test_data_path), .g = G_DATA, .meta = "[W] PREFIX ...",
+     .help = "test datasets"},
+    {.name = "mock-data", BOOL(mock_data), .g = G_DATA,
+     .help = "deterministic pseudo-random tokens instead of a dataset"},
+    {.name = "tokenizer-type", CHOICE(tokenizer_type), .defdoc = "GPT2BPETokenizer with --vocab-file and --merge-file, NullTokenizer with --vocab-size", .choices = k_tokenizers, .g = G_DATA, .meta = "TYPE",
+     .help = "tokenizer"},
+    {.name = "vocab-file", STR(vocab_file), .g = G_DATA, .meta = "FILE",
+     .help = "GPT-2 vocab.json"},
+    {.name = "merge-file", STR(merge_file), .g = G_DATA, .meta = "FILE",
+     .help = "GPT-2 merges.txt"},
+    {.name = "data-cache-path", STR(data_cache_path), .defdoc = "beside the data", .g = G_DATA, .meta = "DIR",
+     .help = "where the dataset index caches go"},
+    {.name = "eod-mask-loss", BOOL(eod_mask_loss), .g = G_DATA,
+     .help = "no loss on end-of-document tokens"},
+    {.name = "reset-position-ids", BOOL(reset_position_ids), .g = G_DATA,
+     .help = "restart positions after each end-of-document token"},
+    {.name = "reset-attention-mask", BOOL(reset_attention_mask), .g = G_DATA,
+     .help = "no attention across end-of-document tokens"},
+    {.name = "num-workers", INT(num_workers), .def = "2", .c = C_NONNEG, .g = G_DATA, .meta = "N",
+     .help = "data loader workers (the mmap'ed dataset is read in the training process)"},
+    /* evaluation, checkpoints, logging */
+    {.name = "eval-interval", INT(eval_interval), .def = "1000", .c = C_POS, .g = G_LOG, .meta = "N",
+     .help = "validate every N iterations"},
+    {.name = "eval-iters", INT(eval_iters), .def = "100", .c = C_NONNEG, .g = G_LOG, .meta = "N",
+     .help = "global batches per validation"},
+    {.name = "save", STR(save), .g = G_LOG, .meta = "DIR", .help = "checkpoint directory to write"},
+    {.name = "save-interval", INT(save_interval), .c = C_POS, .g = G_LOG, .meta = "N",
+     .help = "save every N iterations (needed with --save)"},
+    {.name = "load", STR(load), .g = G_LOG, .meta = "DIR",
+     .help = "checkpoint directory to resume from"},
+    {.name = "no-load-optim", BOOL(no_load_optim), .g = G_LOG,
+     .help = "do not load the optimizer state"},
+    {.name = "no-load-rng", BOOL(no_load_rng), .g = G_LOG, .help = "do not load the RNG state"},
+    {.name = "finetune", BOOL(finetune), .g = G_LOG,
+     .help = "load only the weights and start at iteration 0"},
+    {.name = "log-interval", INT(log_interval), .def = "100", .c = C_POS, .g = G_LOG, .meta = "N",
+     .help = "print the training log line every N iterations"},
+    {.name = "log-throughput", BOOL(log_throughput), .g = G_LOG,
+     .help = "add TFLOP/s per rank to the log line"},
+    {.name = "timing-log-level", CHOICE(timing_log_level), .def = "0", .choices = k_levels, .g = G_LOG, .meta = "L",
+     .help = "detail of the timers printed with the log line"},
+    /* parallelism */
+    {.name = "tensor-model-parallel-size", INT(tensor_model_parallel_size), .def = "1", .c = C_POS, .g = G_PARALLEL, .meta = "N",
+     .help = "tensor-parallel ranks"},
+    {.name = "pipeline-model-parallel-size", INT(pipeline_model_parallel_size), .def = "1", .c = C_POS, .g = G_PARALLEL, .meta = "N",
+     .help = "pipeline stages"},
+    {.name = "sequence-parallel", BOOL(sequence_parallel), .g = G_PARALLEL,
+     .help = "split LayerNorm and dropout along the sequence over the TP ranks"},
+    {.name = "ddp-bucket-size", INT(ddp_bucket_size), .defdoc = "max(40M, 1M x data-parallel size)", .c = C_POS, .g = G_PARALLEL, .meta = "N",
+     .help = "gradient elements per data-parallel all-reduce bucket"},
+    {.name = "use-distributed-optimizer", BOOL(use_distributed_optimizer), .g = G_PARALLEL,
+     .help = "shard the optimizer state over data-parallel ranks (ZeRO-1)"},
+    {.name = "deepspeed", BOOL(deepspeed), .g = G_PARALLEL,
+     .help = "take ZeRO, offload and batch settings from --deepspeed_config"},
+    {.name = "deepspeed_config", .alias = "deepspeed-config", STR(deepspeed_config), .g = G_PARALLEL, .meta = "FILE",
+     .help = "DeepSpeed JSON config"},
+    {.name = "zero-stage", CHOICE(zero_stage), .def = "0", .choices = k_zero_stages, .g = G_PARALLEL, .meta = "N",
+     .help = "ZeRO stage (1 with --use-distributed-optimizer)"},
+    /* accepted for compatibility */
+    {.name = "transformer-impl", NOTE, .choices = k_impls, .g = G_COMPAT, .meta = "IMPL",
+     .note = "trident runs its own C kernels; there is no Transformer Engine, so local and transformer_engine are the same model"},
+    {.name = "distributed-backend", NOTE, .choices = k_backends, .g = G_COMPAT, .meta = "NAME",
+     .note = "the CPU backend has no NCCL or Gloo; MPI carries every collective"},
+    {.name = "ckpt-format", NOTE, .choices = k_ckpt_formats, .g = G_COMPAT, .meta = "FMT",
+     .note = "checkpoints use Megatron's directory layout with safetensors tensors and JSON metadata, whatever the format named"},
+    {.name = "use-flash-attn", NOTE, .g = G_COMPAT,
+     .note = "attention runs trident's CPU kernel; there is no FlashAttention"},
+    {.name = "use-mcore-models", NOTE, .g = G_COMPAT,
+     .note = "trident has one GPT implementation, with Megatron-core's parameter layout"},
+    {.name = "use-legacy-models", NOTE, .g = G_COMPAT,
+     .note = "trident has one GPT implementation, with Megatron-core's parameter layout"},
+    {.name = "no-gradient-accumulation-fusion", NOTE, .g = G_COMPAT,
+     .note = "there is no fused CUDA weight-gradient accumulation; the GEMMs accumulate into fp32 gradients anyway"},
+    {.name = "no-masked-softmax-fusion", NOTE, .g = G_COMPAT, .note = NOTE_FUSION},
+    {.name = "no-bias-gelu-fusion", NOTE, .g = G_COMPAT, .note = NOTE_FUSION},
+    {.name = "no-bias-dropout-fusion", NOTE, .g = G_COMPAT, .note = NOTE_FUSION},
+    {.name = "attention-softmax-in-fp32", NOTE, .g = G_COMPAT,
+     .note = "the attention softmax is always computed in fp32 here"},
+    {.name = "accumulate-allreduce-grads-in-fp32", NOTE, .g = G_COMPAT,
+     .note = "gradients are always accumulated and reduced in fp32 here"},
+    {.name = "use-cpu-initialization", NOTE, .g = G_COMPAT,
+     .note = "weights are always initialised on the host from the global seed, identical for every TP/PP layout"},
+    {.name = "recompute-activations", NOTE, .g = G_COMPAT, .note = NOTE_RECOMPUTE},
+    {.name = "recompute-granularity", NOTE, .choices = k_granularities, .g = G_COMPAT, .meta = "G",
+     .note = NOTE_RECOMPUTE},
+    {.name = "recompute-method", NOTE, .choices = k_recompute_methods, .g = G_COMPAT, .meta = "M",
+     .note = NOTE_RECOMPUTE},
+    {.name = "recompute-num-layers", NOTE, .c = C_POS, .g = G_COMPAT, .meta = "N",
+     .note = NOTE_RECOMPUTE},
+    {.name = "distributed-timeout-minutes", NOTE, .c = C_POS, .g = G_COMPAT, .meta = "N",
+     .note = "MPI has no collective timeout; a failing rank aborts every rank instead"},
+    {.name = "no-async-tensor-model-parallel-allreduce", NOTE, .g = G_COMPAT,
+     .note = "deprecated in Megatron as well; ignored"},
+    {.name = "empty-unused-memory-level", NOTE, .choices = k_levels, .g = G_COMPAT, .meta = "L",
+     .note = "there is no CUDA caching allocator; buffers are sized once at start-up"},
+    {.name = "tensorboard-dir", NOTE, .g = G_COMPAT, .meta = "DIR",
+     .note = "no TensorBoard events are written; the log lines go to stdout"},
+};
+// clang-format on
+#define N_FLAGS ((int)(sizeof k_flags / sizeof *k_flags))
+_Static_assert(sizeof k_flags / sizeof *k_flags <= TD_ARGS_MAX_FLAGS, "raise TD_ARGS_MAX_FLAGS");
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+#define FIELD(a, f, type) ((type *)((char *)(a) + (f)->off))
+
+/* ------------------------------------------------------------------ values */
+
+static int parse_int(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || *end || errno) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_float(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || errno || !isfinite(v)) return -1;
+  *out = v;
+  return 0;
+}
+
+static int in_range(constraint c, double v) {
+  switch (c) {
+  case C_POS: return v > 0;
+  case C_NONNEG: return v >= 0;
+  case C_UNIT: return v >= 0 && v <= 1;
+  case C_BETA: return v >= 0 && v < 1;
+  case C_ANY: break;
+  }
+  return 1;
+}
+
+static const char *expected(kind k, constraint c) {
+  static const char *const ints[] = {"an integer", "a positive integer", "a non-negative integer"};
+  static const char *const nums[] = {"a number", "a positive number", "a non-negative number",
+                                     "a number in [0, 1]", "a number in [0, 1)"};
+  return k == K_FLOAT ? nums[c] : ints[c < C_UNIT ? c : 0];
+}
+
+static int find_choice(const char *const *choices, const char *v) {
+  for (int i = 0; choices[i]; i++)
+    if (!strcmp(choices[i], v)) return i;
+  return -1;
+}
+
+static int bad_choice(const flag *f, const char *v, char *err, size_t errlen) {
+  char list[256] = "";
+  for (int i = 0; f->choices[i]; i++) {
+    size_t len = strlen(list);
+    snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", f->choices[i]);
+  }
+  return fail(err, errlen, "--%s expects one of %s; got '%s'", f->name, list, v);
+}
+
+static int set_number(td_args *a, const flag *f, const char *v, char *err, size_t errlen) {
+  int64_t i = 0;
+  double d = 0;
+  int ok = f->k == K_FLOAT ? parse_float(v, &d) == 0 : parse_int(v, &i) == 0;
+  if (f->k != K_FLOAT) d = (double)i;
+  if (!ok || !in_range(f->c, d))
+    return fail(err, errlen, "--%s expects %s; got '%s'", f->name, expected(f->k, f->c), v);
+  if (f->k == K_FLOAT) *FIELD(a, f, double) = d;
+  if (f->k == K_INT) *FIELD(a, f, int64_t) = i;
+  return 0;
+}
+
+/* Store one value (K_INT, K_FLOAT, K_STR, K_CHOICE, K_NOTE with a value). */
+static int set_value(td_args *a, const flag *f, const char *v, char *err, size_t errlen) {
+  if (f->choices) {
+    int c = find_choice(f->choices, v);
+    if (c < 0) return bad_choice(f, v, err, errlen);
+    if (f->k == K_CHOICE) *FIELD(a, f, int) = c;
+    return 0;
+  }
+  if (f->k == K_STR) {
+    *FIELD(a, f, const char *) = v;
+    return 0;
+  }
+  if (f->k == K_NOTE && f->c == C_ANY) return 0;
+  return set_number(a, f, v, err, errlen);
+}
+
+static void set_unset(td_args *a, const flag *f) {
+  switch (f->k) {
+  case K_INT: *FIELD(a, f, int64_t) = TD_UNSET; break;
+  case K_FLOAT: *FIELD(a, f, double) = NAN; break;
+  case K_CHOICE: *FIELD(a, f, int) = -1; break;
+  default: break; /* zero: off, NULL, empty */
+  }
+}
+
+static void set_defaults(td_args *a) {
+  memset(a, 0, sizeof *a);
+  char err[256];
+  for (int i = 0; i < N_FLAGS; i++) {
+    set_unset(a, &k_flags[i]);
+    if (k_flags[i].def)
+      TD_CHECK(set_value(a, &k_flags[i], k_flags[i].def, err, sizeof err) == 0, "%s", err);
+  }
+}
+
+/* ------------------------------------------------------------------ parsing */
+
+static int name_is(const char *s, size_t len, const char *name) {
+  return name && strlen(name) == len && !strncmp(s, name, len);
+}
+
+static int find_flag(const char *s, size_t len) {
+  for (int i = 0; i < N_FLAGS; i++)
+    if (name_is(s, len, k_flags[i].name) || name_is(s, len, k_flags[i].alias)) return i;
+  return -1;
+}
+
+/* Levenshtein distance of a[0..la) and b (both at most 127 characters used). */
+static int edit_distance(const char *a, size_t la, const char *b) {
+  size_t lb = strlen(b);
+  if (la > 127) la = 127;
+  if (lb > 127) lb = 127;
+  int row[128];
+  for (size_t j = 0; j <= lb; j++)
+    row[j] = (int)j;
+  for (size_t i = 1; i <= la; i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= lb; j++) {
+      int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      diag = up;
+      row[j] = best;
+    }
+  }
+  return row[lb];
+}
+
+static const char *closest_flag(const char *s, size_t len) {
+  const char *best = k_flags[0].name;
+  int best_d = edit_distance(s, len, best);
+  for (int i = 0; i < N_FLAGS; i++) {
+    const char *names[2] = {k_flags[i].name, k_flags[i].alias};
+    for (int k = 0; k < 2 && names[k]; k++) {
+      int d = edit_distance(s, len, names[k]);
+      if (d < best_d) best_d = d, best = names[k];
+    }
+  }
+  return best;
+}
+
+/* A word that starts a flag: "-x..." or "--...", but not a negative number. */
+static int looks_like_flag(const char *s) {
+  return s[0] == '-' && s[1] && !isdigit((unsigned char)s[1]) && s[1] != '.';
+}
+
+static void free_list(td_strlist *l) {
+  td_free(l->v);
+  *l = (td_strlist){0};
+}
+
+/* nargs='*': "--f=x" is one word, "--f x y z" takes words up to the next flag. */
+static int take_list(td_args *a, const flag *f, const char *eq, int argc, char **argv, int *i,
+                     char *err, size_t errlen) {
+  int n = 0;
+  if (eq)
+    n = 1;
+  else
+    while (*i + 1 + n < argc && !looks_like_flag(argv[*i + 1 + n]))
+      n++;
+  if (n == 0 || (eq && !eq[1]))
+    return fail(err, errlen, "--%s expects at least one dataset prefix", f->name);
+  td_strlist *l = FIELD(a, f, td_strlist);
+  free_list(l);
+  l->v = td_malloc(sizeof *l->v * (size_t)n);
+  l->n = n;
+  for (int k = 0; k < n; k++)
+    l->v[k] = eq ? eq + 1 : argv[*i + 1 + k];
+  if (!eq) *i += n;
+  return 0;
+}
+
+static int is_switch(const flag *f) { return f->k == K_BOOL || (f->k == K_NOTE && !f->meta); }
+
+/* One flag at argv[*i]; *i is advanced past the words it consumed. */
+static int take_flag(td_args *a, int argc, char **argv, int *i, char *err, size_t errlen) {
+  const char *arg = argv[*i], *name = arg + (arg[1] == '-' ? 2 : 1);
+  const char *eq = strchr(name, '=');
+  size_t len = eq ? (size_t)(eq - name) : strlen(name);
+  int idx = find_flag(name, len);
+  if (idx < 0 || arg[1] != '-')
+    return fail(err, errlen, "unknown flag '%.*s' (did you mean --%s?)",
+                (int)(len + (size_t)(name - arg)), arg, closest_flag(name, len));
+  const flag *f = &k_flags[idx];
+  a->given[idx] = 1;
+  if (is_switch(f)) {
+    if (eq)
+      return fail(err, errlen, "--%s is a switch and takes no value (got '%s')", f->name, arg);
+    if (f->k == K_BOOL) *FIELD(a, f, int) = 1;
+    return 0;
+  }
+  if (f->k == K_LIST) return take_list(a, f, eq, argc, argv, i, err, errlen);
+  const char *v = eq ? eq + 1 : NULL;
+  if (!v && *i + 1 < argc && !looks_like_flag(argv[*i + 1])) v = argv[++*i];
+  if (!v || !*v) return fail(err, errlen, "--%s expects a value (%s)", f->name, f->meta);
+  return set_value(a, f, v, err, errlen);
+}
+
+int td_args_parse(td_args *a, int argc, char **argv, char *err, size_t errlen) {
+  set_defaults(a);
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      a->help = 1;
+      return 0;
+    }
+    if (!looks_like_flag(argv[i]))
+      return fail(err, errlen, "unexpected argument '%s' (flags start with --)", argv[i]);
+    if (take_flag(a, argc, argv, &i, err, errlen)) return -1;
+  }
+  return 0;
+}
+
+int td_args_given(const td_args *a, const char *name) {
+  int idx = find_flag(name, strlen(name));
+  return idx >= 0 && a->given[idx];
+}
+
+void td_args_free(td_args *a) {
+  td_strlist *lists[] = {&a->data_path, &a->train_data_path, &a->valid_data_path,
+                         &a->test_data_path};
+  for (int i = 0; i < 4; i++)
+    free_list(lists[i]);
+}
+
+/* ------------------------------------------------------------------ validation */
+
+static int check_required(td_args *a, char *err, size_t errlen) {
+  for (int i = 0; i < N_FLAGS; i++) {
+    const flag *f = &k_flags[i];
+    if (!f->required) continue;
+    int unset = f->k == K_INT ? *FIELD(a, f, int64_t) == TD_UNSET : isnan(*FIELD(a, f, double));
+    if (unset) return fail(err, errlen, "--%s is required (%s)", f->name, f->help);
+  }
+  return 0;
+}
+
+static int check_model(td_args *a, char *err, size_t errlen) {
+  if (a->hidden_size % a->num_attention_heads)
+    return fail(
+        err, errlen,
+        "--hidden-size %lld is not divisible by --num-attention-heads %lld (every head gets "
+        "hidden-size / heads channels)",
+        (long long)a->hidden_size, (long long)a->num_attention_heads);
+  if (a->seq_length > a->max_position_embeddings)
+    return fail(
+        err, errlen,
+        "--seq-length %lld is longer than --max-position-embeddings %lld (positions past the "
+        "table have no embedding)",
+        (long long)a->seq_length, (long long)a->max_position_embeddings);
+  if (a->ffn_hidden_size == TD_UNSET) a->ffn_hidden_size = 4 * a->hidden_size;
+  return 0;
+}
+
+static int check_precision(td_args *a, char *err, size_t errlen) {
+  if (a->fp16 && a->bf16)
+    return fail(err, errlen, "--fp16 and --bf16 are exclusive (neither means fp32)");
+  if (a->min_loss_scale > a->initial_loss_scale)
+    return fail(err, errlen, "--min-loss-scale %g is larger than --initial-loss-scale %g",
+                a->min_loss_scale, a->initial_loss_scale);
+  return 0;
+}
+
+/* Does the integer option --name hold something other than its default? */
+static int int_is_set(const td_args *a, const char *name) {
+  const flag *f = &k_flags[find_flag(name, strlen(name))];
+  int64_t def = TD_UNSET;
+  if (f->def) parse_int(f->def, &def);
+  return *FIELD(a, f, int64_t) != def;
+}
+
+/* An option of the other training mode, as Megatron checks it: "--lr-decay-samples"
+ * set with --train-iters. */
+static int wrong_mode(const td_args *a, const char *const *names, const char *mode, char *err,
+                      size_t errlen) {
+  for (int i = 0; names[i]; i++)
+    if (int_is_set(a, names[i]))
+      return fail(err, errlen, "--%s does not apply to %s training; use the %s form", names[i],
+                  mode, strstr(names[i], "samples") ? "-iters" : "-samples");
+  return 0;
+}
+
+static int check_length(td_args *a, char *err, size_t errlen) {
+  static const char *const sample_flags[] = {"lr-decay-samples", "lr-warmup-samples",
+                                             "lr-wsd-decay-samples", NULL};
+  static const char *const iter_flags[] = {"lr-decay-iters", "lr-warmup-iters",
+                                           "lr-wsd-decay-iters", NULL};
+  int by_iters = a->train_iters != TD_UNSET, by_samples = a->train_samples != TD_UNSET;
+  if (!by_iters && !by_samples)
+    return fail(err, errlen, "either --train-iters or --train-samples is required");
+  if (by_iters && by_samples)
+    return fail(err, errlen,
+                "--train-iters and --train-samples are exclusive (iteration-based or "
+                "sample-based training)");
+  const char *warmup = by_iters ? "lr-warmup-iters" : "lr-warmup-samples";
+  if (!isnan(a->lr_warmup_fraction) && int_is_set(a, warmup))
+    return fail(err, errlen, "--lr-warmup-fraction and --%s are exclusive", warmup);
+  return by_iters ? wrong_mode(a, sample_flags, "iteration-based (--train-iters)", err, errlen)
+                  : wrong_mode(a, iter_flags, "sample-based (--train-samples)", err, errlen);
+}
+
+static int check_split(const td_args *a, char *err, size_t errlen) {
+  int64_t tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
+  if (a->num_attention_heads % tp)
+    return fail(err, errlen,
+                "--num-attention-heads %lld is not divisible by --tensor-model-parallel-size %lld "
+                "(every TP rank holds whole heads)",
+                (long long)a->num_attention_heads, (long long)tp);
+  if (a->ffn_hidden_size % tp)
+    return fail(err, errlen,
+                "--ffn-hidden-size %lld is not divisible by --tensor-model-parallel-size %lld",
+                (long long)a->ffn_hidden_size, (long long)tp);
+  if (a->num_layers % pp)
+    return fail(err, errlen,
+                "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld (every "
+                "stage holds the same number of layers)",
+                (long long)a->num_layers, (long long)pp);
+  return 0;
+}
+
+static int check_layout(td_args *a, int world_size, char *err, size_t errlen) {
+  int64_t tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
+  if (check_split(a, err, errlen)) return -1;
+  if (world_size % (tp * pp))
+    return fail(err, errlen,
+                "%d ranks cannot be split into --tensor-model-parallel-size %lld x "
+                "--pipeline-model-parallel-size %lld groups",
+                world_size, (long long)tp, (long long)pp);
+  a->world_size = world_size;
+  a->data_parallel_size = world_size / (tp * pp);
+  if (tp == 1) a->sequence_parallel = 0; /* as Megatron: nothing to split */
+  return 0;
+}
+
+static int check_batch(td_args *a, char *err, size_t errlen) {
+  int64_t per_step = a->micro_batch_size * a->data_parallel_size;
+  if (a->global_batch_size == TD_UNSET) a->global_batch_size = per_step;
+  if (a->global_batch_size % per_step)
+    return fail(err, errlen,
+                "--global-batch-size %lld is not divisible by --micro-batch-size %lld x "
+                "data-parallel size %lld (= %lld)",
+                (long long)a->global_batch_size, (long long)a->micro_batch_size,
+                (long long)a->data_parallel_size, (long long)per_step);
+  a->num_micro_batches = a->global_batch_size / per_step;
+  if (a->train_samples != TD_UNSET) {
+    if (a->train_samples < a->global_batch_size)
+      return fail(err, errlen, "--train-samples %lld is less than one global batch (%lld)",
+                  (long long)a->train_samples, (long long)a->global_batch_size);
+    a->train_iters = a->train_samples / a->global_batch_size; /* as Megatron's update_train_iters */
+  }
+  return 0;
+}
+
+static int check_schedule(td_args *a, char *err, size_t errlen) {
+  if (a->train_samples == TD_UNSET && a->lr_decay_iters == TD_UNSET)
+    a->lr_decay_iters = a->train_iters;
+  if (a->train_samples != TD_UNSET && a->lr_decay_samples == TD_UNSET)
+    a->lr_decay_samples = a->train_samples;
+  if (a->min_lr > a->lr)
+    return fail(err, errlen, "--min-lr %g is larger than --lr %g", a->min_lr, a->lr);
+  if (a->lr_decay_style == TD_LR_WSD && a->lr_wsd_decay_iters == TD_UNSET &&
+      a->lr_wsd_decay_samples == TD_UNSET)
+    return fail(err, errlen,
+                "--lr-decay-style WSD needs --lr-wsd-decay-iters (or --lr-wsd-decay-samples)");
+  td_lr_schedule s;
+  td_args_lr_schedule(a, &s);
+  if (s.warmup_steps >= s.decay_steps)
+    return fail(err, errlen,
+                "the learning-rate warmup (%.0f samples) must be shorter than the decay (%.0f "
+                "samples): check --lr-warmup-* against --lr-decay-*",
+                s.warmup_steps, s.decay_steps);
+  return 0;
+}
+
+static int check_tokenizer(td_args *a, char *err, size_t errlen) {
+  if (a->tokenizer_type < 0 && a->vocab_file && a->merge_file) a->tokenizer_type = TD_TOK_GPT2BPE;
+  if (a->tokenizer_type < 0 && a->vocab_size != TD_UNSET) a->tokenizer_type = TD_TOK_NULL;
+  if (a->tokenizer_type < 0)
+    return fail(err, errlen,
+                "--tokenizer-type is required: GPT2BPETokenizer (with --vocab-file and "
+                "--merge-file) or NullTokenizer (with --vocab-size)");
+  if (a->tokenizer_type == TD_TOK_GPT2BPE && !(a->vocab_file && a->merge_file))
+    return fail(err, errlen,
+                "--tokenizer-type GPT2BPETokenizer needs --vocab-file and --merge-file");
+  if (a->tokenizer_type == TD_TOK_NULL && a->vocab_size == TD_UNSET)
+    return fail(err, errlen,
+                "--tokenizer-type NullTokenizer needs --vocab-size N (token ids 0..N-1; "
+                "N is the end-of-document id)");
+  return 0;
+}
+
+/* A --data-path style list, read as the dataset builder will read it. */
+static int check_blend(const td_strlist *l, const char *name, char *err, size_t errlen) {
+  if (!l->v) return 0;
+  td_blend b;
+  char why[256];
+  if (td_blend_parse(&b, l->v, l->n, why, sizeof why))
+    return fail(err, errlen, "--%s: %s", name, why);
+  td_blend_free(&b);
+  return 0;
+}
+
+static int check_data(td_args *a, char *err, size_t errlen) {
+  const td_strlist *lists[] = {&a->data_path, &a->train_data_path, &a->valid_data_path,
+                               &a->test_data_path};
+  const char *names[] = {"data-path", "train-data-path", "valid-data-path", "test-data-path"};
+  for (int i = 0; i < 4; i++)
+    if (check_blend(lists[i], names[i], err, errlen)) return -1;
+  int per_split = a->train_data_path.v || a->valid_data_path.v || a->test_data_path.v;
+  if (a->data_path.v && per_split)
+    return fail(err, errlen,
+                "--data-path and --train-data-path/--valid-data-path/--test-data-path "
+                "are exclusive");
+  if (!a->mock_data && !a->data_path.v && !a->train_data_path.v)
+    return fail(err, errlen,
+                "no training data: give --data-path PREFIX (preprocess_data.py output, "
+                "without .bin/.idx), --train-data-path, or --mock-data");
+  if (a->data_path.v && !a->split) a->split = "969, 30, 1"; /* Megatron's legacy default */
+  double m[3][2];
+  int present[3];
+  return a->split ? td_split_parse(a->split, m, present, err, errlen) : 0;
+}
+
+static int check_run(td_args *a, char *err, size_t errlen) {
+  if (a->save && a->save_interval == TD_UNSET)
+    return fail(err, errlen, "--save needs --save-interval N (as in Megatron)");
+  if (a->deepspeed && !a->deepspeed_config)
+    return fail(err, errlen, "--deepspeed needs --deepspeed_config FILE");
+  if (a->use_distributed_optimizer && a->zero_stage == 0) a->zero_stage = 1;
+  return 0;
+}
+
+int td_args_validate(td_args *a, int world_size, char *err, size_t errlen) {
+  if (check_required(a, err, errlen) || check_model(a, err, errlen) ||
+      check_precision(a, err, errlen) || check_length(a, err, errlen) ||
+      check_layout(a, world_size, err, errlen) || check_batch(a, err, errlen) ||
+      check_schedule(a, err, errlen) || check_tokenizer(a, err, errlen) ||
+      check_data(a, err, errlen) || check_run(a, err, errlen))
+    return -1;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ derived objects */
+
+void td_args_lr_schedule(const td_args *a, td_lr_schedule *s) {
+  int by_iters = a->train_samples == TD_UNSET;
+  double gbs = (double)a->global_batch_size;
+  double decay = by_iters ? (double)a->lr_decay_iters * gbs : (double)a->lr_decay_samples;
+  double warmup = by_iters ? (double)a->lr_warmup_iters * gbs : (double)a->lr_warmup_samples;
+  double wsd = by_iters ? (double)a->lr_wsd_decay_iters * gbs : (double)a->lr_wsd_decay_samples;
+  *s = (td_lr_schedule){.init_lr = a->lr_warmup_init,
+                        .max_lr = a->lr,
+                        .min_lr = a->min_lr,
+                        .decay_steps = decay,
+                        .warmup_steps =
+                            isnan(a->lr_warmup_fraction) ? warmup : a->lr_warmup_fraction * decay,
+                        .wsd_decay_steps = wsd,
+                        .style = (td_lr_style)a->lr_decay_style,
+                        .wsd_style = (td_wsd_style)a->lr_wsd_decay_style};
+}
+
+void td_args_loss_scaler(const td_args *a, td_loss_scaler *s) {
+  if ((a->fp16 || a->bf16) && !isnan(a->loss_scale))
+    td_loss_scaler_init_constant(s, (float)a->loss_scale);
+  else if (a->fp16)
+    td_loss_scaler_init_dynamic(s, (float)a->initial_loss_scale, (float)a->min_loss_scale,
+                                (int)a->loss_scale_window, (int)a->hysteresis);
+  else
+    td_loss_scaler_init_constant(s, 1.0f);
+}
+
+int64_t td_args_padded_vocab_size(const td_args *a, int64_t tokenizer_vocab_size) {
+  int64_t m = a->make_vocab_size_divisible_by * a->tensor_model_parallel_size;
+  return (tokenizer_vocab_size + m - 1) / m * m;
+}
+
+/* ------------------------------------------------------------------ notes, help, JSON */
+
+void td_args_print_notes(const td_args *a, FILE *f) {
+  for (int i = 0; i < N_FLAGS; i++)
+    if (a->given[i] && k_flags[i].k == K_NOTE)
+      fprintf(f, "trident: note: --%s: %s\n", k_flags[i].name, k_flags[i].note);
+  if (td_args_given(a, "sequence-parallel") && a->tensor_model_parallel_size == 1)
+    fprintf(f, "trident: note: --sequence-parallel: off, because tensor parallelism is off (as in "
+               "Megatron)\n");
+  if (a->data_path.v && !td_args_given(a, "split"))
+    fprintf(f,
+            "trident: note: --split not given; using Megatron's legacy default \"969, 30, 1\"\n");
+}
+
+static void help_default(const flag *f, char *out, size_t n) {
+  if (f->k == K_NOTE)
+    snprintf(out, n, " [%s]", f->note);
+  else if (f->required)
+    snprintf(out, n, " (required)");
+  else if (f->def)
+    snprintf(out, n, " (default: %s)", f->def);
+  else if (f->defdoc)
+    snprintf(out, n, " (default: %s)", f->defdoc);
+  else
+    out[0] = 0;
+}
+
+static void help_flag(FILE *out, const flag *f) {
+  char left[96], def[160];
+  int len = snprintf(left, sizeof left, "  --%s%s%s%s%s", f->name, f->alias ? ", --" : "",
+                     f->alias ? f->alias : "", f->meta ? " " : "", f->meta ? f->meta : "");
+  help_default(f, def, sizeof def);
+  fprintf(out, "%s%*s%s%s\n", left, len < 44 ? 44 - len : 1, "", f->help ? f->help : "",
+          f->help ? def : def + 1);
+  if (!f->choices) return;
+  fprintf(out, "      one of:");
+  for (int i = 0; f->choices[i]; i++)
+    fprintf(out, " %s", f->choices[i]);
+  fputc('\n', out);
+}
+
+void td_args_print_help(FILE *out) {
+  fprintf(out, "usage: mpirun -np N trident train [flags]\n\n"
+               "Megatron-LM's pretrain_gpt.py flags, as --flag value or --flag=value.\n");
+  for (int g = 0; g < G_COUNT; g++) {
+    fprintf(out, "\n%s:\n", k_group_titles[g]);
+    for (int i = 0; i < N_FLAGS; i++)
+      if (k_flags[i].g == (group)g) help_flag(out, &k_flags[i]);
+  }
+}
+
+static cJSON *list_json(const td_strlist *l) {
+  if (!l->v) return cJSON_CreateNull();
+  cJSON *arr = cJSON_CreateArray();
+  for (int i = 0; i < l->n; i++)
+    cJSON_AddItemToArray(arr, cJSON_CreateString(l->v[i]));
+  return arr;
+}
+
+static cJSON *value_json(const td_args *a, const flag *f) {
+  switch (f->k) {
+  case K_INT: {
+    int64_t v = *FIELD(a, f, int64_t);
+    return v == TD_UNSET ? cJSON_CreateNull() : cJSON_CreateNumber((double)v);
+  }
+  case K_FLOAT: {
+    double v = *FIELD(a, f, double);
+    return isnan(v) ? cJSON_CreateNull() : cJSON_CreateNumber(v);
+  }
+  case K_BOOL: return cJSON_CreateBool(*FIELD(a, f, int));
+  case K_STR: {
+    const char *v = *FIELD(a, f, const char *);
+    return v ? cJSON_CreateString(v) : cJSON_CreateNull();
+  }
+  case K_CHOICE: {
+    int v = *FIELD(a, f, int);
+    return v < 0 ? cJSON_CreateNull() : cJSON_CreateString(f->choices[v]);
+  }
+  case K_LIST: return list_json(FIELD(a, f, td_strlist));
+  case K_NOTE: break;
+  }
+  return NULL;
+}
+
+cJSON *td_args_to_json(const td_args *a) {
+  cJSON *o = cJSON_CreateObject();
+  for (int i = 0; i < N_FLAGS; i++) {
+    const flag *f = &k_flags[i];
+    if (f->k == K_NOTE) continue;
+    char key[64];
+    snprintf(key, sizeof key, "%s", f->name);
+    for (char *c = key; *c; c++)
+      if (*c == '-') *c = '_';
+    cJSON_AddItemToObject(o, key, value_json(a, f));
+  }
+  cJSON_AddNumberToObject(o, "world_size", (double)a->world_size);
+  cJSON_AddNumberToObject(o, "data_parallel_size", (double)a->data_parallel_size);
+  cJSON_AddNumberToObject(o, "num_micro_batches", (double)a->num_micro_batches);
+  return o;
+}

@@ -1,0 +1,121 @@
+/* Training options under Megatron-LM's flag names (pretrain_gpt.py), with
+ * Megatron's defaults, so a Megatron launch script runs with `trident train`.
+ *
+ * One table in args.c describes every flag: its name (and alias), type, field,
+ * default, allowed values, group and help. Parsing, defaults, --help, the JSON
+ * dump and docs/flags.md all follow that table.
+ *
+ *   --flag value | --flag=value      values; switches (store_true) take none
+ *   --data-path a b c                lists take every following non-flag word
+ *
+ * Unset options keep Megatron's None: TD_UNSET (-1) for integers, NAN for
+ * numbers, NULL for strings and lists, -1 for choices. td_args_validate() then
+ * fills the derived defaults (--ffn-hidden-size 4h, --lr-decay-iters
+ * = --train-iters, global batch = micro x data-parallel, --split "969, 30, 1"
+ * with --data-path, ...) and refuses impossible combinations with the reason.
+ *
+ * Flags that only mean something on GPUs (--transformer-impl, --distributed-backend,
+ * --use-flash-attn, fusions, ...) are accepted; td_args_print_notes() says once
+ * what each means here. */
+#ifndef TD_TRAIN_ARGS_H
+#define TD_TRAIN_ARGS_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "optim/loss_scaler.h"
+#include "optim/lr_schedule.h"
+
+#define TD_UNSET (-1)
+#define TD_ARGS_MAX_FLAGS 160
+
+typedef enum { TD_TOK_GPT2BPE, TD_TOK_NULL } td_tokenizer_type;
+
+/* A list flag (nargs='*'): n words; NULL when the flag was not given. The
+ * --data-path lists are checked with data/blend.h's td_blend_parse, which
+ * the dataset builder uses to read them. */
+typedef struct {
+  const char **v;
+  int n;
+} td_strlist;
+
+typedef struct {
+  /* model */
+  int64_t num_layers, hidden_size, ffn_hidden_size, num_attention_heads;
+  int64_t seq_length, max_position_embeddings, make_vocab_size_divisible_by, vocab_size;
+  double init_method_std, layernorm_epsilon, hidden_dropout, attention_dropout;
+  int openai_gelu, untie_embeddings_and_output_weights;
+  /* training */
+  int64_t micro_batch_size, global_batch_size, train_iters, train_samples, exit_interval, seed;
+  int optimizer; /* index into {"adam"} */
+  double weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad;
+  /* learning rate */
+  double lr, min_lr, lr_warmup_fraction, lr_warmup_init;
+  int lr_decay_style, lr_wsd_decay_style; /* td_lr_style, td_wsd_style */
+  int64_t lr_warmup_iters, lr_warmup_samples, lr_decay_iters, lr_decay_samples;
+  int64_t lr_wsd_decay_iters, lr_wsd_decay_samples;
+  /* mixed precision */
+  int fp16, bf16;
+  double loss_scale, initial_loss_scale, min_loss_scale;
+  int64_t loss_scale_window, hysteresis;
+  /* data and tokenizer */
+  td_strlist data_path, train_data_path, valid_data_path, test_data_path;
+  const char *split, *vocab_file, *merge_file, *data_cache_path;
+  int tokenizer_type; /* td_tokenizer_type, or -1 before validation */
+  int mock_data, eod_mask_loss, reset_position_ids, reset_attention_mask;
+  int64_t num_workers;
+  /* evaluation, checkpoints, logging */
+  int64_t eval_interval, eval_iters, save_interval, log_interval, timing_log_level;
+  const char *save, *load;
+  int no_load_optim, no_load_rng, finetune, log_throughput;
+  /* parallelism */
+  int64_t tensor_model_parallel_size, pipeline_model_parallel_size, ddp_bucket_size, zero_stage;
+  int sequence_parallel, use_distributed_optimizer, deepspeed;
+  const char *deepspeed_config;
+  int help; /* --help / -h was given: print td_args_print_help, nothing else is checked */
+
+  /* derived by td_args_validate */
+  int64_t world_size, data_parallel_size, num_micro_batches; /* per DP rank per iteration */
+
+  unsigned char given[TD_ARGS_MAX_FLAGS]; /* flags given on the command line, by table index */
+} td_args;
+
+/* Parse argv[1..argc-1] (argv[0] is the command name) over Megatron's defaults.
+ * Returns 0, or -1 with a message in err naming the flag and what was expected
+ * (an unknown flag names the closest known one). Call td_args_free afterwards. */
+int td_args_parse(td_args *a, int argc, char **argv, char *err, size_t errlen);
+
+/* Check combinations and fill the derived fields for a run of world_size ranks.
+ * Returns 0, or -1 with the reason in err. */
+int td_args_validate(td_args *a, int world_size, char *err, size_t errlen);
+
+void td_args_free(td_args *a);
+
+/* Was --name (without dashes; either spelling) given on the command line? */
+int td_args_given(const td_args *a, const char *name);
+
+/* One line per accepted-but-inert flag that was given, saying what it means here. */
+void td_args_print_notes(const td_args *a, FILE *f);
+
+/* Usage: every flag with its default, by group. */
+void td_args_print_help(FILE *f);
+
+/* Every option under Megatron's attribute name (num_layers, lr, ...) plus the
+ * derived sizes; unset values are null. The caller owns the object. */
+cJSON *td_args_to_json(const td_args *a);
+
+/* The LR schedule in samples, as Megatron's get_optimizer_param_scheduler
+ * builds it (after td_args_validate). */
+void td_args_lr_schedule(const td_args *a, td_lr_schedule *s);
+
+/* fp16: constant --loss-scale or dynamic; bf16: constant --loss-scale if given;
+ * otherwise a constant 1. */
+void td_args_loss_scaler(const td_args *a, td_loss_scaler *s);
+
+/* Megatron's padded vocabulary: the tokenizer's size rounded up to a multiple
+ * of --make-vocab-size-divisible-by x --tensor-model-parallel-size. */
+int64_t td_args_padded_vocab_size(const td_args *a, int64_t tokenizer_vocab_size);
+
+#endif

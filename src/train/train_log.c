@@ -1,0 +1,79 @@
+#include "train/train_log.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+void td_log_interval_add(td_log_interval *w, double lm_loss, int skipped) {
+  if (skipped) {
+    w->skipped++;
+    w->nan += !isfinite(lm_loss);
+    return;
+  }
+  w->advanced++;
+  w->loss_sum += lm_loss;
+}
+
+/* Append to buf at *len, keeping the snprintf convention (count what did not fit). */
+static void append(char *buf, size_t n, int *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t n, int *len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t at = (size_t)*len < n ? (size_t)*len : n;
+  int k = vsnprintf(buf ? buf + at : NULL, n - at, fmt, ap);
+  va_end(ap);
+  *len += k > 0 ? k : 0;
+}
+
+int td_format_train_log(char *buf, size_t n, const td_train_log *l, const td_log_interval *w) {
+  int len = 0;
+  int64_t iters = w->advanced + w->skipped;
+  double sec_per_iter = l->interval_seconds / (double)(iters > 0 ? iters : 1);
+  double loss = w->loss_sum / (double)(w->advanced > 0 ? w->advanced : 1);
+  char when[32];
+  strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &l->when);
+  append(buf, n, &len, " [%s] iteration %8lld/%8lld | consumed samples: %12lld |", when,
+         (long long)l->iteration, (long long)l->train_iters, (long long)l->consumed_samples);
+  append(buf, n, &len, " elapsed time per iteration (ms): %.1f |", sec_per_iter * 1000.0);
+  if (l->log_throughput)
+    append(buf, n, &len, " throughput per GPU (TFLOP/s/GPU): %.1f |",
+           l->flops_per_iteration / (sec_per_iter * 1e12 * l->world_size));
+  append(buf, n, &len, " learning rate: %.6E | global batch size: %5lld |", l->learning_rate,
+         (long long)l->global_batch_size);
+  if (loss >= 0.0) append(buf, n, &len, " lm loss: %.6E |", loss);
+  append(buf, n, &len, " loss scale: %.1f |", l->loss_scale);
+  if (l->has_grad_norm) append(buf, n, &len, " grad norm: %.3f |", l->grad_norm);
+  append(buf, n, &len, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
+         (long long)w->skipped, (long long)w->nan);
+  return len;
+}
+
+int td_format_validation(char *buf, size_t n, const char *prefix, double lm_loss) {
+  char line[512];
+  int k = snprintf(line, sizeof line,
+                   " validation loss at %s | lm loss value: %.6E | lm loss PPL: %.6E | ", prefix,
+                   lm_loss, exp(fmin(20.0, lm_loss)));
+  char dashes[sizeof line + 1];
+  size_t nd = (k < (int)sizeof line ? (size_t)k : sizeof line - 1) + 1; /* Megatron: len + 1 */
+  memset(dashes, '-', nd);
+  dashes[nd] = 0;
+  int len = 0;
+  append(buf, n, &len, "%s\n%s\n%s\n", dashes, line, dashes);
+  return len;
+}
+
+double td_gpt_flops_per_iteration(int64_t batch_size, int64_t seq_length, int64_t num_layers,
+                                  int64_t hidden_size, int64_t ffn_hidden_size,
+                                  int64_t padded_vocab_size) {
+  double B = (double)batch_size, s = (double)seq_length, L = (double)num_layers;
+  double h = (double)hidden_size, f = (double)ffn_hidden_size, V = (double)padded_vocab_size;
+  double mlp = 3 * 2 * h * f * 2; /* h->f and f->h GEMMs */
+  double attn = 3 * 2 *
+                (h * 3 * h       /* QKV projection */
+                 + h * s / 2 * 2 /* QK^T and (QK^T)V, causal half */
+                 + h * h);       /* output projection */
+  double logits = 3 * 2 * h * V;
+  return B * s * (L * (mlp + attn) + logits);
+}

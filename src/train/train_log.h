@@ -1,0 +1,65 @@
+/* Megatron-LM's training output, character for character (training.py:
+ * training_log, evaluate_and_print_results, num_floating_point_operations).
+ *
+ * The iteration line, printed every --log-interval iterations:
+ *  " [2026-11-22 10:11:42] iteration      100/    1000 | consumed samples:         6400 |
+ *   elapsed time per iteration (ms): 1234.5 | throughput per GPU (TFLOP/s/GPU): 0.2 |
+ *   learning rate: 6.000000E-05 | global batch size:    64 | lm loss: 5.123456E+00 |
+ *   loss scale: 65536.0 | grad norm: 1.234 | number of skipped iterations:   0 |
+ *   number of nan iterations:   0 |"   (one line)
+ * Throughput only with --log-throughput; grad norm only when gradients are clipped
+ * (--clip-grad > 0: Megatron computes the norm there); lm loss only when its mean
+ * is >= 0 (a NaN mean is left out, as Megatron does); loss scale always (1.0
+ * without fp16). Iteration time and loss are averaged over the interval:
+ * time over all its iterations, loss over the ones not skipped. */
+#ifndef TD_TRAIN_TRAIN_LOG_H
+#define TD_TRAIN_TRAIN_LOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+/* What happened since the last log line; zero it after printing. */
+typedef struct {
+  double loss_sum;  /* lm loss summed over advanced (not skipped) iterations */
+  int64_t advanced; /* iterations whose update was applied */
+  int64_t skipped;  /* iterations skipped for inf/NaN gradients (fp16 overflow) */
+  int64_t nan;      /* skipped iterations whose loss itself was inf or NaN */
+} td_log_interval;
+
+/* Account one iteration: its global-batch mean lm loss and whether it was skipped. */
+void td_log_interval_add(td_log_interval *w, double lm_loss, int skipped);
+
+typedef struct {
+  struct tm when; /* local time of the log line */
+  int64_t iteration, train_iters, consumed_samples, global_batch_size;
+  double interval_seconds;    /* wall time of the whole interval */
+  int log_throughput;         /* --log-throughput */
+  double flops_per_iteration; /* td_gpt_flops_per_iteration(global batch) */
+  int world_size;
+  double learning_rate, loss_scale;
+  int has_grad_norm;
+  double grad_norm;
+} td_train_log;
+
+/* Format the line (without newline) into buf; returns what snprintf returns. */
+int td_format_train_log(char *buf, size_t n, const td_train_log *l, const td_log_interval *w);
+
+/* The validation block: a line of dashes, " validation loss at PREFIX | lm loss value:
+ * X | lm loss PPL: Y | ", the dashes again; three lines, each ending in '\n'. PREFIX
+ * is "iteration N" during training, "iteration N on validation set" at the end
+ * ("... on test set" for the test split). PPL = exp(min(20, loss)). */
+int td_format_validation(char *buf, size_t n, const char *prefix, double lm_loss);
+
+/* Model FLOPs of one iteration over batch_size samples, Megatron's
+ * num_floating_point_operations for a GPT with standard multi-head attention,
+ * GELU MLP, no MoE: every GEMM counted 3 times (forward, input grad, weight grad)
+ * at 2 FLOPs per multiply-add, causal attention counted at half:
+ *   B s [ L (12 h f + 6 (4 h^2 + h s)) + 6 h V ]
+ * (B batch, s seq-length, L layers, h hidden, f ffn-hidden, V padded vocabulary).
+ * Tied or untied output layer: the same logit GEMM, the same count. */
+double td_gpt_flops_per_iteration(int64_t batch_size, int64_t seq_length, int64_t num_layers,
+                                  int64_t hidden_size, int64_t ffn_hidden_size,
+                                  int64_t padded_vocab_size);
+
+#endif

@@ -1,0 +1,421 @@
+#include "train/trainer.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "data/mock_data.h"
+#include "device/device.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
+#include "train/checkpoint.h"
+#include "train/train_log.h"
+
+enum { SPLIT_TRAIN = 0, SPLIT_VALID = 1, SPLIT_TEST = 2 };
+
+typedef struct {
+  td_args *a;
+  td_device *dev;
+  td_gpt *model;
+  td_gpt_config cfg;
+  td_dtype compute;
+  td_adamw opt;
+  td_lr_schedule lr;
+  td_loss_scaler scaler;
+  td_mock_data mock[3];
+  int32_t eod;
+  uint64_t seed; /* of dropout: --seed, or the checkpoint's unless --no-load-rng */
+  /* progress (saved in checkpoints) */
+  int64_t iteration, consumed_train, consumed_valid, lr_steps;
+  /* host staging of one global batch: [global_batch, seq] */
+  int32_t *tokens, *targets, *sample;
+  float *mask;
+  /* checkpoint views of the flat buffers */
+  td_ckpt_tensor *ck_params, *ck_m, *ck_v;
+  char (*ck_names)[2][TD_GPT_NAME_MAX + 16];
+} trainer;
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------------------------ setup */
+
+static td_gpt_config model_config(const td_args *a, int64_t padded_vocab) {
+  return (td_gpt_config){.num_layers = a->num_layers,
+                         .hidden = a->hidden_size,
+                         .heads = a->num_attention_heads,
+                         .ffn_hidden = a->ffn_hidden_size,
+                         .seq_len = a->seq_length,
+                         .max_positions = a->max_position_embeddings,
+                         .vocab_size = padded_vocab,
+                         .init_std = (float)a->init_method_std,
+                         .layernorm_eps = (float)a->layernorm_epsilon,
+                         .hidden_dropout = (float)a->hidden_dropout,
+                         .attention_dropout = (float)a->attention_dropout,
+                         .openai_gelu = a->openai_gelu,
+                         .untie_embeddings = a->untie_embeddings_and_output_weights};
+}
+
+/* The tokenizer's vocabulary: GPT-2's 50257, or NullTokenizer's N + 1 (eod = N). */
+static int64_t tokenizer_vocab(const td_args *a, int32_t *eod) {
+  if (a->tokenizer_type == TD_TOK_NULL) {
+    *eod = (int32_t)a->vocab_size;
+    return a->vocab_size + 1;
+  }
+  *eod = 50256;
+  return 50257;
+}
+
+static void setup_data(trainer *t) {
+  const td_args *a = t->a;
+  if (!a->mock_data)
+    td_fail("training on --data-path is not wired into `trident train` yet: use --mock-data "
+            "(the indexed-dataset reader lands with the data pipeline)");
+  for (int s = 0; s < 3; s++)
+    td_mock_data_init(&t->mock[s], a->seq_length, t->eod, (uint64_t)a->seed, (uint64_t)s);
+}
+
+static void setup_checkpoint_views(trainer *t) {
+  int n = td_gpt_num_tensors(t->model);
+  t->ck_params = td_calloc(sizeof *t->ck_params * (size_t)n);
+  t->ck_m = td_calloc(sizeof *t->ck_m * (size_t)n);
+  t->ck_v = td_calloc(sizeof *t->ck_v * (size_t)n);
+  t->ck_names = td_calloc(sizeof *t->ck_names * (size_t)n);
+  float *params = td_gpt_params(t->model);
+  for (int i = 0; i < n; i++) {
+    const td_gpt_tensor *v = td_gpt_tensor_at(t->model, i);
+    td_ckpt_tensor c = {.name = v->name, .ndim = v->ndim, .data = params + v->offset};
+    for (int d = 0; d < v->ndim; d++) c.shape[d] = v->local_shape[d];
+    t->ck_params[i] = c;
+    snprintf(t->ck_names[i][0], sizeof t->ck_names[i][0], "%s.exp_avg", v->name);
+    snprintf(t->ck_names[i][1], sizeof t->ck_names[i][1], "%s.exp_avg_sq", v->name);
+    t->ck_m[i] = c, t->ck_v[i] = c;
+    t->ck_m[i].name = t->ck_names[i][0], t->ck_m[i].data = t->opt.exp_avg + v->offset;
+    t->ck_v[i].name = t->ck_names[i][1], t->ck_v[i].data = t->opt.exp_avg_sq + v->offset;
+  }
+}
+
+static void setup_optimizer(trainer *t) {
+  int n = td_gpt_num_tensors(t->model);
+  td_param_range *r = td_malloc(sizeof *r * (size_t)n);
+  for (int i = 0; i < n; i++) {
+    const td_gpt_tensor *v = td_gpt_tensor_at(t->model, i);
+    r[i] = (td_param_range){.offset = v->offset, .numel = v->numel, .weight_decay = v->weight_decay};
+  }
+  const td_args *a = t->a;
+  td_adamw_init(&t->opt, t->dev, td_gpt_flat_numel(t->model), r, n, (float)a->adam_beta1,
+                (float)a->adam_beta2, (float)a->adam_eps, (float)a->weight_decay);
+  td_free(r);
+}
+
+static void print_summary(const trainer *t) {
+  const td_args *a = t->a;
+  td_gpt_memory mem = td_gpt_memory_report(t->model);
+  size_t optim = 2 * (size_t)t->opt.numel * sizeof(float);
+  printf(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %lld\n",
+         (long long)td_gpt_num_params(t->model));
+  printf(" > layout: world size 1 = tensor-parallel 1 x pipeline-parallel 1 x data-parallel 1; "
+         "device %s, %d threads, %s compute\n",
+         t->dev->ops->name, omp_get_max_threads(), td_dtype_name(t->compute));
+  printf(" > memory per rank (MiB): parameters %.1f | gradients %.1f | optimizer state %.1f | "
+         "bf16 weights %.1f | activations %.1f\n",
+         mem.params / 1048576.0, mem.grads / 1048576.0, optim / 1048576.0,
+         mem.weights_bf16 / 1048576.0, mem.activations / 1048576.0);
+  printf(" > global batch %lld = micro batch %lld x %lld micro-batches x data-parallel 1; "
+         "padded vocab %lld\n",
+         (long long)a->global_batch_size, (long long)a->micro_batch_size,
+         (long long)a->num_micro_batches, (long long)t->cfg.vocab_size);
+  fflush(stdout);
+}
+
+/* ------------------------------------------------------------------ data */
+
+/* Fill the host staging buffers with `count` samples of a split from `first`:
+ * tokens = sample[0:s], targets = sample[1:s+1], loss mask 1 (0 on eod inputs
+ * with --eod-mask-loss, as Megatron). Returns the sum of the mask. */
+static double fill_batch(trainer *t, int split, int64_t first, int64_t count) {
+  const int64_t s = t->a->seq_length;
+  double mask_sum = 0;
+  for (int64_t i = 0; i < count; i++) {
+    td_mock_data_sample(&t->mock[split], first + i, t->sample);
+    for (int64_t j = 0; j < s; j++) {
+      int64_t o = i * s + j;
+      t->tokens[o] = t->sample[j];
+      t->targets[o] = t->sample[j + 1];
+      t->mask[o] = t->a->eod_mask_loss && t->sample[j] == t->eod ? 0.0f : 1.0f;
+      mask_sum += t->mask[o];
+    }
+  }
+  return mask_sum;
+}
+
+/* ------------------------------------------------------------------ step */
+
+typedef struct {
+  double lm_loss, grad_norm;
+  int skipped;
+} step_result;
+
+static step_result train_step(trainer *t) {
+  const td_args *a = t->a;
+  const int64_t mb = a->micro_batch_size, s = a->seq_length, gb = a->global_batch_size;
+  step_result r = {0};
+  double mask_total = fill_batch(t, SPLIT_TRAIN, t->consumed_train, gb);
+  double denom = mask_total > 0 ? mask_total : 1;
+  float scale = t->scaler.scale;
+  td_gpt_zero_grads(t->model);
+  double loss_sum = 0;
+  for (int64_t m = 0; m < a->num_micro_batches; m++) {
+    double ms;
+    int64_t o = m * mb * s;
+    loss_sum += td_gpt_forward(t->model, t->tokens + o, t->targets + o, t->mask + o,
+                               td_gpt_dropout_seed(t->seed, t->iteration, m), 1, &ms);
+    td_gpt_backward(t->model, (float)(scale / denom));
+  }
+  r.lm_loss = loss_sum / denom;
+  double sumsq = t->dev->ops->sum_squares(t->dev, td_gpt_grads(t->model), td_gpt_flat_numel(t->model));
+  r.grad_norm = sqrt(sumsq) / scale;
+  int found_inf = !isfinite(r.grad_norm);
+  td_loss_scaler_update(&t->scaler, found_inf);
+  if (found_inf) {
+    r.skipped = 1;
+    return r;
+  }
+  double clip = 1.0;
+  if (a->clip_grad > 0 && r.grad_norm > a->clip_grad) clip = a->clip_grad / (r.grad_norm + 1e-6);
+  double lr = td_lr_at(&t->lr, (double)t->lr_steps);
+  td_adamw_step(&t->opt, td_gpt_params(t->model), td_gpt_grads(t->model), (float)lr,
+                (float)(clip / scale));
+  td_gpt_cast_weights(t->model);
+  t->lr_steps += gb;
+  return r;
+}
+
+/* ------------------------------------------------------------------ eval */
+
+/* Mean lm loss over eval_iters global batches of a split, continuing where the
+ * previous evaluation of that split stopped (Megatron's persistent iterator). */
+static double evaluate(trainer *t, int split, int64_t *consumed) {
+  const td_args *a = t->a;
+  const int64_t mb = a->micro_batch_size, s = a->seq_length, gb = a->global_batch_size;
+  double loss = 0, mask = 0;
+  for (int64_t it = 0; it < a->eval_iters; it++) {
+    fill_batch(t, split, *consumed, gb);
+    *consumed += gb;
+    for (int64_t m = 0; m < a->num_micro_batches; m++) {
+      double ms;
+      int64_t o = m * mb * s;
+      loss += td_gpt_forward(t->model, t->tokens + o, t->targets + o, t->mask + o, 0, 0, &ms);
+      mask += ms;
+    }
+  }
+  return loss / (mask > 0 ? mask : 1);
+}
+
+static void print_validation(trainer *t, const char *prefix, int split, int64_t *consumed) {
+  char buf[1024];
+  td_format_validation(buf, sizeof buf, prefix, evaluate(t, split, consumed));
+  fputs(buf, stdout);
+  fflush(stdout);
+}
+
+/* ------------------------------------------------------------------ checkpoint */
+
+static char *state_json(const trainer *t) {
+  cJSON *s = cJSON_CreateObject();
+  cJSON_AddItemToObject(s, "args", td_args_to_json(t->a));
+  cJSON_AddNumberToObject(s, "iteration", (double)t->iteration);
+  cJSON_AddNumberToObject(s, "consumed_train_samples", (double)t->consumed_train);
+  cJSON_AddNumberToObject(s, "consumed_valid_samples", (double)t->consumed_valid);
+  cJSON_AddNumberToObject(s, "optimizer_step", (double)t->opt.step);
+  cJSON_AddNumberToObject(s, "lr_scheduler_num_steps", (double)t->lr_steps);
+  cJSON *ls = cJSON_AddObjectToObject(s, "loss_scaler");
+  cJSON_AddNumberToObject(ls, "scale", t->scaler.scale);
+  cJSON_AddNumberToObject(ls, "growth_tracker", t->scaler.growth_tracker);
+  cJSON_AddNumberToObject(ls, "hysteresis_tracker", t->scaler.hysteresis_tracker);
+  char *text = cJSON_PrintUnformatted(s);
+  cJSON_Delete(s);
+  return text;
+}
+
+static void save_checkpoint(trainer *t) {
+  char *state = state_json(t), rng[128], err[1024];
+  snprintf(rng, sizeof rng, "{\"seed\": %llu, \"iteration\": %lld}", (unsigned long long)t->seed,
+           (long long)t->iteration);
+  td_ckpt_contents c = {.iteration = t->iteration, .params = t->ck_params,
+                        .n_params = td_gpt_num_tensors(t->model), .exp_avg = t->ck_m,
+                        .exp_avg_sq = t->ck_v, .state_json = state, .rng_json = rng};
+  double t0 = now_seconds();
+  if (td_checkpoint_save(t->dev, t->a->save, &c, err, sizeof err))
+    td_fail("saving checkpoint at iteration %lld: %s", (long long)t->iteration, err);
+  free(state);
+  printf("  successfully saved checkpoint at iteration %7lld to %s [ t %.3fs ]\n",
+         (long long)t->iteration, t->a->save, now_seconds() - t0);
+  fflush(stdout);
+}
+
+static double json_number(const cJSON *o, const char *key, const char *what) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!cJSON_IsNumber(v)) td_fail("checkpoint %s: metadata.json has no number '%s'", what, key);
+  return v->valuedouble;
+}
+
+/* Restore the trainer state saved by state_json. */
+static void restore_state(trainer *t, const char *text, const char *dir) {
+  cJSON *s = cJSON_Parse(text);
+  if (!s) td_fail("checkpoint %s: metadata.json state is not valid JSON", dir);
+  t->iteration = (int64_t)json_number(s, "iteration", dir);
+  t->consumed_train = (int64_t)json_number(s, "consumed_train_samples", dir);
+  t->consumed_valid = (int64_t)json_number(s, "consumed_valid_samples", dir);
+  t->lr_steps = (int64_t)json_number(s, "lr_scheduler_num_steps", dir);
+  if (!t->a->no_load_optim) t->opt.step = (int64_t)json_number(s, "optimizer_step", dir);
+  const cJSON *ls = cJSON_GetObjectItemCaseSensitive(s, "loss_scaler");
+  if (cJSON_IsObject(ls) && t->scaler.dynamic) {
+    t->scaler.scale = (float)json_number(ls, "scale", dir);
+    t->scaler.growth_tracker = (int)json_number(ls, "growth_tracker", dir);
+    t->scaler.hysteresis_tracker = (int)json_number(ls, "hysteresis_tracker", dir);
+  }
+  const cJSON *args = cJSON_GetObjectItemCaseSensitive(s, "args");
+  const cJSON *seed = cJSON_GetObjectItemCaseSensitive(args, "seed");
+  if (!t->a->no_load_rng && cJSON_IsNumber(seed)) t->seed = (uint64_t)seed->valuedouble;
+  cJSON_Delete(s);
+}
+
+static void load_checkpoint(trainer *t) {
+  const td_args *a = t->a;
+  char err[1024];
+  int64_t it = td_checkpoint_latest(a->load, err, sizeof err);
+  if (it == -2) td_fail("--load %s: %s", a->load, err);
+  if (it == -1) {
+    printf("WARNING: could not find the metadata file %s/latest_checkpointed_iteration.txt\n"
+           "    will not load any checkpoints and will start from random\n", a->load);
+    return;
+  }
+  int with_optim = !a->no_load_optim && !a->finetune;
+  td_ckpt_contents c = {.iteration = it, .params = t->ck_params,
+                        .n_params = td_gpt_num_tensors(t->model),
+                        .exp_avg = with_optim ? t->ck_m : NULL,
+                        .exp_avg_sq = with_optim ? t->ck_v : NULL};
+  char *state = NULL;
+  if (td_checkpoint_load(t->dev, a->load, it, &c, &state, err, sizeof err))
+    td_fail("--load %s: %s", a->load, err);
+  if (!a->finetune) restore_state(t, state, a->load);
+  td_free(state);
+  td_gpt_cast_weights(t->model);
+  printf("  successfully loaded checkpoint from %s [ t 1/1, p 1/1 ] at iteration %lld\n", a->load,
+         (long long)(a->finetune ? 0 : t->iteration));
+  fflush(stdout);
+}
+
+/* ------------------------------------------------------------------ loop */
+
+static void log_line(trainer *t, td_log_interval *w, double seconds, const step_result *r) {
+  const td_args *a = t->a;
+  time_t now = time(NULL);
+  td_train_log l = {.iteration = t->iteration, .train_iters = a->train_iters,
+                    .consumed_samples = t->consumed_train, .global_batch_size = a->global_batch_size,
+                    .interval_seconds = seconds, .log_throughput = a->log_throughput,
+                    .flops_per_iteration = td_gpt_flops_per_iteration(
+                        a->global_batch_size, a->seq_length, a->num_layers, a->hidden_size,
+                        a->ffn_hidden_size, t->cfg.vocab_size),
+                    .world_size = 1, .learning_rate = td_lr_at(&t->lr, (double)t->lr_steps),
+                    .loss_scale = t->scaler.scale, .has_grad_norm = a->clip_grad > 0 && !r->skipped,
+                    .grad_norm = r->grad_norm};
+  localtime_r(&now, &l.when);
+  char buf[1024];
+  td_format_train_log(buf, sizeof buf, &l, w);
+  puts(buf);
+  fflush(stdout);
+  *w = (td_log_interval){0};
+}
+
+static void train_loop(trainer *t) {
+  const td_args *a = t->a;
+  td_log_interval w = {0};
+  double interval_start = now_seconds();
+  int saved_last = 0;
+  while (t->iteration < a->train_iters) {
+    step_result r = train_step(t);
+    t->iteration++;
+    t->consumed_train += a->global_batch_size;
+    td_log_interval_add(&w, r.lm_loss, r.skipped);
+    saved_last = 0;
+    if (t->iteration % a->log_interval == 0) {
+      log_line(t, &w, now_seconds() - interval_start, &r);
+      interval_start = now_seconds();
+    }
+    if (a->eval_interval > 0 && a->eval_iters > 0 && t->iteration % a->eval_interval == 0) {
+      char prefix[64];
+      snprintf(prefix, sizeof prefix, "iteration %lld", (long long)t->iteration);
+      print_validation(t, prefix, SPLIT_VALID, &t->consumed_valid);
+      interval_start = now_seconds(); /* evaluation is not training time */
+    }
+    if (a->save && a->save_interval > 0 && t->iteration % a->save_interval == 0) {
+      save_checkpoint(t);
+      saved_last = 1;
+      interval_start = now_seconds();
+    }
+    if (a->exit_interval > 0 && t->iteration % a->exit_interval == 0) {
+      if (a->save && !saved_last) save_checkpoint(t);
+      printf("exiting program at iteration %lld\n", (long long)t->iteration);
+      return;
+    }
+  }
+  if (a->save && !saved_last && t->iteration > 0) save_checkpoint(t);
+  if (a->eval_iters > 0) {
+    char prefix[96];
+    int64_t consumed_test = 0;
+    snprintf(prefix, sizeof prefix, "iteration %lld on validation set", (long long)t->iteration);
+    print_validation(t, prefix, SPLIT_VALID, &t->consumed_valid);
+    snprintf(prefix, sizeof prefix, "iteration %lld on test set", (long long)t->iteration);
+    print_validation(t, prefix, SPLIT_TEST, &consumed_test);
+  }
+}
+
+static void trainer_free(trainer *t) {
+  for (int s = 0; s < 3; s++) td_mock_data_free(&t->mock[s]);
+  td_free(t->tokens), td_free(t->targets), td_free(t->sample), td_free(t->mask);
+  td_free(t->ck_params), td_free(t->ck_m), td_free(t->ck_v), td_free(t->ck_names);
+  td_adamw_free(&t->opt);
+  td_gpt_destroy(t->model);
+  td_device_close(t->dev);
+}
+
+int td_train(td_args *a) {
+  trainer t = {.a = a, .seed = (uint64_t)a->seed};
+  t.compute = a->bf16 ? TD_BF16 : TD_F32;
+  if (a->fp16)
+    td_fail("--fp16 is not available yet (fp16 matmul semantics land with the mixed-precision "
+            "work); use --bf16 or fp32");
+  if (a->reset_position_ids || a->reset_attention_mask)
+    td_fail("--reset-position-ids / --reset-attention-mask are not supported by trident's GPT yet");
+  int64_t vocab = tokenizer_vocab(a, &t.eod);
+  t.cfg = model_config(a, td_args_padded_vocab_size(a, vocab));
+  t.dev = td_device_open("cpu");
+  td_gpt_layout lay = td_gpt_layout_single(&t.cfg);
+  t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);
+  td_gpt_init_params(t.model, (uint64_t)a->seed);
+  setup_optimizer(&t);
+  setup_checkpoint_views(&t);
+  td_args_lr_schedule(a, &t.lr);
+  td_args_loss_scaler(a, &t.scaler);
+  setup_data(&t);
+  size_t n = (size_t)(a->global_batch_size * a->seq_length);
+  t.tokens = td_malloc(n * sizeof(int32_t)), t.targets = td_malloc(n * sizeof(int32_t));
+  t.mask = td_malloc(n * sizeof(float)), t.sample = td_malloc((size_t)(a->seq_length + 1) * 4);
+  print_summary(&t);
+  if (a->load) load_checkpoint(&t);
+  train_loop(&t);
+  trainer_free(&t);
+  return 0;
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# `trident train` with Megatron-LM's flags: --help lists them (and docs/flags.md
+# documents each), every refusal is "trident: error: ..." on stderr with exit
+# code 1, a GPU-only flag is explained once, and a tiny run prints Megatron's
+# log line. Arguments: the trident binary and the source directory.
+set -u
+bin=$1
+src=$2
+
+if ! "$bin" train --help >/dev/null 2>&1; then
+  echo "SKIP: 'trident train' is not a command of this binary yet; nothing to test"
+  exit 0
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+
+small=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+  --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3
+  --mock-data --tokenizer-type NullTokenizer --vocab-size 64)
+
+# expect_error MESSAGE FLAGS...: exit code 1 and "trident: error: MESSAGE" on stderr.
+expect_error() {
+  local msg=$1
+  shift
+  "$bin" train "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ "$rc" -ne 1 ] || ! grep -qF -- "trident: error: $msg" "$tmp/err"; then
+    fail "trident train $* -> exit $rc, stderr: $(cat "$tmp/err")"
+  else
+    echo "ok    $msg"
+  fi
+}
+
+# --help: exit 0, and every flag it lists is documented in docs/flags.md.
+"$bin" train --help >"$tmp/help" 2>&1 || fail "trident train --help exits non-zero"
+grep -oE '(^  |, )--[A-Za-z0-9_-]+' "$tmp/help" | sed 's/^[ ,]*//' | sort -u >"$tmp/flags"
+[ "$(wc -l <"$tmp/flags")" -gt 80 ] || fail "--help lists only $(wc -l <"$tmp/flags") flags"
+while read -r flag; do
+  grep -qF -- "\`$flag" "$src/docs/flags.md" || fail "$flag is not in docs/flags.md"
+done <"$tmp/flags"
+
+# Bad flags and values.
+expect_error "unknown flag '--hiden-size' (did you mean --hidden-size?)" "${small[@]}" --hiden-size 32
+expect_error "unknown flag '--lr-decay-iter' (did you mean --lr-decay-iters?)" "${small[@]}" --lr-decay-iter 5
+expect_error "unexpected argument 'extra'" "${small[@]}" extra
+expect_error "--num-layers expects a positive integer; got 'two'" "${small[@]}" --num-layers two
+expect_error "--hidden-size expects a positive integer; got '-32'" "${small[@]}" --hidden-size -32
+expect_error "--lr expects a non-negative number; got 'fast'" "${small[@]}" --lr fast
+expect_error "--lr-decay-style expects one of constant, linear, cosine, inverse-square-root, WSD; got 'step'" \
+  "${small[@]}" --lr-decay-style step
+expect_error "--tokenizer-type expects one of GPT2BPETokenizer, NullTokenizer; got 'Llama2Tokenizer'" \
+  "${small[@]}" --tokenizer-type Llama2Tokenizer
+expect_error "--fp16 is a switch and takes no value" "${small[@]}" --fp16=true
+expect_error "--seed expects a value" "${small[@]}" --seed
+
+# Impossible combinations.
+expect_error "--hidden-size 32 is not divisible by --num-attention-heads 5" "${small[@]}" --train-iters 2 \
+  --num-attention-heads 5
+expect_error "--global-batch-size 5 is not divisible by --micro-batch-size 2 x data-parallel size 1" \
+  "${small[@]}" --train-iters 2 --global-batch-size 5
+expect_error "--seq-length 32 is longer than --max-position-embeddings 16" "${small[@]}" --train-iters 2 \
+  --seq-length 32
+expect_error "--fp16 and --bf16 are exclusive" "${small[@]}" --train-iters 2 --fp16 --bf16
+expect_error "either --train-iters or --train-samples is required" "${small[@]}"
+expect_error "--train-iters and --train-samples are exclusive" "${small[@]}" --train-iters 2 --train-samples 8
+expect_error "--lr-warmup-fraction and --lr-warmup-iters are exclusive" "${small[@]}" --train-iters 2 \
+  --lr-warmup-fraction 0.1 --lr-warmup-iters 1
+expect_error "--num-attention-heads 4 is not divisible by --tensor-model-parallel-size 3" "${small[@]}" \
+  --train-iters 2 --tensor-model-parallel-size 3
+expect_error "--tokenizer-type NullTokenizer needs --vocab-size" --num-layers 2 --hidden-size 32 \
+  --num-attention-heads 4 --seq-length 16 --max-position-embeddings 16 --micro-batch-size 2 --lr 1e-3 \
+  --train-iters 2 --mock-data --tokenizer-type NullTokenizer
+expect_error "no training data: give --data-path" --num-layers 2 --hidden-size 32 --num-attention-heads 4 \
+  --seq-length 16 --max-position-embeddings 16 --micro-batch-size 2 --lr 1e-3 --train-iters 2 \
+  --tokenizer-type NullTokenizer --vocab-size 64
+
+# A tiny run: GPU-only flags explained once each, Megatron's line every iteration.
+if "$bin" train "${small[@]}" --train-iters 2 --log-interval 1 --eval-iters 0 --transformer-impl local \
+  --distributed-backend nccl --use-flash-attn >"$tmp/out" 2>"$tmp/err"; then
+  for f in transformer-impl distributed-backend use-flash-attn; do
+    n=$(grep -c -- "trident: note: --$f:" "$tmp/err")
+    [ "$n" -eq 1 ] || fail "--$f is explained $n times (expected once)"
+  done
+  line='^ \[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\] iteration        2/       2 \| consumed samples:            8 \| elapsed time per iteration \(ms\): [0-9]+\.[0-9] \| learning rate: [0-9]\.[0-9]{6}E[-+][0-9]{2} \| global batch size:     4 \| lm loss: [0-9]\.[0-9]{6}E[-+][0-9]{2} \| loss scale: 1\.0 \| grad norm: [0-9]+\.[0-9]{3} \| number of skipped iterations:   0 \| number of nan iterations:   0 \|$'
+  grep -qE "$line" "$tmp/out" || fail "no Megatron log line for iteration 2 in: $(cat "$tmp/out")"
+else
+  fail "the tiny run failed: $(cat "$tmp/err")"
+fi
+
+[ "$failed" -eq 0 ] && echo "all passed"
+exit "$failed"

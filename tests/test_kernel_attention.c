@@ -1,0 +1,300 @@
+/* Causal attention (ops->attention_forward / attention_backward) against a naive
+ * double-precision reference: out, lse and dqkv for odd shapes (T not a multiple
+ * of the query block), fp32 and bf16, with and without dropout (the reference
+ * applies the keep rule of cpu_attention.h); the reference backward against
+ * central finite differences of the reference forward; bitwise identical results
+ * with 1 and 2 threads; the dropout random words of both ISA paths against
+ * td_rng_u32. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "base/mem.h"
+#include "base/rng.h"
+#include "check.h"
+#include "device/cpu/cpu_attention.h"
+#include "device/cpu/cpu_isa.h"
+
+typedef struct {
+  int64_t B, T, H, D;
+  double scale, p;
+  uint64_t seed, stream;
+} ref_shape;
+
+/* keep_j * 1/(1-p) for element index g, the rule of cpu_attention.h */
+static double keep(const ref_shape *s, uint64_t g) {
+  if (s->p == 0) return 1.0;
+  double thr = nearbyint((double)(float)s->p * 4294967296.0); /* the kernel gets p as float */
+  return (double)td_rng_u32(s->seed, s->stream, g) >= thr ? 1.0 / (1.0 - (double)(float)s->p) : 0.0;
+}
+
+static int64_t qkv_at(const ref_shape *s, int64_t b, int64_t t, int64_t h, int which) {
+  return ((b * s->T + t) * s->H + h) * 3 * s->D + which * s->D;
+}
+static int64_t o_at(const ref_shape *s, int64_t b, int64_t t, int64_t h) {
+  return ((b * s->T + t) * s->H + h) * s->D;
+}
+
+/* Forward (out, lse) and, when dout != NULL, backward (dqkv) in double. */
+static void reference(const ref_shape *s, const double *qkv, double *out, double *lse,
+                      const double *dout, double *dqkv) {
+  const int64_t T = s->T, D = s->D;
+  double *sc = malloc((size_t)T * 8), *dp = malloc((size_t)T * 8);
+  if (dqkv) memset(dqkv, 0, (size_t)(s->B * T * s->H * 3 * D) * 8);
+  for (int64_t b = 0; b < s->B; b++)
+    for (int64_t h = 0; h < s->H; h++)
+      for (int64_t i = 0; i < T; i++) {
+        const double *q = qkv + qkv_at(s, b, i, h, 0);
+        double m = -INFINITY, l = 0;
+        for (int64_t j = 0; j <= i; j++) {
+          const double *k = qkv + qkv_at(s, b, j, h, 1);
+          double d = 0;
+          for (int64_t e = 0; e < D; e++) d += q[e] * k[e];
+          sc[j] = s->scale * d;
+          m = fmax(m, sc[j]);
+        }
+        for (int64_t j = 0; j <= i; j++) l += exp(sc[j] - m);
+        double L = m + log(l);
+        lse[(b * s->H + h) * T + i] = L;
+        double *o = out + o_at(s, b, i, h);
+        const uint64_t g0 = (uint64_t)(((b * s->H + h) * T + i) * T);
+        for (int64_t e = 0; e < D; e++) o[e] = 0;
+        for (int64_t j = 0; j <= i; j++) {
+          sc[j] = exp(sc[j] - L); /* p */
+          double pk = sc[j] * keep(s, g0 + (uint64_t)j);
+          const double *v = qkv + qkv_at(s, b, j, h, 2);
+          for (int64_t e = 0; e < D; e++) o[e] += pk * v[e];
+        }
+        if (!dout) continue;
+        const double *dO = dout + o_at(s, b, i, h);
+        double di = 0;
+        for (int64_t j = 0; j <= i; j++) {
+          const double *v = qkv + qkv_at(s, b, j, h, 2);
+          double kf = keep(s, g0 + (uint64_t)j), d = 0;
+          for (int64_t e = 0; e < D; e++) d += dO[e] * v[e];
+          dp[j] = d * kf;
+          di += sc[j] * dp[j];
+          double *dv = dqkv + qkv_at(s, b, j, h, 2);
+          for (int64_t e = 0; e < D; e++) dv[e] += sc[j] * kf * dO[e];
+        }
+        double *dq = dqkv + qkv_at(s, b, i, h, 0);
+        for (int64_t j = 0; j <= i; j++) {
+          double ds = s->scale * sc[j] * (dp[j] - di);
+          const double *k = qkv + qkv_at(s, b, j, h, 1);
+          double *dk = dqkv + qkv_at(s, b, j, h, 1);
+          for (int64_t e = 0; e < D; e++) dq[e] += ds * k[e], dk[e] += ds * q[e];
+        }
+      }
+  free(sc), free(dp);
+}
+
+/* The reference backward against central differences of L = sum(out * dout). */
+static void check_reference_gradient(double p) {
+  ref_shape s = {.B = 1, .T = 5, .H = 2, .D = 3, .scale = 0.7, .p = p, .seed = tst_seed(),
+                 .stream = 99};
+  const int64_t n3 = s.B * s.T * s.H * 3 * s.D, no = s.B * s.T * s.H * s.D;
+  float *f = malloc((size_t)(n3 + no) * 4);
+  tst_fill_normal(f, n3 + no, 1, 1.0f);
+  double *qkv = malloc((size_t)n3 * 8), *dout = malloc((size_t)no * 8), *out = malloc((size_t)no * 8);
+  double *lse = malloc((size_t)(s.B * s.H * s.T) * 8), *dqkv = malloc((size_t)n3 * 8);
+  double *fd = malloc((size_t)n3 * 8);
+  for (int64_t i = 0; i < n3; i++) qkv[i] = f[i];
+  for (int64_t i = 0; i < no; i++) dout[i] = f[n3 + i];
+  reference(&s, qkv, out, lse, dout, dqkv);
+  const double eps = 1e-5;
+  for (int64_t x = 0; x < n3; x++) {
+    double save = qkv[x], lp = 0, lm = 0;
+    qkv[x] = save + eps;
+    reference(&s, qkv, out, lse, NULL, NULL);
+    for (int64_t i = 0; i < no; i++) lp += out[i] * dout[i];
+    qkv[x] = save - eps;
+    reference(&s, qkv, out, lse, NULL, NULL);
+    for (int64_t i = 0; i < no; i++) lm += out[i] * dout[i];
+    qkv[x] = save;
+    fd[x] = (lp - lm) / (2 * eps);
+  }
+  float *g = malloc((size_t)n3 * 4);
+  for (int64_t i = 0; i < n3; i++) g[i] = (float)dqkv[i];
+  char what[64];
+  snprintf(what, sizeof what, "reference backward vs finite differences (p=%g)", p);
+  CHECK_REL(what, tst_rel_err(g, fd, n3), 1e-6);
+  free(f), free(qkv), free(dout), free(out), free(lse), free(dqkv), free(fd), free(g);
+}
+
+/* ------------------------------------------------------------------ device */
+
+typedef struct {
+  ref_shape s;
+  td_dtype dt;
+} att_case;
+
+typedef struct { /* device buffers of one case */
+  td_attention_desc a;
+  int64_t n3, no, nl;
+} att_run;
+
+static void *upload(td_device *dev, const float *x, int64_t n, td_dtype dt) {
+  void *d = dev->ops->alloc(dev, (size_t)n * td_dtype_size(dt));
+  if (dt == TD_F32) {
+    dev->ops->copy_h2d(dev, d, x, (size_t)n * 4);
+  } else {
+    uint16_t *h = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) h[i] = td_f32_to_bf16(x[i]);
+    dev->ops->copy_h2d(dev, d, h, (size_t)n * 2);
+    free(h);
+  }
+  return d;
+}
+
+static void download(td_device *dev, float *x, const void *d, int64_t n, td_dtype dt) {
+  if (dt == TD_F32) {
+    dev->ops->copy_d2h(dev, x, d, (size_t)n * 4);
+  } else {
+    uint16_t *h = malloc((size_t)n * 2);
+    dev->ops->copy_d2h(dev, h, d, (size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) x[i] = td_bf16_to_f32(h[i]);
+    free(h);
+  }
+}
+
+static att_run run_setup(td_device *dev, const att_case *c, const float *qkv, const float *dout) {
+  const ref_shape *s = &c->s;
+  att_run r = {.n3 = s->B * s->T * s->H * 3 * s->D, .no = s->B * s->T * s->H * s->D,
+               .nl = s->B * s->H * s->T};
+  r.a = (td_attention_desc){.batch = s->B, .seq = s->T, .heads = s->H, .head_dim = s->D,
+                            .dtype = c->dt, .scale = (float)s->scale,
+                            .qkv = upload(dev, qkv, r.n3, c->dt),
+                            .out = dev->ops->alloc(dev, (size_t)r.no * td_dtype_size(c->dt)),
+                            .lse = dev->ops->alloc(dev, (size_t)r.nl * 4),
+                            .dout = upload(dev, dout, r.no, c->dt),
+                            .dqkv = dev->ops->alloc(dev, (size_t)r.n3 * td_dtype_size(c->dt)),
+                            .dropout_p = (float)s->p, .seed = s->seed, .stream = s->stream};
+  return r;
+}
+
+static void run_free(td_device *dev, att_run *r) {
+  void *bufs[] = {(void *)r->a.qkv, r->a.out, r->a.lse, (void *)r->a.dout, r->a.dqkv};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) dev->ops->free(dev, bufs[i]);
+}
+
+/* Random qkv and dout (rounded to bf16 for a bf16 case, so the reference sees
+ * the kernel's inputs). */
+static void random_inputs(const att_case *c, float *qkv, float *dout, int64_t n3, int64_t no,
+                          uint64_t stream) {
+  tst_fill_normal(qkv, n3, stream, 1.0f);
+  tst_fill_normal(dout, no, stream + 1, 1.0f);
+  if (c->dt == TD_BF16) tst_round_bf16(qkv, n3), tst_round_bf16(dout, no);
+}
+
+static void check_case(const att_case *c, uint64_t stream) {
+  td_device *dev = tst_device();
+  const ref_shape *s = &c->s;
+  const int64_t n3 = s->B * s->T * s->H * 3 * s->D, no = s->B * s->T * s->H * s->D;
+  const int64_t nl = s->B * s->H * s->T;
+  float *qkv = malloc((size_t)n3 * 4), *dout = malloc((size_t)no * 4);
+  random_inputs(c, qkv, dout, n3, no, stream);
+  double *dq = malloc((size_t)n3 * 8), *dd = malloc((size_t)no * 8);
+  double *ro = malloc((size_t)no * 8), *rl = malloc((size_t)nl * 8), *rg = malloc((size_t)n3 * 8);
+  for (int64_t i = 0; i < n3; i++) dq[i] = qkv[i];
+  for (int64_t i = 0; i < no; i++) dd[i] = dout[i];
+  reference(s, dq, ro, rl, dd, rg);
+
+  att_run r = run_setup(dev, c, qkv, dout);
+  dev->ops->attention_forward(dev, &r.a);
+  dev->ops->attention_backward(dev, &r.a);
+  float *out = malloc((size_t)no * 4), *lse = malloc((size_t)nl * 4), *g = malloc((size_t)n3 * 4);
+  download(dev, out, r.a.out, no, c->dt);
+  dev->ops->copy_d2h(dev, lse, r.a.lse, (size_t)nl * 4);
+  download(dev, g, r.a.dqkv, n3, c->dt);
+  const double tol = c->dt == TD_BF16 ? 1e-2 : 1e-5;
+  double eo = tst_rel_err(out, ro, no), el = tst_rel_err(lse, rl, nl), eg = tst_rel_err(g, rg, n3);
+  CHECK(eo < tol && el < 1e-5 && eg < tol,
+        "%s B=%lld T=%lld H=%lld D=%lld p=%g: rel err out %.3g lse %.3g dqkv %.3g (tol %.0e)",
+        td_dtype_name(c->dt), (long long)s->B, (long long)s->T, (long long)s->H,
+        (long long)s->D, s->p, eo, el, eg, tol);
+  run_free(dev, &r);
+  free(qkv), free(dout), free(dq), free(dd), free(ro), free(rl), free(rg);
+  free(out), free(lse), free(g);
+}
+
+/* Forward + backward with 1 and with 2 threads give the same bits. */
+static void check_threads(td_dtype dt, uint64_t stream) {
+  td_device *dev = tst_device();
+  att_case c = {.s = {.B = 2, .T = 300, .H = 3, .D = 64, .scale = 0.125, .p = 0.1,
+                      .seed = tst_seed(), .stream = 5},
+                .dt = dt};
+  const int64_t n3 = 2 * 300 * 3 * 3 * 64, no = 2 * 300 * 3 * 64, nl = 2 * 3 * 300;
+  const size_t esz = td_dtype_size(dt);
+  float *qkv = malloc((size_t)n3 * 4), *dout = malloc((size_t)no * 4);
+  random_inputs(&c, qkv, dout, n3, no, stream);
+  att_run r = run_setup(dev, &c, qkv, dout);
+  char *res[2];
+  for (int t = 0; t < 2; t++) {
+    omp_set_num_threads(t + 1);
+    dev->ops->attention_forward(dev, &r.a);
+    dev->ops->attention_backward(dev, &r.a);
+    res[t] = malloc((size_t)(no + n3) * esz + (size_t)nl * 4);
+    dev->ops->copy_d2h(dev, res[t], r.a.out, (size_t)no * esz);
+    dev->ops->copy_d2h(dev, res[t] + no * esz, r.a.dqkv, (size_t)n3 * esz);
+    dev->ops->copy_d2h(dev, res[t] + (no + n3) * esz, r.a.lse, (size_t)nl * 4);
+  }
+  CHECK(!memcmp(res[0], res[1], (size_t)(no + n3) * esz + (size_t)nl * 4),
+        "%s B=2 T=300 H=3 D=64 p=0.1: out, lse, dqkv bitwise equal with 1 and 2 threads",
+        td_dtype_name(dt));
+  run_free(dev, &r);
+  free(qkv), free(dout), free(res[0]), free(res[1]);
+}
+
+/* The rows of random words (both ISA paths where the CPU has them) are
+ * td_rng_u32 at every alignment, across a carry into the counter's high word. */
+static void check_rng_rows(void) {
+  const uint64_t starts[] = {0, 1, 2, 3, 1021, (1ull << 34) - 41};
+  const int64_t lens[] = {1, 5, 64, 67, 200};
+  uint32_t *buf = td_malloc((200 + 67) * 4);
+  int bad = 0, paths = td_cpu_isa_get() == TD_ISA_AVX512 ? 2 : 1;
+  for (int path = 0; path < paths; path++)
+    for (size_t a = 0; a < sizeof starts / sizeof *starts; a++)
+      for (size_t b = 0; b < sizeof lens / sizeof *lens; b++) {
+        const uint32_t *w = path ? td_attn_rng_row_avx512(77, 3, starts[a], lens[b], buf)
+                                 : td_attn_rng_row_generic(77, 3, starts[a], lens[b], buf);
+        for (int64_t k = 0; k < lens[b]; k++)
+          bad += w[k] != td_rng_u32(77, 3, starts[a] + (uint64_t)k);
+      }
+  CHECK(bad == 0, "dropout words equal td_rng_u32 (%d ISA paths): %d mismatches", paths, bad);
+  td_free(buf);
+}
+
+/* Fraction kept by the keep rule at p = 0.1 over many elements. */
+static void check_keep_fraction(void) {
+  ref_shape s = {.p = 0.1, .seed = tst_seed(), .stream = 11};
+  const int n = 200000;
+  double kept = 0;
+  for (int i = 0; i < n; i++) kept += keep(&s, (uint64_t)i) != 0;
+  CHECK(fabs(kept / n - 0.9) < 0.005, "keep rule keeps %.4f of elements at p=0.1", kept / n);
+}
+
+int main(void) {
+  printf("ISA %s\n", td_cpu_isa_name(td_cpu_isa_get()));
+  check_reference_gradient(0.0);
+  check_reference_gradient(0.3);
+  check_rng_rows();
+  check_keep_fraction();
+  static const int64_t shapes[][4] = {{1, 1, 1, 8},   {2, 7, 3, 8},   {1, 65, 3, 64},
+                                      {2, 130, 1, 64}, {1, 130, 3, 8}, {2, 65, 1, 8},
+                                      {1, 300, 2, 64}};
+  uint64_t stream = 100;
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+    for (int dt = 0; dt < 2; dt++)
+      for (int drop = 0; drop < 2; drop++) {
+        att_case c = {.s = {.B = shapes[i][0], .T = shapes[i][1], .H = shapes[i][2],
+                            .D = shapes[i][3], .scale = 1.0 / sqrt((double)shapes[i][3]),
+                            .p = drop ? 0.1 : 0.0, .seed = tst_seed() + i, .stream = 7 + i},
+                      .dt = dt ? TD_BF16 : TD_F32};
+        check_case(&c, stream += 2);
+      }
+  check_threads(TD_F32, stream += 2);
+  check_threads(TD_BF16, stream += 2);
+  return tst_finish();
+}

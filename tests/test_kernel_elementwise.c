@@ -1,0 +1,482 @@
+/* Elementwise kernels I: layernorm, gelu (erf and tanh), bias_backward, add,
+ * scale, dropout, sum_squares against naive double references on random inputs
+ * at sizes that are not multiples of 16; every backward's double reference
+ * against central finite differences of the double forward; thread-count
+ * independence (1 vs 2 threads, bitwise) of the reductions and of dropout.
+ * (Loss, embedding, adamw: test_kernel_elementwise_loss.c; cast and fill:
+ * test_kernel_elementwise_cast.c.) */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "base/mem.h"
+#include "base/rng.h"
+#include "check.h"
+
+#define OPS (tst_device()->ops)
+#define DEV tst_device()
+
+static float *falloc(int64_t n) { return td_malloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
+static double *dalloc(int64_t n) { return td_malloc((size_t)(n > 0 ? n : 1) * sizeof(double)); }
+
+/* bf16 output vs a double reference: within one bf16 ulp of RNE(ref) (or a
+ * negligible absolute error, where the sign of a tiny value may flip). */
+static int64_t bf16_far(const uint16_t *got, const double *ref, int64_t n) {
+  double scale = 0;
+  for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
+  int64_t far = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int diff = abs((int)got[i] - (int)td_f32_to_bf16((float)ref[i]));
+    if (diff > 1 && fabs(td_bf16_to_f32(got[i]) - ref[i]) > 1e-6 * scale) far++;
+  }
+  return far;
+}
+
+static double bf16_rel_err(const uint16_t *got, const double *ref, int64_t n) {
+  float *g = falloc(n);
+  for (int64_t i = 0; i < n; i++) g[i] = td_bf16_to_f32(got[i]);
+  double e = tst_rel_err(g, ref, n);
+  td_free(g);
+  return e;
+}
+
+/* ----------------------------------------------------------------- layernorm */
+
+typedef struct {
+  int64_t rows, cols;
+  const double *x, *w, *b; /* the inputs, in double */
+  double eps;
+} ln_ref;
+
+/* out = (x - mean) rstd w + b, rstd = 1 / sqrt(var + eps), biased var */
+static void ln_forward_ref(const ln_ref *p, double *out, double *mean, double *rstd) {
+  for (int64_t r = 0; r < p->rows; r++) {
+    const double *x = p->x + r * p->cols;
+    double m = 0, v = 0;
+    for (int64_t c = 0; c < p->cols; c++) m += x[c];
+    m /= (double)p->cols;
+    for (int64_t c = 0; c < p->cols; c++) v += (x[c] - m) * (x[c] - m);
+    double s = 1.0 / sqrt(v / (double)p->cols + p->eps);
+    for (int64_t c = 0; c < p->cols; c++) out[r * p->cols + c] = (x[c] - m) * s * p->w[c] + p->b[c];
+    if (mean) mean[r] = m, rstd[r] = s;
+  }
+}
+
+/* Gradients of L = sum out * dout (no accumulation): dx, dw, db. */
+static void ln_backward_ref(const ln_ref *p, const double *dout, double *dx, double *dw,
+                            double *db) {
+  int64_t C = p->cols;
+  double *out = dalloc(p->rows * C), *mean = dalloc(p->rows), *rstd = dalloc(p->rows);
+  ln_forward_ref(p, out, mean, rstd);
+  for (int64_t c = 0; c < C; c++) dw[c] = db[c] = 0;
+  for (int64_t r = 0; r < p->rows; r++) {
+    const double *x = p->x + r * C, *dy = dout + r * C;
+    double a = 0, bsum = 0;
+    for (int64_t c = 0; c < C; c++) {
+      double xhat = (x[c] - mean[r]) * rstd[r];
+      a += dy[c] * p->w[c];
+      bsum += dy[c] * p->w[c] * xhat;
+      dw[c] += dy[c] * xhat;
+      db[c] += dy[c];
+    }
+    for (int64_t c = 0; c < C; c++) {
+      double xhat = (x[c] - mean[r]) * rstd[r];
+      dx[r * C + c] = rstd[r] * (dy[c] * p->w[c] - a / C - xhat * bsum / C);
+    }
+  }
+  td_free(out), td_free(mean), td_free(rstd);
+}
+
+static double ln_loss(const ln_ref *p, const double *dout) {
+  double *out = dalloc(p->rows * p->cols), L = 0;
+  ln_forward_ref(p, out, NULL, NULL);
+  for (int64_t i = 0; i < p->rows * p->cols; i++) L += out[i] * dout[i];
+  td_free(out);
+  return L;
+}
+
+/* max |analytic - central difference| / max |analytic| over the entries of v */
+static double fd_err(double *v, int64_t n, const double *analytic, double (*loss)(const void *),
+                     const void *ctx) {
+  double num = 0, den = 0, h = 1e-6;
+  for (int64_t i = 0; i < n; i++) {
+    double keep = v[i];
+    v[i] = keep + h;
+    double lp = loss(ctx);
+    v[i] = keep - h;
+    double lm = loss(ctx);
+    v[i] = keep;
+    num = fmax(num, fabs((lp - lm) / (2 * h) - analytic[i]));
+    den = fmax(den, fabs(analytic[i]));
+  }
+  return num / den;
+}
+
+typedef struct {
+  ln_ref *p;
+  const double *dout;
+} ln_ctx;
+static double ln_loss_cb(const void *c) {
+  const ln_ctx *k = c;
+  return ln_loss(k->p, k->dout);
+}
+
+static void test_layernorm_fd(void) {
+  int64_t R = 3, C = 7;
+  double x[21], w[7], b[7], dout[21], dx[21], dw[7], db[7];
+  float f[21];
+  tst_fill_normal(f, 21, 100, 1.0f);
+  for (int i = 0; i < 21; i++) x[i] = f[i] + 0.5;
+  tst_fill_normal(f, 21, 101, 1.0f);
+  for (int i = 0; i < 21; i++) dout[i] = f[i];
+  tst_fill_normal(f, 14, 102, 1.0f);
+  for (int i = 0; i < 7; i++) w[i] = 1 + f[i], b[i] = f[7 + i];
+  ln_ref p = {R, C, x, w, b, 1e-5};
+  ln_ctx ctx = {&p, dout};
+  ln_backward_ref(&p, dout, dx, dw, db);
+  double ex = fd_err(x, R * C, dx, ln_loss_cb, &ctx), ew = fd_err(w, C, dw, ln_loss_cb, &ctx);
+  double eb = fd_err(b, C, db, ln_loss_cb, &ctx);
+  CHECK(ex < 1e-7 && ew < 1e-7 && eb < 1e-7,
+        "layernorm reference dx, dw, db vs finite differences: %.2g %.2g %.2g", ex, ew, eb);
+}
+
+static double *to_double(const float *f, int64_t n) {
+  double *d = dalloc(n);
+  for (int64_t i = 0; i < n; i++) d[i] = f[i];
+  return d;
+}
+
+static void test_layernorm_forward(int64_t R, int64_t C, uint64_t s) {
+  int64_t n = R * C;
+  float *x = falloc(n), *w = falloc(C), *b = falloc(C), *out = falloc(n);
+  float *mean = falloc(R), *rstd = falloc(R);
+  uint16_t *out16 = td_malloc((size_t)n * 2 + 2);
+  tst_fill_normal(x, n, s, 2.0f);
+  for (int64_t i = 0; i < n; i++) x[i] += 3.0f;
+  tst_fill_normal(w, C, s + 1, 1.0f);
+  tst_fill_normal(b, C, s + 2, 1.0f);
+  double *xd = to_double(x, n), *wd = to_double(w, C), *bd = to_double(b, C);
+  double *ref = dalloc(n), *mref = dalloc(R), *rref = dalloc(R);
+  ln_ref p = {R, C, xd, wd, bd, 1e-5};
+  ln_forward_ref(&p, ref, mref, rref);
+  OPS->layernorm_forward(DEV, out, TD_F32, mean, rstd, x, w, b, R, C, 1e-5f);
+  double e_out = tst_rel_err(out, ref, n), e_m = tst_rel_err(mean, mref, R);
+  double e_r = tst_rel_err(rstd, rref, R);
+  CHECK(e_out < 1e-5 && e_m < 1e-5 && e_r < 1e-5,
+        "layernorm forward %lldx%lld fp32: rel err out %.2g mean %.2g rstd %.2g", (long long)R,
+        (long long)C, e_out, e_m, e_r);
+  OPS->layernorm_forward(DEV, out16, TD_BF16, NULL, NULL, x, w, b, R, C, 1e-5f);
+  double e16 = bf16_rel_err(out16, ref, n);
+  int64_t far = bf16_far(out16, ref, n);
+  CHECK(e16 < 1e-2 && far == 0, "layernorm forward %lldx%lld bf16: rel err %.2g, %lld beyond 1 ulp",
+        (long long)R, (long long)C, e16, (long long)far);
+  td_free(x), td_free(w), td_free(b), td_free(out), td_free(mean), td_free(rstd), td_free(out16);
+  td_free(xd), td_free(wd), td_free(bd), td_free(ref), td_free(mref), td_free(rref);
+}
+
+typedef struct {
+  float *x, *w, *b, *dout, *mean, *rstd, *dx, *dw, *db;
+} ln_bufs;
+
+static ln_bufs ln_bufs_new(int64_t R, int64_t C, uint64_t s) {
+  int64_t n = R * C;
+  ln_bufs u = {falloc(n), falloc(C), falloc(C), falloc(n), falloc(R), falloc(R),
+               falloc(n), falloc(C), falloc(C)};
+  tst_fill_normal(u.x, n, s, 1.0f);
+  tst_fill_normal(u.w, C, s + 1, 1.0f);
+  tst_fill_normal(u.b, C, s + 2, 1.0f);
+  tst_fill_normal(u.dout, n, s + 3, 1.0f);
+  tst_fill_normal(u.dx, n, s + 4, 1.0f);
+  tst_fill_normal(u.dw, C, s + 5, 1.0f);
+  tst_fill_normal(u.db, C, s + 6, 1.0f);
+  float *tmp = falloc(n);
+  OPS->layernorm_forward(DEV, tmp, TD_F32, u.mean, u.rstd, u.x, u.w, u.b, R, C, 1e-5f);
+  td_free(tmp);
+  return u;
+}
+
+static void ln_bufs_free(ln_bufs *u) {
+  float *all[] = {u->x, u->w, u->b, u->dout, u->mean, u->rstd, u->dx, u->dw, u->db};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) td_free(all[i]);
+}
+
+/* dx, dw, db accumulate onto random initial values */
+static void test_layernorm_backward(int64_t R, int64_t C, uint64_t s) {
+  int64_t n = R * C;
+  ln_bufs u = ln_bufs_new(R, C, s);
+  double *xd = to_double(u.x, n), *wd = to_double(u.w, C), *bd = to_double(u.b, C);
+  double *dyd = to_double(u.dout, n), *dx = dalloc(n), *dw = dalloc(C), *db = dalloc(C);
+  ln_ref p = {R, C, xd, wd, bd, 1e-5};
+  ln_backward_ref(&p, dyd, dx, dw, db);
+  for (int64_t i = 0; i < n; i++) dx[i] += u.dx[i];
+  for (int64_t c = 0; c < C; c++) dw[c] += u.dw[c], db[c] += u.db[c];
+  OPS->layernorm_backward(DEV, u.dx, u.dw, u.db, u.dout, u.x, u.w, u.mean, u.rstd, R, C);
+  double ex = tst_rel_err(u.dx, dx, n), ew = tst_rel_err(u.dw, dw, C);
+  double eb = tst_rel_err(u.db, db, C);
+  CHECK(ex < 1e-5 && ew < 1e-5 && eb < 1e-5,
+        "layernorm backward %lldx%lld: rel err dx %.2g dw %.2g db %.2g", (long long)R,
+        (long long)C, ex, ew, eb);
+  ln_bufs_free(&u);
+  td_free(xd), td_free(wd), td_free(bd), td_free(dyd), td_free(dx), td_free(dw), td_free(db);
+}
+
+/* ---------------------------------------------------------------------- gelu */
+
+static double gelu_ref(double x, td_gelu_kind k) {
+  if (k == TD_GELU_ERF) return 0.5 * x * erfc(-x / sqrt(2.0));
+  /* 0.5 x (1 + tanh u) written as x sigmoid(2u): no cancellation for x << 0 */
+  double u = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+  return x / (1.0 + exp(-2.0 * u));
+}
+
+static double gelu_grad_ref(double x, td_gelu_kind k) {
+  if (k == TD_GELU_ERF) return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+  double c = sqrt(2.0 / M_PI), u = c * (x + 0.044715 * x * x * x);
+  double s = 1.0 / (1.0 + exp(-2.0 * u)), du = c * (1 + 3 * 0.044715 * x * x);
+  return s + x * s * (1 - s) * 2 * du;
+}
+
+static const char *gelu_name(td_gelu_kind k) { return k == TD_GELU_ERF ? "erf" : "tanh"; }
+
+static void test_gelu_fd(td_gelu_kind k) {
+  double worst = 0, h = 1e-5;
+  for (double x = -8; x <= 8; x += 0.0625) {
+    double fd = (gelu_ref(x + h, k) - gelu_ref(x - h, k)) / (2 * h);
+    worst = fmax(worst, fabs(fd - gelu_grad_ref(x, k)));
+  }
+  CHECK(worst < 1e-8, "gelu %s reference derivative vs finite differences: max abs err %.2g",
+        gelu_name(k), worst);
+}
+
+/* Elements off by more than the conditioning allows: gelu's relative condition
+ * number grows like x^2 in the tails (the erf / exp argument carries a rounding
+ * of x^2), and gelu' crosses zero, so the backward also gets an absolute
+ * 2e-6 |dout| (the size of the rounding of Phi + x phi); below 1e-30: underflow. */
+static int64_t count_far(const float *got, const double *ref, const float *x, const float *dout,
+                         int64_t n) {
+  int64_t far = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double tol = 2e-6 * ((1.0 + (double)x[i] * x[i]) * fabs(ref[i]) + (dout ? fabs(dout[i]) : 0));
+    if (!(fabs(got[i] - ref[i]) <= tol + 1e-30)) far++;
+  }
+  return far;
+}
+
+/* x: normal(0, 4); from 100 elements on, the last ones are the ends of the
+ * range and special points */
+static float *gelu_inputs(int64_t n, uint64_t s) {
+  float *x = falloc(n);
+  tst_fill_normal(x, n, s, 4.0f);
+  const float special[] = {0.0f, -0.0f, 16.0f, -16.0f, 30.0f, -30.0f, 1e-20f, -1e-20f, -9.0f, 7.5f};
+  for (int64_t i = 0; n >= 100 && i < 10; i++) x[n - 1 - i] = special[i];
+  return x;
+}
+
+static void test_gelu(int64_t n, td_gelu_kind k, uint64_t s) {
+  float *x = gelu_inputs(n, s), *out = falloc(n), *dout = falloc(n), *dx = falloc(n);
+  uint16_t *out16 = td_malloc((size_t)n * 2 + 2);
+  double *ref = dalloc(n), *dref = dalloc(n);
+  tst_fill_normal(dout, n, s + 1, 1.0f);
+  for (int64_t i = 0; i < n; i++) {
+    ref[i] = gelu_ref(x[i], k);
+    dref[i] = dout[i] * gelu_grad_ref(x[i], k);
+  }
+  OPS->gelu_forward(DEV, out, TD_F32, x, n, k);
+  OPS->gelu_forward(DEV, out16, TD_BF16, x, n, k);
+  OPS->gelu_backward(DEV, dx, dout, x, n, k);
+  double ef = tst_rel_err(out, ref, n), eb = tst_rel_err(dx, dref, n);
+  int64_t ff = count_far(out, ref, x, NULL, n), fb = count_far(dx, dref, x, dout, n);
+  CHECK(ef < 1e-5 && eb < 1e-5 && ff == 0 && fb == 0,
+        "gelu %s n=%lld: rel err fwd %.2g bwd %.2g; elements beyond 2e-6 x condition: %lld, %lld",
+        gelu_name(k), (long long)n, ef, eb, (long long)ff, (long long)fb);
+  double e16 = bf16_rel_err(out16, ref, n);
+  int64_t far = bf16_far(out16, ref, n);
+  CHECK(e16 < 1e-2 && far == 0, "gelu %s n=%lld bf16: rel err %.2g, %lld beyond 1 ulp",
+        gelu_name(k), (long long)n, e16, (long long)far);
+  OPS->gelu_backward(DEV, dout, dout, x, n, k); /* in place: dx aliases dout */
+  CHECK(memcmp(dout, dx, (size_t)n * 4) == 0, "gelu %s n=%lld backward in place (dx == dout)",
+        gelu_name(k), (long long)n);
+  td_free(x), td_free(out), td_free(dout), td_free(dx), td_free(out16), td_free(ref), td_free(dref);
+}
+
+/* ------------------------------------------------------------- bias_backward */
+
+/* bias_backward's reference, the column sum, is dL/dbias of L = sum dout (y + bias) */
+typedef struct {
+  int64_t R, C;
+  const double *y, *dout, *bias;
+} bias_ctx;
+static double bias_loss_cb(const void *c) {
+  const bias_ctx *k = c;
+  double L = 0;
+  for (int64_t i = 0; i < k->R * k->C; i++) L += k->dout[i] * (k->y[i] + k->bias[i % k->C]);
+  return L;
+}
+
+static void test_bias_fd(void) {
+  enum { R = 5, C = 3 };
+  double y[R * C], dout[R * C], bias[C], ref[C] = {0};
+  float f[R * C];
+  tst_fill_normal(f, R * C, 110, 1.0f);
+  for (int i = 0; i < R * C; i++) y[i] = f[i];
+  tst_fill_normal(f, R * C, 111, 1.0f);
+  for (int i = 0; i < R * C; i++) dout[i] = f[i], ref[i % C] += f[i];
+  for (int c = 0; c < C; c++) bias[c] = 0.1 * c;
+  bias_ctx ctx = {R, C, y, dout, bias};
+  double e = fd_err(bias, C, ref, bias_loss_cb, &ctx);
+  CHECK(e < 1e-7, "bias_backward reference vs finite differences: %.2g", e);
+}
+
+static void test_bias_backward(int64_t R, int64_t C, uint64_t s) {
+  float *dout = falloc(R * C), *db = falloc(C);
+  double *ref = dalloc(C);
+  tst_fill_normal(dout, R * C, s, 1.0f);
+  tst_fill_normal(db, C, s + 1, 1.0f);
+  for (int64_t c = 0; c < C; c++) {
+    ref[c] = db[c];
+    for (int64_t r = 0; r < R; r++) ref[c] += dout[r * C + c];
+  }
+  OPS->bias_backward(DEV, db, dout, R, C);
+  double e = tst_rel_err(db, ref, C);
+  CHECK(e < 1e-5, "bias_backward %lldx%lld: rel err %.2g", (long long)R, (long long)C, e);
+  td_free(dout), td_free(db), td_free(ref);
+}
+
+/* ---------------------------------------------------------------- add, scale */
+
+static void test_add_scale(int64_t n, uint64_t s) {
+  float *a = falloc(n), *b = falloc(n), *out = falloc(n), *want = falloc(n);
+  tst_fill_normal(a, n, s, 1.0f);
+  tst_fill_normal(b, n, s + 1, 1.0f);
+  for (int64_t i = 0; i < n; i++) want[i] = a[i] + b[i];
+  OPS->add(DEV, out, a, b, n);
+  int ok = memcmp(out, want, (size_t)n * 4) == 0;
+  memcpy(out, a, (size_t)n * 4);
+  OPS->add(DEV, out, out, b, n); /* out aliases a */
+  ok = ok && memcmp(out, want, (size_t)n * 4) == 0;
+  memcpy(out, b, (size_t)n * 4);
+  OPS->add(DEV, out, a, out, n); /* out aliases b */
+  ok = ok && memcmp(out, want, (size_t)n * 4) == 0;
+  CHECK(ok, "add n=%lld equals a + b exactly, also in place", (long long)n);
+  for (int64_t i = 0; i < n; i++) want[i] = a[i] * 0.37f;
+  OPS->scale(DEV, a, n, 0.37f);
+  CHECK(memcmp(a, want, (size_t)n * 4) == 0, "scale n=%lld equals x * alpha exactly", (long long)n);
+  td_free(a), td_free(b), td_free(out), td_free(want);
+}
+
+/* ------------------------------------------------------------------- dropout */
+
+static void test_dropout(int64_t n, float p, uint64_t seed, uint64_t stream) {
+  float *x = falloc(n), *y = falloc(n);
+  tst_fill_uniform(x, n, 300, 1.0f, 2.0f); /* never 0, so a zero means dropped */
+  memcpy(y, x, (size_t)n * 4);
+  OPS->dropout(DEV, y, n, p, seed, stream);
+  int64_t kept = 0, wrong = 0;
+  float s = 1.0f / (1.0f - p);
+  for (int64_t i = 0; i < n; i++) {
+    int keep = td_rng_bits_to_unit(td_rng_u32(seed, stream, (uint64_t)i)) >= p;
+    kept += keep;
+    if (keep ? y[i] != x[i] * s : y[i] != 0.0f) wrong++;
+  }
+  double frac = (double)kept / (double)n, sd = sqrt(p * (1.0 - p) / (double)n);
+  CHECK(wrong == 0 && fabs(frac - (1.0 - p)) <= 5 * sd && fabs(s * (1.0 - p) - 1) < 1e-7,
+        "dropout n=%lld p=%g: kept %.5f (expect %.5f), %lld differ from the Philox decision",
+        (long long)n, (double)p, frac, 1.0 - p, (long long)wrong);
+  td_free(x), td_free(y);
+}
+
+static void test_dropout_identity(void) {
+  float x[37], y[37];
+  tst_fill_normal(x, 37, 310, 1.0f);
+  memcpy(y, x, sizeof x);
+  OPS->dropout(DEV, y, 37, 0.0f, 1, 2);
+  CHECK(memcmp(x, y, sizeof x) == 0, "dropout p=0 is the identity");
+}
+
+/* --------------------------------------------------------------- sum_squares */
+
+static void test_sum_squares(int64_t n, uint64_t s) {
+  float *x = falloc(n);
+  tst_fill_normal(x, n, s, 3.0f);
+  double ref = 0;
+  for (int64_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
+  double got = OPS->sum_squares(DEV, x, n);
+  double e = n ? fabs(got - ref) / ref : fabs(got);
+  CHECK(e < 1e-12, "sum_squares n=%lld: rel err %.2g", (long long)n, e);
+  td_free(x);
+}
+
+static void test_sum_squares_special(void) {
+  float x[100];
+  tst_fill_normal(x, 100, 320, 1.0f);
+  x[77] = INFINITY;
+  int inf_ok = isinf(OPS->sum_squares(DEV, x, 100));
+  x[33] = NAN;
+  CHECK(inf_ok && isnan(OPS->sum_squares(DEV, x, 100)), "sum_squares propagates Inf and NaN");
+  x[33] = x[77] = 3e38f; /* squares overflow fp32, not the double sum */
+  CHECK(isfinite(OPS->sum_squares(DEV, x, 100)), "sum_squares of 3e38 is finite (double)");
+}
+
+/* --------------------------------------------------- thread-count independence */
+
+static void test_threads(void) {
+  int saved = omp_get_max_threads();
+  const int64_t R = 257, C = 771, n = 1000003;
+  ln_bufs u[2] = {ln_bufs_new(R, C, 400), ln_bufs_new(R, C, 400)};
+  float *x = falloc(n), *drop[2] = {falloc(n), falloc(n)}, *db[2] = {falloc(C), falloc(C)};
+  double ss[2];
+  tst_fill_normal(x, n, 410, 1.0f);
+  for (int t = 0; t < 2; t++) {
+    omp_set_num_threads(t + 1);
+    OPS->layernorm_backward(DEV, u[t].dx, u[t].dw, u[t].db, u[t].dout, u[t].x, u[t].w,
+                            u[t].mean, u[t].rstd, R, C);
+    memset(db[t], 0, C * 4);
+    OPS->bias_backward(DEV, db[t], u[t].dout, R, C);
+    ss[t] = OPS->sum_squares(DEV, x, n);
+    memcpy(drop[t], x, (size_t)n * 4);
+    OPS->dropout(DEV, drop[t], n, 0.25f, 7, 9);
+  }
+  omp_set_num_threads(saved);
+  CHECK(memcmp(u[0].dw, u[1].dw, C * 4) == 0 && memcmp(u[0].db, u[1].db, C * 4) == 0 &&
+            memcmp(u[0].dx, u[1].dx, (size_t)(R * C) * 4) == 0,
+        "layernorm backward dx, dw, db bitwise equal with 1 and 2 threads");
+  CHECK(memcmp(db[0], db[1], C * 4) == 0, "bias_backward bitwise equal with 1 and 2 threads");
+  CHECK(memcmp(&ss[0], &ss[1], sizeof(double)) == 0,
+        "sum_squares bitwise equal with 1 and 2 threads");
+  CHECK(memcmp(drop[0], drop[1], (size_t)n * 4) == 0, "dropout equal with 1 and 2 threads");
+  ln_bufs_free(&u[0]), ln_bufs_free(&u[1]);
+  td_free(x), td_free(drop[0]), td_free(drop[1]), td_free(db[0]), td_free(db[1]);
+}
+
+int main(void) {
+  static const int64_t shapes[][2] = {{1, 1}, {1, 5}, {7, 17}, {33, 771}, {3, 1}, {70, 768}};
+  test_layernorm_fd();
+  test_bias_fd();
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+    test_layernorm_forward(shapes[i][0], shapes[i][1], 10 + i * 10);
+    test_layernorm_backward(shapes[i][0], shapes[i][1], 20 + i * 10);
+    test_bias_backward(shapes[i][0], shapes[i][1], 30 + i * 10);
+  }
+  test_bias_backward(1000, 33, 200);
+  static const int64_t sizes[] = {1, 5, 17, 771, 100003};
+  for (int k = 0; k < 2; k++) {
+    test_gelu_fd((td_gelu_kind)k);
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+      test_gelu(sizes[i], (td_gelu_kind)k, 210 + i * 10 + k);
+  }
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    test_add_scale(sizes[i], 260 + i * 10);
+    test_sum_squares(sizes[i], 270 + i * 10);
+  }
+  test_sum_squares_special();
+  test_dropout_identity();
+  static const int64_t dsizes[] = {1, 5, 67, 771, 1000003};
+  for (size_t i = 0; i < sizeof dsizes / sizeof *dsizes; i++)
+    test_dropout(dsizes[i], 0.1f, 1234567ull + i, 5);
+  /* seed and stream with high words set */
+  test_dropout(200003, 0.5f, 0x123456789abcdefull, 0xfedcba987654321ull);
+  test_threads();
+  return tst_finish();
+}

@@ -1,0 +1,272 @@
+/* Elementwise kernels II: softmax cross-entropy (forward, backward in place,
+ * vocab 50304), embedding forward / backward with ids outside this rank's
+ * vocabulary range, AdamW; against naive double references, the cross-entropy
+ * and embedding gradients' references against central finite differences of
+ * the double loss, and 1 vs 2 threads. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "base/mem.h"
+#include "base/rng.h"
+#include "check.h"
+
+#define OPS (tst_device()->ops)
+#define DEV tst_device()
+
+static float *falloc(int64_t n) { return td_malloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
+static double *dalloc(int64_t n) { return td_malloc((size_t)(n > 0 ? n : 1) * sizeof(double)); }
+
+static int32_t *random_ids(int64_t n, int64_t below, uint64_t stream) {
+  int32_t *ids = td_malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
+  for (int64_t i = 0; i < n; i++)
+    ids[i] = (int32_t)(td_rng_u32(tst_seed(), stream, (uint64_t)i) % (uint64_t)below);
+  return ids;
+}
+
+/* ------------------------------------------------------------- cross-entropy */
+
+/* lse of one row and the loss lse - x[t], in double */
+static double xent_ref(const double *x, int64_t V, int32_t t, double *lse) {
+  double mx = -INFINITY, s = 0;
+  for (int64_t j = 0; j < V; j++) mx = fmax(mx, x[j]);
+  for (int64_t j = 0; j < V; j++) s += exp(x[j] - mx);
+  *lse = mx + log(s);
+  return *lse - x[t];
+}
+
+/* d(dloss * loss)/dx = (softmax(x) - onehot(t)) dloss */
+static void xent_grad_ref(const double *x, int64_t V, int32_t t, double dloss, double *dx) {
+  double lse;
+  xent_ref(x, V, t, &lse);
+  for (int64_t j = 0; j < V; j++) dx[j] = (exp(x[j] - lse) - (j == t)) * dloss;
+}
+
+static void test_xent_fd(void) {
+  enum { V = 9 };
+  double x[V], g[V], worst = 0, scale = 0, h = 1e-6, lse;
+  float f[V];
+  tst_fill_normal(f, V, 500, 2.0f);
+  for (int j = 0; j < V; j++) x[j] = f[j];
+  xent_grad_ref(x, V, 4, 0.7, g);
+  for (int j = 0; j < V; j++) {
+    double keep = x[j];
+    x[j] = keep + h;
+    double lp = 0.7 * xent_ref(x, V, 4, &lse);
+    x[j] = keep - h;
+    double lm = 0.7 * xent_ref(x, V, 4, &lse);
+    x[j] = keep;
+    worst = fmax(worst, fabs((lp - lm) / (2 * h) - g[j]));
+    scale = fmax(scale, fabs(g[j]));
+  }
+  CHECK(worst / scale < 1e-7, "cross-entropy reference gradient vs finite differences: %.2g",
+        worst / scale);
+}
+
+/* Error of dlogits in two parts: the non-target entries p_j dloss relative to
+ * the largest of them, and the target entries (p_t - 1) dloss relative to max
+ * dloss (p_t - 1 loses digits when p_t ~ 1: lse is given in fp32). */
+static double xent_grad_err(const float *g, const double *ref, const int32_t *t,
+                            const float *dloss, int64_t N, int64_t V) {
+  double num = 0, den = 0, tnum = 0, tden = 0;
+  for (int64_t r = 0; r < N; r++) {
+    for (int64_t j = 0; j < V; j++) {
+      double e = fabs(g[r * V + j] - ref[r * V + j]);
+      if (j == t[r]) {
+        tnum = fmax(tnum, e);
+      } else {
+        num = fmax(num, e);
+        den = fmax(den, fabs(ref[r * V + j]));
+      }
+    }
+    tden = fmax(tden, dloss[r]);
+  }
+  return fmax(den > 0 ? num / den : num, tden > 0 ? tnum / tden : tnum);
+}
+
+/* Rows: random logits (std 3), one row shifted by +60 (large logits must not
+ * overflow), dloss with zeros (the loss mask). Backward runs in place. */
+static void test_xent(int64_t N, int64_t V, uint64_t s) {
+  int64_t n = N * V;
+  float *x = falloc(n), *g = falloc(n), *loss = falloc(N), *lse = falloc(N), *dloss = falloc(N);
+  double *xd = dalloc(V), *lref = dalloc(N), *sref = dalloc(N), *gref = dalloc(n);
+  int32_t *t = random_ids(N, V, s);
+  tst_fill_normal(x, n, s + 1, 3.0f);
+  for (int64_t j = 0; j < V; j++) x[(N - 1) * V + j] += 60.0f;
+  tst_fill_uniform(dloss, N, s + 2, 0.0f, 1.0f);
+  if (N > 1) dloss[0] = 0.0f;
+  for (int64_t r = 0; r < N; r++) {
+    for (int64_t j = 0; j < V; j++) xd[j] = x[r * V + j];
+    lref[r] = xent_ref(xd, V, t[r], &sref[r]);
+    xent_grad_ref(xd, V, t[r], dloss[r], gref + r * V);
+  }
+  OPS->cross_entropy_forward(DEV, loss, lse, x, t, N, V);
+  double el = tst_rel_err(loss, lref, N), es = tst_rel_err(lse, sref, N);
+  CHECK(el < 1e-5 && es < 1e-5, "cross-entropy forward %lldx%lld: rel err loss %.2g lse %.2g",
+        (long long)N, (long long)V, el, es);
+  OPS->cross_entropy_backward(DEV, g, x, lse, t, dloss, N, V);
+  double worst = xent_grad_err(g, gref, t, dloss, N, V);
+  OPS->cross_entropy_backward(DEV, x, x, lse, t, dloss, N, V); /* dlogits aliases logits */
+  CHECK(worst < 1e-5 && memcmp(x, g, (size_t)n * 4) == 0,
+        "cross-entropy backward %lldx%lld: rel err %.2g, in place equal", (long long)N,
+        (long long)V, worst);
+  td_free(x), td_free(g), td_free(loss), td_free(lse), td_free(dloss), td_free(xd);
+  td_free(lref), td_free(sref), td_free(gref), td_free(t);
+}
+
+/* ----------------------------------------------------------------- embedding */
+
+/* The scatter-add reference is dL/dtable of L = sum dout * embedding(table), ids
+ * partly outside [vstart, vstart + rows) */
+typedef struct {
+  int64_t n, rows, cols, vstart;
+  const int32_t *ids;
+  const double *dout, *table;
+} emb_ctx;
+
+static double emb_loss(const emb_ctx *k) {
+  double L = 0;
+  for (int64_t r = 0; r < k->n; r++)
+    if (k->ids[r] >= k->vstart && k->ids[r] < k->vstart + k->rows)
+      for (int64_t c = 0; c < k->cols; c++)
+        L += k->dout[r * k->cols + c] * k->table[(k->ids[r] - k->vstart) * k->cols + c];
+  return L;
+}
+
+static void test_embedding_fd(void) {
+  enum { N = 6, ROWS = 4, COLS = 3 };
+  const int32_t ids[N] = {5, 2, 9, 5, 3, 8}; /* vstart 2: 9 is outside, 5 repeats */
+  double dout[N * COLS], table[ROWS * COLS] = {0}, ref[ROWS * COLS] = {0}, worst = 0, h = 1e-6;
+  float f[N * COLS];
+  tst_fill_normal(f, N * COLS, 530, 1.0f);
+  for (int i = 0; i < N * COLS; i++) dout[i] = f[i];
+  emb_ctx k = {N, ROWS, COLS, 2, ids, dout, table};
+  for (int r = 0; r < N; r++)
+    if (ids[r] >= 2 && ids[r] < 2 + ROWS)
+      for (int c = 0; c < COLS; c++) ref[(ids[r] - 2) * COLS + c] += dout[r * COLS + c];
+  for (int i = 0; i < ROWS * COLS; i++) {
+    table[i] = h;
+    double lp = emb_loss(&k);
+    table[i] = -h;
+    double lm = emb_loss(&k);
+    table[i] = 0;
+    worst = fmax(worst, fabs((lp - lm) / (2 * h) - ref[i]));
+  }
+  CHECK(worst < 1e-8, "embedding backward reference vs finite differences: %.2g", worst);
+}
+
+/* ids in [0, 3 rows_in_table): about a third fall in [vocab_start, vocab_start + rows) */
+static void test_embedding(int64_t n, int64_t cols, uint64_t s) {
+  const int64_t rows = 20, vstart = 20;
+  float *table = falloc(rows * cols), *out = falloc(n * cols), *out0 = falloc(n * cols);
+  float *dtab = falloc(rows * cols), *want = falloc(rows * cols), *dout = falloc(n * cols);
+  int32_t *ids = random_ids(n, 3 * rows, s);
+  tst_fill_normal(table, rows * cols, s + 1, 1.0f);
+  tst_fill_normal(out0, n * cols, s + 2, 1.0f);
+  memcpy(out, out0, (size_t)(n * cols) * 4);
+  OPS->embedding_forward(DEV, out, ids, n, table, vstart, rows, cols, 0);
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t c = 0; c < cols; c++) {
+      int in = ids[r] >= vstart && ids[r] < vstart + rows;
+      wrong += out[r * cols + c] != (in ? table[(ids[r] - vstart) * cols + c] : 0.0f);
+    }
+  memcpy(out, out0, (size_t)(n * cols) * 4);
+  OPS->embedding_forward(DEV, out, ids, n, table, vstart, rows, cols, 1);
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t c = 0; c < cols; c++) {
+      int in = ids[r] >= vstart && ids[r] < vstart + rows;
+      float w = out0[r * cols + c] + (in ? table[(ids[r] - vstart) * cols + c] : 0.0f);
+      wrong += out[r * cols + c] != w;
+    }
+  CHECK(wrong == 0, "embedding forward n=%lld cols=%lld: out of range ids give zeros / add nothing",
+        (long long)n, (long long)cols);
+  /* backward: the same float additions in row order, so bitwise equal */
+  tst_fill_normal(dout, n * cols, s + 3, 1.0f);
+  tst_fill_normal(dtab, rows * cols, s + 4, 1.0f);
+  memcpy(want, dtab, (size_t)(rows * cols) * 4);
+  for (int64_t r = 0; r < n; r++)
+    if (ids[r] >= vstart && ids[r] < vstart + rows)
+      for (int64_t c = 0; c < cols; c++) want[(ids[r] - vstart) * cols + c] += dout[r * cols + c];
+  OPS->embedding_backward(DEV, dtab, dout, ids, n, vstart, rows, cols);
+  CHECK(memcmp(dtab, want, (size_t)(rows * cols) * 4) == 0,
+        "embedding backward n=%lld cols=%lld: scatter-add in row order, out of range skipped",
+        (long long)n, (long long)cols);
+  td_free(table), td_free(out), td_free(out0), td_free(dtab), td_free(want), td_free(dout);
+  td_free(ids);
+}
+
+static void test_embedding_threads(void) {
+  const int64_t n = 500, cols = 771, rows = 7; /* many repeated ids */
+  int saved = omp_get_max_threads();
+  float *dout = falloc(n * cols), *dt[2] = {falloc(rows * cols), falloc(rows * cols)};
+  int32_t *ids = random_ids(n, rows, 520);
+  tst_fill_normal(dout, n * cols, 521, 1.0f);
+  for (int t = 0; t < 2; t++) {
+    omp_set_num_threads(t + 1);
+    memset(dt[t], 0, (size_t)(rows * cols) * 4);
+    OPS->embedding_backward(DEV, dt[t], dout, ids, n, 0, rows, cols);
+  }
+  omp_set_num_threads(saved);
+  CHECK(memcmp(dt[0], dt[1], (size_t)(rows * cols) * 4) == 0,
+        "embedding backward bitwise equal with 1 and 2 threads");
+  td_free(dout), td_free(dt[0]), td_free(dt[1]), td_free(ids);
+}
+
+/* --------------------------------------------------------------------- adamw */
+
+typedef struct {
+  double lr, b1, b2, eps, wd, gs;
+  int64_t step;
+} adam_cfg;
+
+static void adamw_ref(const adam_cfg *c, double *p, double g, double *m, double *v) {
+  g *= c->gs;
+  *m = c->b1 * *m + (1 - c->b1) * g;
+  *v = c->b2 * *v + (1 - c->b2) * g * g;
+  double mh = *m / (1 - pow(c->b1, (double)c->step)), vh = *v / (1 - pow(c->b2, (double)c->step));
+  *p -= c->lr * (c->wd * *p + mh / (sqrt(vh) + c->eps));
+}
+
+/* lr 0.1 so that the update, not the parameter, dominates the compared change */
+static void test_adamw(int64_t n, int64_t step, uint64_t s) {
+  const adam_cfg c = {0.1, 0.9, 0.95, 1e-8, 0.1, 0.5, step};
+  float *p = falloc(n), *g = falloc(n), *m = falloc(n), *v = falloc(n), *dp = falloc(n);
+  double *pr = dalloc(n), *mr = dalloc(n), *vr = dalloc(n), *dpr = dalloc(n);
+  tst_fill_normal(p, n, s, 1.0f);
+  tst_fill_normal(g, n, s + 1, 1.0f);
+  tst_fill_normal(m, n, s + 2, 0.1f);
+  tst_fill_uniform(v, n, s + 3, 0.0f, 0.1f);
+  for (int64_t i = 0; i < n; i++) {
+    pr[i] = p[i], mr[i] = m[i], vr[i] = v[i];
+    adamw_ref(&c, &pr[i], g[i], &mr[i], &vr[i]);
+    dpr[i] = pr[i] - p[i];
+    dp[i] = p[i];
+  }
+  OPS->adamw(DEV, p, g, m, v, n, (float)c.lr, (float)c.b1, (float)c.b2, (float)c.eps,
+             (float)c.wd, (float)c.gs, step);
+  for (int64_t i = 0; i < n; i++) dp[i] = p[i] - dp[i];
+  double ep = tst_rel_err(dp, dpr, n), em = tst_rel_err(m, mr, n), ev = tst_rel_err(v, vr, n);
+  CHECK(ep < 1e-5 && em < 1e-5 && ev < 1e-5,
+        "adamw n=%lld step=%lld: rel err param change %.2g m %.2g v %.2g", (long long)n,
+        (long long)step, ep, em, ev);
+  td_free(p), td_free(g), td_free(m), td_free(v), td_free(dp);
+  td_free(pr), td_free(mr), td_free(vr), td_free(dpr);
+}
+
+int main(void) {
+  test_xent_fd();
+  static const int64_t xs[][2] = {{1, 1}, {7, 5}, {33, 17}, {5, 771}, {70, 1000}, {3, 50304}};
+  for (size_t i = 0; i < sizeof xs / sizeof *xs; i++) test_xent(xs[i][0], xs[i][1], 600 + 10 * i);
+  static const int64_t es[][2] = {{1, 1}, {7, 5}, {33, 17}, {65, 771}};
+  for (size_t i = 0; i < sizeof es / sizeof *es; i++)
+    test_embedding(es[i][0], es[i][1], 700 + 10 * i);
+  test_embedding_fd();
+  test_embedding_threads();
+  static const int64_t as[] = {1, 17, 771, 100003};
+  for (size_t i = 0; i < sizeof as / sizeof *as; i++) {
+    test_adamw(as[i], 1, 800 + 10 * i);
+    test_adamw(as[i], 10, 805 + 10 * i);
+  }
+  return tst_finish();
+}

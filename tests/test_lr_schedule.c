@@ -1,0 +1,87 @@
+/* Megatron's learning-rate schedule at hand-computed points, boundaries included:
+ * end of warmup, middle and end of the decay, past the end. */
+#include <math.h>
+
+#include "check.h"
+#include "optim/lr_schedule.h"
+
+static int close_to(double got, double want) {
+  return fabs(got - want) <= 1e-12 * fabs(want) + 1e-18;
+}
+
+#define CHECK_LR(s, step, want)                                                                    \
+  CHECK(close_to(td_lr_at(s, step), want), "%s at %g: %.12g (want %.12g)",                         \
+        td_lr_style_names[(s)->style], (double)(step), td_lr_at(s, step), (double)(want))
+
+static td_lr_schedule base(td_lr_style style) {
+  return (td_lr_schedule){.init_lr = 0,
+                          .max_lr = 1e-3,
+                          .min_lr = 1e-5,
+                          .warmup_steps = 100,
+                          .decay_steps = 1000,
+                          .style = style};
+}
+
+static void test_warmup(void) {
+  td_lr_schedule s = base(TD_LR_COSINE);
+  CHECK_LR(&s, 0, 0.0);
+  CHECK_LR(&s, 50, 5e-4);
+  CHECK_LR(&s, 100, 1e-3); /* the last warmup step reaches the peak */
+  s.init_lr = 1e-4;
+  CHECK_LR(&s, 50, 5.5e-4); /* --lr-warmup-init */
+  s = base(TD_LR_LINEAR);
+  s.warmup_steps = 0;
+  CHECK_LR(&s, 0, 1e-3); /* no warmup: decay starts at the peak */
+}
+
+static void test_decay(void) {
+  td_lr_schedule s = base(TD_LR_COSINE);
+  CHECK_LR(&s, 325, 0.000855017856687341); /* a quarter: 1e-5 + (cos(pi/4) + 1) / 2 * 9.9e-4 */
+  CHECK_LR(&s, 550, 5.05e-4);              /* half way: the mean of max and min */
+  CHECK_LR(&s, 1000, 1e-5);
+  CHECK_LR(&s, 1001, 1e-5);
+  CHECK_LR(&s, 1e9, 1e-5);
+  s = base(TD_LR_LINEAR);
+  CHECK_LR(&s, 325, 7.525e-4);
+  CHECK_LR(&s, 550, 5.05e-4);
+  CHECK_LR(&s, 1000, 1e-5);
+  CHECK_LR(&s, 2000, 1e-5);
+  s = base(TD_LR_CONSTANT);
+  CHECK_LR(&s, 50, 5e-4); /* constant still warms up */
+  CHECK_LR(&s, 101, 1e-3);
+  CHECK_LR(&s, 5000, 1e-3); /* and never decays, even past the decay steps */
+}
+
+static void test_inverse_sqrt(void) {
+  td_lr_schedule s = base(TD_LR_INVERSE_SQRT);
+  s.decay_steps = 1e6;
+  CHECK_LR(&s, 400, 5e-4);   /* 1e-3 * sqrt(100) / sqrt(400) */
+  CHECK_LR(&s, 10000, 1e-4); /* 1e-3 * 10 / 100 */
+  s.min_lr = 2e-4;
+  CHECK_LR(&s, 10000, 2e-4); /* floored at min-lr */
+  s.decay_steps = 1000;
+  CHECK_LR(&s, 1001, 2e-4); /* past the decay steps: min-lr, checked first */
+}
+
+static void test_wsd(void) {
+  td_lr_schedule s = base(TD_LR_WSD);
+  s.wsd_decay_steps = 200; /* annealing from step 800 to 1000 */
+  CHECK_LR(&s, 500, 1e-3);
+  CHECK_LR(&s, 800, 1e-3);
+  CHECK_LR(&s, 900, 0.0004200714267493642); /* exponential: 2 * 0.5^0.5 - 1 */
+  CHECK_LR(&s, 1000, 1e-5);
+  s.wsd_style = TD_WSD_LINEAR;
+  CHECK_LR(&s, 900, 5.05e-4);
+  s.wsd_style = TD_WSD_COSINE;
+  CHECK_LR(&s, 900, 5.05e-4);
+  s.wsd_style = TD_WSD_MINUS_SQRT;
+  CHECK_LR(&s, 900, 0.00029996428662531794); /* 1 - sqrt(0.5) */
+}
+
+int main(void) {
+  test_warmup();
+  test_decay();
+  test_inverse_sqrt();
+  test_wsd();
+  return tst_finish();
+}

@@ -1,0 +1,398 @@
+/* trident tokenize: the GPT-2 BPE ids of each JSON line's text, one JSON array
+ * per input line on stdout, for scripting and for checks against other
+ * tokenizers; --decode turns such arrays back into {"text": ...} lines.
+ * A bad input line (malformed JSON, invalid UTF-8, no text) stops the command
+ * with its line number and byte offset, exit code 1. */
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "commands.h"
+#include "data/bpe_tokenizer.h"
+
+typedef struct {
+  const char *vocab, *merges, *input, *key;
+  int decode;
+} tok_args;
+
+/* Output text, flushed to stdout as it grows. */
+typedef struct {
+  char *p;
+  size_t n, cap;
+} out_buf;
+
+static void usage(FILE *f) {
+  fprintf(
+      f,
+      "usage: trident tokenize --vocab-file V --merge-file M --input F.jsonl [--json-keys KEY]\n"
+      "                        [--decode]\n"
+      "  Prints, for each line of F.jsonl (one JSON object per line), the GPT-2 BPE token ids\n"
+      "  of its KEY string as one JSON array per line, e.g. [15496, 995]. No end-of-document\n"
+      "  id is added. With --decode, F holds such arrays and each becomes {\"KEY\": \"...\"}.\n"
+      "  --vocab-file V   GPT-2 vocab.json (e.g. data/gpt2/vocab.json)\n"
+      "  --merge-file M   GPT-2 merges.txt (e.g. data/gpt2/merges.txt)\n"
+      "  --input F        input file, or - for stdin\n"
+      "  --json-keys KEY  the text's key (default: text)\n"
+      "  --decode         token ids in, text out\n");
+}
+
+/* "--name value" or "--name=value"; returns the value or NULL if a is not --name. */
+static const char *flag_value(int argc, char **argv, int *i, const char *name) {
+  size_t n = strlen(name);
+  const char *a = argv[*i];
+  if (strncmp(a, name, n)) return NULL;
+  if (a[n] == '=') return a + n + 1;
+  if (a[n]) return NULL;
+  if (*i + 1 >= argc) td_fail("%s needs a value (see trident tokenize --help)", name);
+  return argv[++*i];
+}
+
+/* Returns 1 when --help was asked for. */
+static int parse_args(tok_args *a, int argc, char **argv) {
+  *a = (tok_args){.key = "text"};
+  for (int i = 1; i < argc; i++) {
+    const char *v;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 1;
+    } else if (!strcmp(argv[i], "--decode")) {
+      a->decode = 1;
+    } else if ((v = flag_value(argc, argv, &i, "--vocab-file"))) {
+      a->vocab = v;
+    } else if ((v = flag_value(argc, argv, &i, "--merge-file"))) {
+      a->merges = v;
+    } else if ((v = flag_value(argc, argv, &i, "--input"))) {
+      a->input = v;
+    } else if ((v = flag_value(argc, argv, &i, "--json-keys"))) {
+      a->key = v;
+      if (i + 1 < argc && strncmp(argv[i + 1], "--", 2))
+        td_fail("trident tokenize takes one --json-keys key (got '%s' and '%s')", v, argv[i + 1]);
+    } else {
+      td_fail("unknown argument '%s' for 'trident tokenize' (see --help)", argv[i]);
+    }
+  }
+  if (!a->vocab || !a->merges || !a->input)
+    td_fail("trident tokenize needs --vocab-file, --merge-file and --input (see --help)");
+  return 0;
+}
+
+/* ------------------------------------------------------------------ output */
+
+static void out_reserve(out_buf *o, size_t more) {
+  if (o->n + more <= o->cap) return;
+  size_t cap = o->cap ? o->cap : 1 << 16;
+  while (cap < o->n + more) cap *= 2;
+  char *p = td_malloc(cap);
+  if (o->n) memcpy(p, o->p, o->n);
+  td_free(o->p);
+  o->p = p, o->cap = cap;
+}
+
+static void out_bytes(out_buf *o, const char *s, size_t n) {
+  out_reserve(o, n);
+  memcpy(o->p + o->n, s, n);
+  o->n += n;
+}
+
+static void out_str(out_buf *o, const char *s) { out_bytes(o, s, strlen(s)); }
+
+static void out_flush(out_buf *o) {
+  if (o->n && fwrite(o->p, 1, o->n, stdout) != o->n)
+    td_fail("writing to stdout: %s", strerror(errno));
+  o->n = 0;
+}
+
+/* A JSON string of the bytes s[0, n) as json.dumps(ensure_ascii=False) writes
+ * it; bytes that are not UTF-8 become U+FFFD, one per maximal invalid subpart,
+ * as Python's errors='replace' decoding (Megatron's detokenize) gives them. */
+static void out_json_string(out_buf *o, const char *s, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  out_reserve(o, 2);
+  o->p[o->n++] = '"';
+  for (size_t i = 0; i < n;) {
+    unsigned char c = (unsigned char)s[i];
+    int k = td_utf8_char_len(s + i, n - i);
+    const char *esc = c == '"'    ? "\\\""
+                      : c == '\\' ? "\\\\"
+                      : c == '\n' ? "\\n"
+                      : c == '\r' ? "\\r"
+                      : c == '\t' ? "\\t"
+                      : c == '\b' ? "\\b"
+                      : c == '\f' ? "\\f"
+                                  : NULL;
+    if (esc) {
+      out_str(o, esc);
+    } else if (c < 0x20) {
+      char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+      out_bytes(o, u, 6);
+    } else if (k < 0) {
+      out_str(o, "\xEF\xBF\xBD");
+    } else {
+      out_bytes(o, s + i, (size_t)k);
+    }
+    i += (size_t)(k < 0 ? -k : k);
+  }
+  out_str(o, "\"");
+}
+
+static void out_ids(out_buf *o, const int32_t *ids, size_t n) {
+  out_reserve(o, 2 + n * 13);
+  o->p[o->n++] = '[';
+  for (size_t i = 0; i < n; i++) o->n += (size_t)sprintf(o->p + o->n, i ? ", %d" : "%d", ids[i]);
+  o->p[o->n++] = ']';
+  o->p[o->n++] = '\n';
+}
+
+/* ------------------------------------------------------------------ JSON text */
+
+/* cJSON ends strings at a NUL, so a text with \u0000 would come out cut short:
+ * the text is read from the line itself once cJSON has accepted the line (and
+ * bad_u_escape has found nothing). The reader follows cJSON's syntax, where
+ * white space is any byte 1..32, and never leaves the line s[0, len). */
+
+static int is_ws(char c) { return c && (unsigned char)c <= ' '; }
+
+static size_t skip_ws(const char *s, size_t len, size_t i) {
+  while (i < len && is_ws(s[i])) i++;
+  return i;
+}
+
+/* cJSON reads a \u escape with a non-hex digit as U+0000 where Python's json
+ * refuses it: the offset of the first such escape, or -1. */
+static long bad_u_escape(const char *s, size_t len) {
+  for (size_t i = 0; i + 1 < len; i++) {
+    if (s[i] != '\\' || s[++i] != 'u') continue; /* i is now past any escape's backslash */
+    for (size_t k = 1; k <= 4; k++)
+      if (i + k >= len || !isxdigit((unsigned char)s[i + k])) return (long)i - 1;
+  }
+  return -1;
+}
+
+static unsigned hex4(const char *s) {
+  unsigned v = 0;
+  for (int k = 0; k < 4; k++) {
+    char c = s[k];
+    v = v << 4 | (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+  }
+  return v;
+}
+
+static size_t put_utf8(char *d, unsigned cp) {
+  if (cp < 0x80) return d[0] = (char)cp, 1;
+  if (cp < 0x800) return d[0] = (char)(0xC0 | cp >> 6), d[1] = (char)(0x80 | (cp & 63)), 2;
+  if (cp < 0x10000) {
+    d[0] = (char)(0xE0 | cp >> 12), d[1] = (char)(0x80 | (cp >> 6 & 63)),
+    d[2] = (char)(0x80 | (cp & 63));
+    return 3;
+  }
+  d[0] = (char)(0xF0 | cp >> 18), d[1] = (char)(0x80 | (cp >> 12 & 63));
+  d[2] = (char)(0x80 | (cp >> 6 & 63)), d[3] = (char)(0x80 | (cp & 63));
+  return 4;
+}
+
+/* Decode the JSON string at s[i] == '"' into d (each escape is longer than its
+ * bytes, so the literal's length is room enough); returns the index after the
+ * closing quote. cJSON checked the escapes and the surrogate pairs. */
+static size_t json_string(const char *s, size_t len, size_t i, char *d, size_t *dn) {
+  static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+  size_t n = 0;
+  for (i++; i < len && s[i] != '"'; i++) {
+    if (s[i] != '\\') {
+      d[n++] = s[i];
+    } else if (s[++i] != 'u') {
+      d[n++] = to[strchr(from, s[i]) - from];
+    } else {
+      unsigned cp = hex4(s + i + 1);
+      i += 4;
+      if (cp >= 0xD800 && cp < 0xDC00) { /* high surrogate: "\uDCxx" follows */
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (hex4(s + i + 3) - 0xDC00);
+        i += 6;
+      }
+      n += put_utf8(d + n, cp);
+    }
+  }
+  *dn = n;
+  return i + 1;
+}
+
+/* Skip the JSON value at s[i]; returns the index after it. */
+static size_t skip_value(const char *s, size_t len, size_t i) {
+  int depth = 0;
+  do {
+    char c = s[i];
+    if (c == '"') {
+      for (i++; i < len && s[i] != '"'; i++) i += s[i] == '\\';
+      i++;
+    } else if (c == '{' || c == '[') {
+      depth++, i++;
+    } else if (c == '}' || c == ']') {
+      depth--, i++;
+    } else if (c == ',' || c == ':' || is_ws(c)) {
+      i++;
+    } else { /* number or literal */
+      while (i < len && s[i] != ',' && s[i] != ']' && s[i] != '}' && !is_ws(s[i])) i++;
+    }
+  } while (depth > 0 && i < len);
+  return i;
+}
+
+/* The string value of key in the JSON object s[0, len): the last one if the
+ * key repeats, as Python's json keeps it. kbuf and d have room for len bytes.
+ * Returns 1 (value in d[0, *dn)), 0 missing, -1 when it is not a string. */
+static int object_text(const char *s, size_t len, const char *key, char *kbuf, char *d,
+                       size_t *dn) {
+  size_t klen = strlen(key), kn, i = skip_ws(s, len, skip_ws(s, len, 0) + 1); /* after '{' */
+  int found = 0;
+  while (i < len && s[i] == '"') {
+    i = skip_ws(s, len, json_string(s, len, i, kbuf, &kn));
+    i = skip_ws(s, len, i + 1); /* after ':' */
+    int match = kn == klen && !memcmp(kbuf, key, kn);
+    if (match && s[i] == '"') {
+      i = json_string(s, len, i, d, dn);
+      found = 1;
+    } else {
+      found = match ? -1 : found;
+      i = skip_value(s, len, i);
+    }
+    i = skip_ws(s, len, i);
+    if (i < len && s[i] == ',') i = skip_ws(s, len, i + 1);
+  }
+  return found;
+}
+
+/* ------------------------------------------------------------------ the command */
+
+typedef struct {
+  const tok_args *a;
+  const char *name; /* input name for messages */
+  char *line;       /* current line, newline removed, NUL-terminated */
+  size_t len, ln;   /* its length and 1-based number */
+  char *kbuf, *text;
+  size_t buf_cap;
+  int32_t *ids;
+  size_t n_ids, ids_cap;
+  out_buf out;
+} tok_ctx;
+
+static cJSON *parse_line(const tok_ctx *c) {
+  const char *end = NULL, *nul = memchr(c->line, 0, c->len);
+  if (nul) /* never valid in JSON; cJSON would take it for white space */
+    td_fail("%s line %zu: NUL byte at byte offset %zu", c->name, c->ln, (size_t)(nul - c->line));
+  /* length + 1 with require_null_terminated: nothing may follow the value */
+  cJSON *root = cJSON_ParseWithLengthOpts(c->line, c->len + 1, &end, 1);
+  if (!root) {
+    const char *at = cJSON_GetErrorPtr();
+    td_fail("%s line %zu: malformed JSON at byte offset %zu", c->name, c->ln,
+            at ? (size_t)(at - c->line) : 0);
+  }
+  return root;
+}
+
+/* The key's text of the current line into c->text; returns its length. */
+static size_t line_text(tok_ctx *c) {
+  size_t bad, n = 0;
+  const char *why;
+  if (td_utf8_validate(c->line, c->len, &bad, &why))
+    td_fail("%s line %zu: invalid UTF-8 at byte offset %zu (byte 0x%02X): %s", c->name, c->ln, bad,
+            (unsigned char)c->line[bad], why);
+  cJSON *root = parse_line(c);
+  int is_object = cJSON_IsObject(root);
+  cJSON_Delete(root);
+  if (!is_object)
+    td_fail("%s line %zu: expected a JSON object like {\"%s\": \"...\"}", c->name, c->ln,
+            c->a->key);
+  long at = bad_u_escape(c->line, c->len);
+  if (at >= 0) td_fail("%s line %zu: malformed \\u escape at byte offset %ld", c->name, c->ln, at);
+  if (c->len + 1 > c->buf_cap) {
+    td_free(c->kbuf), td_free(c->text);
+    c->buf_cap = 2 * (c->len + 1);
+    c->kbuf = td_malloc(c->buf_cap), c->text = td_malloc(c->buf_cap);
+  }
+  int found = object_text(c->line, c->len, c->a->key, c->kbuf, c->text, &n);
+  if (found <= 0)
+    td_fail("%s line %zu: %s \"%s\"", c->name, c->ln,
+            found ? "no string value for the key" : "no key", c->a->key);
+  return n;
+}
+
+static void encode_line(tok_ctx *c, td_bpe_worker *w) {
+  size_t n = line_text(c);
+  char err[256];
+  c->n_ids = 0;
+  if (td_bpe_encode(w, c->text, n, &c->ids, &c->n_ids, &c->ids_cap, err, sizeof err))
+    td_fail("%s line %zu: %s", c->name, c->ln, err);
+  out_ids(&c->out, c->ids, c->n_ids);
+}
+
+static void decode_line(tok_ctx *c, const td_bpe *bpe) {
+  cJSON *root = parse_line(c);
+  if (!cJSON_IsArray(root))
+    td_fail("%s line %zu: expected a JSON array of token ids", c->name, c->ln);
+  c->n_ids = 0;
+  for (cJSON *it = root->child; it; it = it->next, c->n_ids++) {
+    double v = it->valuedouble;
+    if (!cJSON_IsNumber(it) || !(v >= -2147483648.0 && v <= 2147483647.0) ||
+        v != (double)(int32_t)v)
+      td_fail("%s line %zu: element %zu is not an integer token id", c->name, c->ln, c->n_ids);
+    if (c->n_ids == c->ids_cap) {
+      int32_t *p = td_malloc((c->ids_cap = c->ids_cap ? 2 * c->ids_cap : 1024) * sizeof *p);
+      if (c->n_ids) memcpy(p, c->ids, c->n_ids * sizeof *p);
+      td_free(c->ids);
+      c->ids = p;
+    }
+    c->ids[c->n_ids] = (int32_t)v;
+  }
+  cJSON_Delete(root);
+  char err[256], *text;
+  size_t n;
+  if (td_bpe_decode(bpe, c->ids, c->n_ids, &text, &n, err, sizeof err))
+    td_fail("%s line %zu: %s", c->name, c->ln, err);
+  out_str(&c->out, "{");
+  out_json_string(&c->out, c->a->key, strlen(c->a->key));
+  out_str(&c->out, ": ");
+  out_json_string(&c->out, text, n);
+  out_str(&c->out, "}\n");
+  td_free(text);
+}
+
+static void run(tok_ctx *c, FILE *in, const td_bpe *bpe) {
+  td_bpe_worker *w = c->a->decode ? NULL : td_bpe_worker_new(bpe);
+  size_t line_cap = 0;
+  ssize_t got;
+  while ((got = getline(&c->line, &line_cap, in)) >= 0) {
+    c->len = (size_t)got, c->ln++;
+    if (c->len && c->line[c->len - 1] == '\n') c->line[--c->len] = 0;
+    if (c->a->decode)
+      decode_line(c, bpe);
+    else
+      encode_line(c, w);
+    if (c->out.n >= 1 << 16) out_flush(&c->out);
+  }
+  if (ferror(in)) td_fail("reading %s: %s", c->name, strerror(errno));
+  out_flush(&c->out);
+  free(c->line); /* getline's buffer comes from malloc */
+  td_bpe_worker_free(w);
+}
+
+int td_cmd_tokenize(int argc, char **argv) {
+  tok_args a;
+  if (parse_args(&a, argc, argv)) return 0;
+  char err[512];
+  td_bpe *bpe = td_bpe_load(a.vocab, a.merges, err, sizeof err);
+  if (!bpe) td_fail("%s", err);
+  int from_stdin = !strcmp(a.input, "-");
+  FILE *in = from_stdin ? stdin : fopen(a.input, "rb");
+  if (!in) td_fail("cannot open --input %s: %s", a.input, strerror(errno));
+  tok_ctx c = {.a = &a, .name = from_stdin ? "stdin" : a.input};
+  run(&c, in, bpe);
+  if (!from_stdin) fclose(in);
+  if (fflush(stdout)) td_fail("writing to stdout: %s", strerror(errno));
+  td_free(c.kbuf), td_free(c.text), td_free(c.ids), td_free(c.out.p);
+  td_bpe_free(bpe);
+  return 0;
+}

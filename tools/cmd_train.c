@@ -1,0 +1,23 @@
+/* trident train: pretrain_gpt.py's flags (src/train/args.h), the loop in src/train/trainer.c. */
+#include <stdio.h>
+
+#include "base/error.h"
+#include "commands.h"
+#include "train/args.h"
+#include "train/trainer.h"
+
+int td_cmd_train(int argc, char **argv) {
+  td_args a;
+  char err[1024];
+  if (td_args_parse(&a, argc, argv, err, sizeof err)) td_fail("%s", err);
+  if (a.help) {
+    td_args_print_help(stdout);
+    td_args_free(&a);
+    return 0;
+  }
+  if (td_args_validate(&a, 1, err, sizeof err)) td_fail("%s", err);
+  td_args_print_notes(&a, stderr);
+  int rc = td_train(&a);
+  td_args_free(&a);
+  return rc;
+}
