@@ -25,17 +25,19 @@ static void td_fuzz_read_all(const td_indexed_dataset *ds) {
   td_free(buf);
 }
 
-static void td_fuzz_gpt_index(const td_indexed_dataset *ds) {
+/* Sequence length 2..8 and 0..12 samples, varied with the input size so the fuzzer
+ * also reaches multi-epoch and separate-final-epoch indices. */
+static void td_fuzz_gpt_index(const td_indexed_dataset *ds, size_t size) {
   if (ds->n_sequences == 0) return;
   td_gpt_index_params p = {.data = ds, .split = TD_SPLIT_TRAIN, .doc_begin = 0, .doc_end = ds->n_sequences,
-                           .num_samples = 3, .seq_length = 4, .seed = 1234};
+                           .num_samples = (int64_t)(size % 13), .seq_length = 2 + (int64_t)(size % 7), .seed = 1234};
   td_gpt_index gi;
   char err[512];
   if (td_gpt_index_open(&gi, &p, err, sizeof err) != 0) {
     TD_CHECK(err[0], "a rejected GPT index gives a message");
     return;
   }
-  int32_t tokens[5];
+  int32_t tokens[9];
   for (int64_t i = 0; i < gi.n_samples && i < 64; i++) td_gpt_index_sample(&gi, i, tokens);
   td_gpt_index_close(&gi);
 }
@@ -54,7 +56,7 @@ static int td_fuzz_indexed_dataset_one(const uint8_t *data, size_t size) {
     return 0;
   }
   td_fuzz_read_all(&ds);
-  if (td_idx_dtype_is_token(ds.dtype)) td_fuzz_gpt_index(&ds);
+  if (td_idx_dtype_is_token(ds.dtype)) td_fuzz_gpt_index(&ds, size);
   td_indexed_dataset_close(&ds);
   return 1;
 }

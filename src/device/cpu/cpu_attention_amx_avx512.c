@@ -202,18 +202,19 @@ static inline __mmask16 kept(const uint32_t *words, td_attn_dropout dr, int64_t 
  * bf16 to p, sets *lse = max x + log l and returns l = sum_{j<nvalid} exp(x_j - max x). */
 static float fwd_row(const float *s, int64_t nvalid, int64_t n, float scale, const uint32_t *words,
                      td_attn_dropout dr, float *lse, uint16_t *p) {
-  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512 vscale = _mm512_set1_ps(scale), vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E);
   __m512 vmax = _mm512_set1_ps(-INFINITY);
   for (int64_t j = 0; j < nvalid; j += 16) {
     __mmask16 m = td_attn_lanes(nvalid - j);
     vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(m, s + j)));
   }
   const float mx = _mm512_reduce_max_ps(vmax);
-  const __m512 vm = _mm512_set1_ps(mx);
+  const __m512 vm2 = _mm512_set1_ps(mx * TD_ATTN_LOG2E);
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; j += 16) {
     __mmask16 valid = td_attn_lanes(nvalid - j);
-    __m512 e = _mm512_maskz_mov_ps(valid, td_attn_exp16(_mm512_fmsub_ps(vscale, _mm512_maskz_loadu_ps(valid, s + j), vm)));
+    __m512 x2 = _mm512_fmsub_ps(vscale2, _mm512_maskz_loadu_ps(valid, s + j), vm2);
+    __m512 e = _mm512_maskz_mov_ps(valid, td_attn_exp2_16(x2));
     vsum = _mm512_add_ps(vsum, e);
     if (words) e = _mm512_maskz_mov_ps(kept(words, dr, j, valid), e);
     _mm256_storeu_si256((__m256i *)(p + j), (__m256i)_mm512_cvtneps_pbh(e));
@@ -232,11 +233,12 @@ typedef struct {
 } bwd_row;
 
 /* p' and dS of chunk j (16 lanes) of a row */
-static inline void bwd_chunk(const bwd_row *r, int64_t j, __m512 vscale, td_attn_dropout dr,
+static inline void bwd_chunk(const bwd_row *r, int64_t j, __m512 vscale2, td_attn_dropout dr,
                              __m512 *pk, __m512 *ds) {
   __mmask16 valid = td_attn_lanes(r->nvalid - j);
-  __m512 x = _mm512_fmsub_ps(vscale, _mm512_maskz_loadu_ps(valid, r->s + j), _mm512_set1_ps(r->lse));
-  __m512 p = _mm512_maskz_mov_ps(valid, td_attn_exp16(x));
+  __m512 x2 = _mm512_fmsub_ps(vscale2, _mm512_maskz_loadu_ps(valid, r->s + j),
+                              _mm512_set1_ps(r->lse * TD_ATTN_LOG2E));
+  __m512 p = _mm512_maskz_mov_ps(valid, td_attn_exp2_16(x2));
   __m512 dp = _mm512_maskz_loadu_ps(valid, r->dp + j);
   *pk = p;
   if (r->words) {
@@ -253,7 +255,7 @@ static inline void bwd_chunk(const bwd_row *r, int64_t j, __m512 vscale, td_attn
 static void bwd_row_pair(const bwd_row *r0, const bwd_row *r1, int64_t n, float scale,
                          td_attn_dropout dr, uint16_t *ds0, int64_t ds_pitch, uint32_t *pk_pairs,
                          uint32_t *ds_pairs) {
-  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512 vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E);
   const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
                                               24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17,
                                               1, 16, 0);
@@ -262,8 +264,8 @@ static void bwd_row_pair(const bwd_row *r0, const bwd_row *r1, int64_t n, float 
     __m512i pk2 = _mm512_setzero_si512(), ds2 = pk2; /* row 0 in words 0-15, row 1 in 16-31 */
     if (j < live) {
       __m512 pk0, ds0v, pk1, ds1v;
-      bwd_chunk(r0, j, vscale, dr, &pk0, &ds0v);
-      bwd_chunk(r1, j, vscale, dr, &pk1, &ds1v);
+      bwd_chunk(r0, j, vscale2, dr, &pk0, &ds0v);
+      bwd_chunk(r1, j, vscale2, dr, &pk1, &ds1v);
       pk2 = (__m512i)_mm512_cvtne2ps_pbh(pk1, pk0);
       ds2 = (__m512i)_mm512_cvtne2ps_pbh(ds1v, ds0v);
     }

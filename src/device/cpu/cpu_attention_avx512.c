@@ -26,18 +26,18 @@ static inline __mmask16 kept(const uint32_t *words, td_attn_dropout dr, int64_t 
 void td_attn_softmax_row_avx512(float *s, int64_t nvalid, int64_t ncols, float scale,
                                 const uint32_t *words, td_attn_dropout dr, float *lse,
                                 void *p_out, td_dtype p_dtype) {
-  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512 vscale = _mm512_set1_ps(scale), vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E);
   __m512 vmax = _mm512_set1_ps(-INFINITY);
   for (int64_t j = 0; j < nvalid; j += 16) {
     __mmask16 m = td_attn_lanes(nvalid - j);
     vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(m, s + j)));
   }
   const float mx = _mm512_reduce_max_ps(vmax);
-  const __m512 vm = _mm512_set1_ps(mx);
+  const __m512 vm2 = _mm512_set1_ps(mx * TD_ATTN_LOG2E);
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t j = 0; j < nvalid; j += 16) {
     __mmask16 m = td_attn_lanes(nvalid - j);
-    __m512 e = td_attn_exp16(_mm512_fmsub_ps(vscale, _mm512_maskz_loadu_ps(m, s + j), vm));
+    __m512 e = td_attn_exp2_16(_mm512_fmsub_ps(vscale2, _mm512_maskz_loadu_ps(m, s + j), vm2));
     _mm512_mask_storeu_ps(s + j, m, e);
     vsum = _mm512_mask_add_ps(vsum, m, vsum, e);
   }
@@ -56,11 +56,13 @@ void td_attn_softmax_bwd_row_avx512(const float *s, const float *dp, int64_t nva
                                     int64_t ncols, float scale, const uint32_t *words,
                                     td_attn_dropout dr, float lse, float di, void *p_out,
                                     void *ds_out, td_dtype p_dtype) {
-  const __m512 vscale = _mm512_set1_ps(scale), vlse = _mm512_set1_ps(lse), vdi = _mm512_set1_ps(di);
+  const __m512 vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E);
+  const __m512 vlse2 = _mm512_set1_ps(lse * TD_ATTN_LOG2E), vdi = _mm512_set1_ps(di);
   const __m512 vks = _mm512_set1_ps(dr.keep_scale);
   for (int64_t j = 0; j < ncols; j += 16) {
     __mmask16 m = td_attn_lanes(ncols - j), valid = td_attn_lanes(nvalid - j);
-    __m512 p = _mm512_maskz_mov_ps(valid, td_attn_exp16(_mm512_fmsub_ps(vscale, _mm512_maskz_loadu_ps(valid, s + j), vlse)));
+    __m512 x2 = _mm512_fmsub_ps(vscale2, _mm512_maskz_loadu_ps(valid, s + j), vlse2);
+    __m512 p = _mm512_maskz_mov_ps(valid, td_attn_exp2_16(x2));
     __m512 dpv = _mm512_maskz_loadu_ps(valid, dp + j), pk = p;
     if (words) {
       __m512 k = _mm512_maskz_mov_ps(kept(words, dr, j, valid), vks);

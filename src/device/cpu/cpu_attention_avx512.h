@@ -1,9 +1,10 @@
 /* AVX-512 helpers shared by the attention's *_avx512.c files (include only from
  * files compiled with the AVX-512 flags).
  *
- * exp16: Cephes' expf on 16 lanes: n = round(x log2 e), r = x - n ln2 (ln2 split
- * in two), e^r = 1 + r + r^2 poly5(r), times 2^n by vscalefps (which also flushes
- * very negative x to 0); about 1 ulp for x <= 88 (the callers' x are <= ~0).
+ * exp2_16: 2^t on 16 lanes (callers pass t = x log2 e, folding log2 e into their
+ * scale): n = round(t), f = t - n in [-1/2, 1/2], 2^f by the degree-5 minimax
+ * polynomial (relative error 7.5e-8), times 2^n by vscalefps (which flushes
+ * t < -150 to 0). t must not be -inf (finite inputs never give it).
  * bf16_bits: round to nearest even with the integer trick of td_f32_to_bf16
  * (same bits as the portable path, NaN kept quiet), the bf16 in the low 16 bits
  * of each 32-bit lane. */
@@ -18,20 +19,18 @@ static inline __mmask16 td_attn_lanes(int64_t left) {
   return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1);
 }
 
-static inline __m512 td_attn_exp16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f)); /* also maps -inf to 0 */
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  __m512 y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(y, n);
+#define TD_ATTN_LOG2E 1.44269504088896341f
+
+static inline __m512 td_attn_exp2_16(__m512 t) {
+  __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(1.327647198e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.675541334e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550713274e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402211972e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931469671e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.000000072f));
+  return _mm512_scalef_ps(p, n);
 }
 
 static inline __m512i td_attn_bf16_bits(__m512 x) {

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Resume is exact: 20 iterations straight and 10 + save + load + 10 print the same
+# losses to the last digit (fp32 and bf16, dropout on); the checkpoint has
+# Megatron's layout; a damaged checkpoint is refused with a message and exit 1.
+# Arguments: the trident binary and the source directory.
+set -u
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+ok() { echo "ok    $*"; }
+
+model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32
+  --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 8 --lr 3e-3
+  --min-lr 3e-4 --lr-decay-style cosine --lr-warmup-iters 3 --weight-decay 0.1 --clip-grad 1.0
+  --hidden-dropout 0.1 --attention-dropout 0.1 --mock-data --tokenizer-type NullTokenizer
+  --vocab-size 200 --log-interval 1 --eval-interval 1000 --eval-iters 0 --seed 7)
+
+losses() { grep -oE 'iteration +[0-9]+/ +[0-9]+ .*lm loss: [^ ]+' "$1" | sed -E 's/^iteration +([0-9]+).*lm loss: ([^ ]+)/\1 \2/'; }
+
+for prec in fp32 bf16; do
+  extra=()
+  [ "$prec" = bf16 ] && extra=(--bf16)
+  d="$tmp/$prec"
+  mkdir -p "$d"
+  "$bin" train "${model[@]}" "${extra[@]}" --train-iters 20 >"$d/straight.log" 2>&1 ||
+    fail "$prec straight run failed: $(tail -3 "$d/straight.log")"
+  "$bin" train "${model[@]}" "${extra[@]}" --train-iters 20 --exit-interval 10 --save "$d/ckpt" \
+    --save-interval 100 >"$d/first.log" 2>&1 || fail "$prec first half failed: $(tail -3 "$d/first.log")"
+  "$bin" train "${model[@]}" "${extra[@]}" --train-iters 20 --load "$d/ckpt" --save "$d/ckpt" \
+    --save-interval 100 >"$d/second.log" 2>&1 || fail "$prec second half failed: $(tail -3 "$d/second.log")"
+  losses "$d/straight.log" >"$d/a"
+  { losses "$d/first.log"; losses "$d/second.log"; } >"$d/b"
+  if [ "$(wc -l <"$d/a")" -eq 20 ] && cmp -s "$d/a" "$d/b"; then
+    ok "$prec: 20 straight == 10 + save + load + 10, bit for bit"
+  else
+    fail "$prec resume differs:"; diff "$d/a" "$d/b" | head -5
+  fi
+  first=$(head -1 "$d/a" | cut -d' ' -f2); last=$(tail -1 "$d/a" | cut -d' ' -f2)
+  awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' && ok "$prec: loss falls ($first -> $last)" ||
+    fail "$prec: loss did not fall ($first -> $last)"
+done
+
+c="$tmp/fp32/ckpt"
+[ "$(cat "$c/latest_checkpointed_iteration.txt")" = 20 ] && [ -f "$c/iter_0000010/mp_rank_00/model.safetensors" ] &&
+  [ -f "$c/iter_0000020/mp_rank_00/optim_dp000.safetensors" ] && [ -f "$c/iter_0000020/metadata.json" ] &&
+  ok "Megatron layout: latest=20, iter_0000010/ and iter_0000020/ with mp_rank_00/" || fail "checkpoint layout"
+
+# Refusals: other model shape, truncated tensor file, damaged latest file.
+"$bin" train "${model[@]}" --hidden-size 64 --train-iters 30 --load "$c" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "trident: error: .*embedding.word_embeddings.weight.*shape" "$tmp/err" &&
+  ok "a checkpoint of another shape is refused: $(head -c 200 "$tmp/err")" || fail "shape mismatch: rc $rc $(cat "$tmp/err")"
+f="$c/iter_0000020/mp_rank_00/model.safetensors"
+head -c 1000 "$f" >"$f.cut" && mv "$f.cut" "$f"
+"$bin" train "${model[@]}" --train-iters 30 --load "$c" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "trident: error: .*model.safetensors" "$tmp/err" &&
+  ok "a truncated checkpoint is refused: $(head -c 200 "$tmp/err")" || fail "truncated: rc $rc $(cat "$tmp/err")"
+echo "twenty" >"$c/latest_checkpointed_iteration.txt"
+"$bin" train "${model[@]}" --train-iters 30 --load "$c" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "trident: error: .*latest_checkpointed_iteration.txt" "$tmp/err" &&
+  ok "a damaged latest file is refused" || fail "latest: rc $rc $(cat "$tmp/err")"
+
+[ $failed -eq 0 ] && echo "all resume checks passed"
+exit $failed
