@@ -220,37 +220,48 @@ typedef struct {
   int64_t step;
 } adam_cfg;
 
-static void adamw_ref(const adam_cfg *c, double *p, double g, double *m, double *v) {
+/* One step on one element; returns the size of the step's terms,
+ * lr (|wd p| + |mhat / (sqrt(vhat) + eps)|), which may cancel. */
+static double adamw_ref(const adam_cfg *c, double *p, double g, double *m, double *v) {
   g *= c->gs;
   *m = c->b1 * *m + (1 - c->b1) * g;
   *v = c->b2 * *v + (1 - c->b2) * g * g;
   double mh = *m / (1 - pow(c->b1, (double)c->step)), vh = *v / (1 - pow(c->b2, (double)c->step));
-  *p -= c->lr * (c->wd * *p + mh / (sqrt(vh) + c->eps));
+  double decay = c->wd * *p, update = mh / (sqrt(vh) + c->eps);
+  *p -= c->lr * (decay + update);
+  return c->lr * (fabs(decay) + fabs(update));
 }
 
-/* lr 0.1 so that the update, not the parameter, dominates the compared change */
+/* The change of the parameters and the new m are compared relative to the size
+ * of their terms, which may cancel (lr 1, so that the change is not lost in the
+ * parameter's own rounding). */
 static void test_adamw(int64_t n, int64_t step, uint64_t s) {
-  const adam_cfg c = {0.1, 0.9, 0.95, 1e-8, 0.1, 0.5, step};
-  float *p = falloc(n), *g = falloc(n), *m = falloc(n), *v = falloc(n), *dp = falloc(n);
+  const adam_cfg c = {1.0, 0.9, 0.95, 1e-8, 0.1, 0.5, step};
+  float *p = falloc(n), *g = falloc(n), *m = falloc(n), *v = falloc(n), *p0 = falloc(n);
   double *pr = dalloc(n), *mr = dalloc(n), *vr = dalloc(n), *dpr = dalloc(n);
   tst_fill_normal(p, n, s, 1.0f);
   tst_fill_normal(g, n, s + 1, 1.0f);
   tst_fill_normal(m, n, s + 2, 0.1f);
   tst_fill_uniform(v, n, s + 3, 0.0f, 0.1f);
+  double step_size = 0, num = 0, m_size = 0, m_num = 0;
   for (int64_t i = 0; i < n; i++) {
     pr[i] = p[i], mr[i] = m[i], vr[i] = v[i];
-    adamw_ref(&c, &pr[i], g[i], &mr[i], &vr[i]);
+    m_size = fmax(m_size, c.b1 * fabs(m[i]) + (1 - c.b1) * c.gs * fabs(g[i]));
+    step_size = fmax(step_size, adamw_ref(&c, &pr[i], g[i], &mr[i], &vr[i]));
     dpr[i] = pr[i] - p[i];
-    dp[i] = p[i];
+    p0[i] = p[i];
   }
   OPS->adamw(DEV, p, g, m, v, n, (float)c.lr, (float)c.b1, (float)c.b2, (float)c.eps,
              (float)c.wd, (float)c.gs, step);
-  for (int64_t i = 0; i < n; i++) dp[i] = p[i] - dp[i];
-  double ep = tst_rel_err(dp, dpr, n), em = tst_rel_err(m, mr, n), ev = tst_rel_err(v, vr, n);
+  for (int64_t i = 0; i < n; i++) {
+    num = fmax(num, fabs((double)p[i] - p0[i] - dpr[i]));
+    m_num = fmax(m_num, fabs(m[i] - mr[i]));
+  }
+  double ep = num / step_size, em = m_num / m_size, ev = tst_rel_err(v, vr, n);
   CHECK(ep < 1e-5 && em < 1e-5 && ev < 1e-5,
         "adamw n=%lld step=%lld: rel err param change %.2g m %.2g v %.2g", (long long)n,
         (long long)step, ep, em, ev);
-  td_free(p), td_free(g), td_free(m), td_free(v), td_free(dp);
+  td_free(p), td_free(g), td_free(m), td_free(v), td_free(p0);
   td_free(pr), td_free(mr), td_free(vr), td_free(dpr);
 }
 

@@ -198,8 +198,9 @@ static void k_ln_fwd(void *p) {
 }
 static void k_ln_bwd(void *p) {
   kargs *a = p;
-  a->dev->ops->layernorm_backward(a->dev, a->z, a->w, a->b, a->y, a->x, a->w, a->mean, a->rstd,
-                                  a->rows, a->cols);
+  /* dw, db accumulate into z's tail (not into the weights w) */
+  a->dev->ops->layernorm_backward(a->dev, a->z, a->z + a->rows * a->cols, a->b, a->y, a->x, a->w,
+                                  a->mean, a->rstd, a->rows, a->cols);
 }
 static void k_gelu_fwd(void *p) {
   kargs *a = p;

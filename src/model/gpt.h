@@ -18,6 +18,11 @@
  * Activations live in an arena sized at creation for (micro_batch, seq_len): no
  * allocation in forward or backward.
  *
+ * Dropout (hidden: after the embeddings, attention proj and fc2; attention: on the
+ * probabilities) draws from the counter-based RNG under the micro-batch's seed
+ * (td_gpt_dropout_seed), one stream per (global layer, site), so the masks do not
+ * depend on threads, and a resumed run draws the same ones.
+ *
  * Mixed precision (compute dtype TD_BF16): matmul inputs (weights, LayerNorm and
  * GELU outputs, attention) are bf16, accumulation, master weights, gradients and
  * the residual stream fp32. The bf16 weights are a copy of the flat buffer made by
@@ -111,7 +116,7 @@ double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
                       const float *loss_mask, uint64_t dropout_seed, int training,
                       double *mask_sum);
 
-/* Backward of the last forward, token t's loss weighted by loss_mask_t * dloss_scale
+/* Backward of the last forward (once: it consumes the logits), token t's loss weighted by loss_mask_t * dloss_scale
  * (the trainer passes loss_scale / tokens in the global batch); ACCUMULATES into
  * the gradients. */
 void td_gpt_backward(td_gpt *m, float dloss_scale);

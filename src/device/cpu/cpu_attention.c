@@ -14,6 +14,7 @@
 #include "device/cpu/cpu_attention.h"
 
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -238,8 +239,13 @@ static void cpu_attention_forward(td_device *d, const td_attention_desc *a) {
   const int64_t bh = s.B * s.H, ntasks = bh * s.nqb;
   if (s.dt == TD_BF16 && amx_usable()) {
     const size_t bytes = td_attn_amx_scratch_bytes(s.T, s.D, 0);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t t = 0; t < bh; t++) td_attn_amx_forward_head(a, t / s.H, t % s.H, s.dr, scratch(bytes));
+#pragma omp parallel
+    {
+      const int64_t nt = omp_get_num_threads();
+#pragma omp for schedule(static, 1)
+      for (int64_t t = 0; t < bh; t++)
+        td_attn_amx_forward_head(a, t, t + nt < bh ? t + nt : -1, s.dr, scratch(bytes));
+    }
     return;
   }
   /* largest (last) query blocks first, for balance under dynamic scheduling */
@@ -316,8 +322,13 @@ static void cpu_attention_backward(td_device *d, const td_attention_desc *a) {
   const int64_t bh = s.B * s.H;
   if (s.dt == TD_BF16 && amx_usable()) {
     const size_t bytes = td_attn_amx_scratch_bytes(s.T, s.D, 1);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t t = 0; t < bh; t++) td_attn_amx_backward_head(a, t / s.H, t % s.H, s.dr, scratch(bytes));
+#pragma omp parallel
+    {
+      const int64_t nt = omp_get_num_threads();
+#pragma omp for schedule(static, 1)
+      for (int64_t t = 0; t < bh; t++)
+        td_attn_amx_backward_head(a, t, t + nt < bh ? t + nt : -1, s.dr, scratch(bytes));
+    }
     return;
   }
 #pragma omp parallel for schedule(dynamic, 1)

@@ -81,12 +81,13 @@ void td_attn_softmax_bwd_row_avx512(const float *s, const float *dp, int64_t nva
                                     td_attn_dropout dr, float lse, float di, void *p_out,
                                     void *ds_out, td_dtype p_dtype);
 
-/* AMX path, one (batch, head) per call, bf16 desc; scratch of
- * td_attn_amx_scratch_bytes(T, D, backward) bytes, 64-byte aligned. */
+/* AMX path, one head bh = b*H + h per call, bf16 desc; scratch of
+ * td_attn_amx_scratch_bytes(T, D, backward) bytes, 64-byte aligned. next_bh:
+ * the head this thread runs next (its inputs are prefetched), or -1. */
 size_t td_attn_amx_scratch_bytes(int64_t T, int64_t D, int backward);
-void td_attn_amx_forward_head(const td_attention_desc *a, int64_t b, int64_t h, td_attn_dropout dr,
-                              void *scratch);
-void td_attn_amx_backward_head(const td_attention_desc *a, int64_t b, int64_t h,
+void td_attn_amx_forward_head(const td_attention_desc *a, int64_t bh, int64_t next_bh,
+                              td_attn_dropout dr, void *scratch);
+void td_attn_amx_backward_head(const td_attention_desc *a, int64_t bh, int64_t next_bh,
                                td_attn_dropout dr, void *scratch);
 
 #endif

@@ -99,84 +99,103 @@ AMX_FN static void tile_gemm(int64_t M, int64_t N, int64_t K, const void *A, int
 
 /* ---------------------------------------------------------------- packing */
 
-/* dst[Tp x Dp] = src rows t < T (D elements, ld elements apart), zero padded. */
-static void pack_rows(uint16_t *dst, const uint16_t *src, int64_t ld, int64_t T, int64_t D,
-                      int64_t Tp, int64_t Dp) {
-  for (int64_t t = 0; t < Tp; t++) {
-    uint16_t *o = dst + t * Dp;
-    if (t < T) {
-      memcpy(o, src + t * ld, (size_t)D * 2);
-      memset(o + D, 0, (size_t)(Dp - D) * 2);
-    } else {
-      memset(o, 0, (size_t)Dp * 2);
+/* mask of the first min(max(left, 0), 32) lanes */
+static inline __mmask32 lanes32(int64_t left) {
+  return left >= 32 ? (__mmask32)0xffffffffu : left <= 0 ? (__mmask32)0 : (__mmask32)((1u << left) - 1);
+}
+
+/* Token rows (D bf16 each, ld elements apart) [t, t + 16) of src into L1: the
+ * hardware prefetchers do not follow a head's rows (one per page or so). */
+static inline void prefetch16(const uint16_t *src, int64_t ld, int64_t t, int64_t T, int64_t D) {
+  for (int64_t u = t; u < t + 16 && u < T; u++)
+    for (int64_t b = 0; b < D * 2; b += 64) _mm_prefetch((const char *)(src + u * ld) + b, _MM_HINT_T0);
+}
+
+/* Packs of one head's matrix X (T rows of D bf16, ld elements apart), zero
+ * padded to Tp x Dp; each output may be NULL:
+ *   rows   row-major, Tp x Dp bf16
+ *   tr     X^T: pair layout, Dp/2 rows of 32-bit pairs (tr_split 0), or bf16,
+ *          Dp rows (tr_split 1); rows tr_pitch elements apart
+ *   pairs  pair layout of X, Tp/2 rows of Dp 32-bit pairs
+ * X is read once, 16 tokens x 32 columns at a time. */
+static void pack_head(const uint16_t *src, int64_t ld, int64_t T, int64_t D, int64_t Tp,
+                      int64_t Dp, uint16_t *rows, void *tr, int64_t tr_pitch, int tr_split,
+                      uint32_t *pairs) {
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                      39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  prefetch16(src, ld, 0, T, D);
+  for (int64_t t0 = 0; t0 < Tp; t0 += 16) {
+    prefetch16(src, ld, t0 + 16, T, D);
+    for (int64_t c = 0; c < Dp; c += 32) {
+      __m512i r[16];
+      for (int i = 0; i < 16; i++)
+        r[i] = t0 + i < T ? _mm512_maskz_loadu_epi16(lanes32(D - c), src + (t0 + i) * ld + c)
+                          : _mm512_setzero_si512();
+      if (rows)
+        for (int i = 0; i < 16; i++) _mm512_storeu_si512(rows + (t0 + i) * Dp + c, r[i]);
+      if (pairs)
+        for (int i = 0; i < 8; i++) {
+          uint32_t *o = pairs + (t0 / 2 + i) * Dp + c;
+          _mm512_storeu_si512(o, _mm512_permutex2var_epi16(r[2 * i], lo, r[2 * i + 1]));
+          _mm512_storeu_si512(o + 16, _mm512_permutex2var_epi16(r[2 * i], hi, r[2 * i + 1]));
+        }
+      if (!tr) continue;
+      td_attn_transpose16(r); /* r[k]: pair c/2 + k of tokens t0 .. t0 + 15 */
+      for (int k = 0; k < 16; k++) {
+        if (!tr_split) {
+          _mm512_storeu_si512((uint32_t *)tr + (c / 2 + k) * tr_pitch + t0, r[k]);
+        } else {
+          uint16_t *o = (uint16_t *)tr + (c + 2 * k) * tr_pitch + t0;
+          _mm256_storeu_si256((__m256i *)o, _mm512_cvtepi32_epi16(r[k]));
+          _mm256_storeu_si256((__m256i *)(o + tr_pitch),
+                              _mm512_cvtepi32_epi16(_mm512_srli_epi32(r[k], 16)));
+        }
+      }
     }
   }
 }
 
-/* From src[Tp x Dp] bf16: the pair layout of src^T, Dp/2 rows of Tp 32-bit pairs
- * (split == 0), or src^T itself, Dp rows of Tp bf16 (split == 1); rows of dst
- * are pitch elements (of 32 or 16 bits) apart. */
-static void pack_transposed(void *dst, int64_t pitch, const uint16_t *src, int64_t Tp, int64_t Dp,
-                            int split) {
-  const uint32_t *s32 = (const uint32_t *)src;
-  const int64_t P = Dp / 2;
-  for (int64_t t0 = 0; t0 < Tp; t0 += 16)
-    for (int64_t p0 = 0; p0 < P; p0 += 16) {
-      __m512i r[16];
-      for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(s32 + (t0 + i) * P + p0);
-      td_attn_transpose16(r); /* r[i]: pair p0 + i of tokens t0 .. t0 + 15 */
-      for (int i = 0; i < 16; i++) {
-        if (!split) {
-          _mm512_storeu_si512((uint32_t *)dst + (p0 + i) * pitch + t0, r[i]);
-        } else {
-          uint16_t *o = (uint16_t *)dst + 2 * (p0 + i) * pitch + t0;
-          _mm256_storeu_si256((__m256i *)o, _mm512_cvtepi32_epi16(r[i]));
-          _mm256_storeu_si256((__m256i *)(o + pitch),
-                              _mm512_cvtepi32_epi16(_mm512_srli_epi32(r[i], 16)));
-        }
-      }
-    }
-}
-
-/* dst[Tp/2][Dp] 32-bit = pair layout of src[Tp x Dp] (rows 2p, 2p+1 interleaved). */
-static void pack_pairs(uint32_t *dst, const uint16_t *src, int64_t Tp, int64_t Dp) {
-  for (int64_t p = 0; p < Tp / 2; p++)
-    for (int64_t d = 0; d < Dp; d += 16) {
-      __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + 2 * p * Dp + d)));
-      __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + (2 * p + 1) * Dp + d)));
-      _mm512_storeu_si512(dst + p * Dp + d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-    }
-}
-
-static inline void store_bf16(uint16_t *dst, __mmask16 m, __m512 x) {
-  _mm256_mask_storeu_epi16(dst, m, (__m256i)_mm512_cvtneps_pbh(x));
+/* dst[0:D) = bf16 of x[0:D) (x 32-aligned runs of fp32); full aligned 64-byte
+ * lines are streamed (no read for ownership: dst is not read again soon). */
+static inline void store_row_bf16(uint16_t *dst, const float *x, int64_t D, __m512 mult) {
+  int64_t d = 0;
+  for (; d + 32 <= D; d += 32) {
+    __m512i v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(mult, _mm512_loadu_ps(x + d + 16)),
+                                             _mm512_mul_ps(mult, _mm512_loadu_ps(x + d)));
+    if (((uintptr_t)(dst + d) & 63) == 0)
+      _mm512_stream_si512((__m512i *)(dst + d), v);
+    else
+      _mm512_storeu_si512(dst + d, v);
+  }
+  for (; d < D; d += 16)
+    _mm256_mask_storeu_epi16(dst + d, td_attn_lanes(D - d),
+                             (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(mult, _mm512_loadu_ps(x + d))));
 }
 
 /* dst rows r < rows (ld elements apart) = mult * row_mult[r] * src[r][0:D) as bf16
  * (row_mult NULL: 1); src fp32, rows Dp apart. */
 static void store_rows(uint16_t *dst, int64_t ld, const float *src, int64_t rows, int64_t D,
                        int64_t Dp, float mult, const float *row_mult) {
-  for (int64_t r = 0; r < rows; r++) {
-    const __m512 vm = _mm512_set1_ps(row_mult ? mult * row_mult[r] : mult);
-    for (int64_t d = 0; d < D; d += 16)
-      store_bf16(dst + r * ld + d, td_attn_lanes(D - d), _mm512_mul_ps(vm, _mm512_loadu_ps(src + r * Dp + d)));
-  }
+  for (int64_t r = 0; r < rows; r++)
+    store_row_bf16(dst + r * ld, src + r * Dp, D, _mm512_set1_ps(row_mult ? mult * row_mult[r] : mult));
 }
 
 /* dst[t][d] (rows ld elements apart) = mult * src[d][t] as bf16 for t < T, d < D;
- * src fp32, D rows pitch apart. */
+ * src fp32, Dp rows pitch apart. Transposed 16 x 16 at a time through buf
+ * (16 rows of Dp floats). */
 static void store_transposed(uint16_t *dst, int64_t ld, const float *src, int64_t pitch, int64_t T,
-                             int64_t D, float mult) {
+                             int64_t D, int64_t Dp, float mult, float *buf) {
   const __m512 vm = _mm512_set1_ps(mult);
-  for (int64_t t0 = 0; t0 < T; t0 += 16)
-    for (int64_t d0 = 0; d0 < D; d0 += 16) {
+  for (int64_t t0 = 0; t0 < T; t0 += 16) {
+    for (int64_t d0 = 0; d0 < Dp; d0 += 16) {
       __m512i r[16];
       for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(src + (d0 + i) * pitch + t0);
       td_attn_transpose16(r);
-      for (int i = 0; i < 16 && t0 + i < T; i++)
-        store_bf16(dst + (t0 + i) * ld + d0, td_attn_lanes(D - d0),
-                   _mm512_mul_ps(vm, _mm512_castsi512_ps(r[i])));
+      for (int i = 0; i < 16; i++) _mm512_storeu_si512(buf + i * Dp + d0, r[i]);
     }
+    for (int i = 0; i < 16 && t0 + i < T; i++) store_row_bf16(dst + (t0 + i) * ld, buf + i * Dp, D, vm);
+  }
 }
 
 /* sum_d x[d] y[d] over D bf16 elements */
@@ -283,8 +302,8 @@ typedef struct {
   /* pitch (elements) of rows up to Tp long: p32 for 32-bit elements (KTv, VTv,
    * dKT, dVT, S, dP, Pv, dSv), p16 for bf16 (QT, dOT, P, dS); 64 bytes of slack */
   int64_t p32, p16;
-  uint16_t *Qp, *tmp, *KTv, *Vv, *Kv, *VTv, *dOp, *QT, *dOT, *P, *dS, *Pv, *dSv;
-  float *S, *dP, *Ob, *dKT, *dVT, *rowl;
+  uint16_t *Qp, *KTv, *Vv, *Kv, *VTv, *dOp, *QT, *dOT, *P, *dS, *Pv, *dSv;
+  float *S, *dP, *Ob, *dKT, *dVT, *rowl, *di;
   uint32_t *rng0, *rng1;
 } amx_bufs;
 
@@ -303,10 +322,9 @@ static size_t layout(amx_bufs *b, char *base, int64_t Tp, int64_t Dp, int backwa
   const size_t blk32 = (size_t)(BQ * b->p32) * 4, blk16 = (size_t)(BQ * b->p16) * 2;
   size_t off = 0;
   b->Qp = take(base, &off, pk);
-  b->tmp = take(base, &off, pk);
   b->KTv = take(base, &off, pairs_t);
   b->S = take(base, &off, blk32);
-  b->Ob = take(base, &off, (size_t)(BQ * Dp) * 4); /* O block, or dQ block */
+  b->Ob = take(base, &off, (size_t)(BQ * Dp) * 4); /* O block, dQ block, transposes */
   b->rng0 = take(base, &off, (size_t)(Tp + 67) * 4);
   if (!backward) {
     b->Vv = take(base, &off, pk);
@@ -326,6 +344,7 @@ static size_t layout(amx_bufs *b, char *base, int64_t Tp, int64_t Dp, int backwa
   b->dKT = take(base, &off, pairs_t * 2);
   b->dVT = take(base, &off, pairs_t * 2);
   b->rng1 = take(base, &off, (size_t)(Tp + 67) * 4);
+  b->di = take(base, &off, (size_t)Tp * 4);
   return off;
 }
 
@@ -339,17 +358,37 @@ size_t td_attn_amx_scratch_bytes(int64_t T, int64_t D, int backward) {
 typedef struct {
   int64_t T, H, D;
   const uint16_t *q, *k, *v; /* token 0 of this head; tokens 3*H*D apart */
+  const uint16_t *o, *dout;  /* token 0 of this head in out, dout; tokens H*D apart */
   float *lse;                /* lse of this head, T */
   uint64_t g0;               /* dropout index of element (i = 0, j = 0) */
 } head;
 
-static head head_of(const td_attention_desc *a, int64_t b, int64_t h) {
+static head head_of(const td_attention_desc *a, int64_t bh) {
   head e = {.T = a->seq, .H = a->heads, .D = a->head_dim};
+  const int64_t b = bh / e.H, h = bh % e.H;
   e.q = (const uint16_t *)a->qkv + (b * e.T * e.H + h) * 3 * e.D;
   e.k = e.q + e.D, e.v = e.q + 2 * e.D;
-  e.lse = a->lse + (b * e.H + h) * e.T;
-  e.g0 = (uint64_t)((b * e.H + h) * e.T * e.T);
+  e.o = (const uint16_t *)a->out + (b * e.T * e.H + h) * e.D;
+  e.dout = a->dout ? (const uint16_t *)a->dout + (b * e.T * e.H + h) * e.D : NULL;
+  e.lse = a->lse + bh * e.T;
+  e.g0 = (uint64_t)(bh * e.T * e.T);
   return e;
+}
+
+/* Into L2: the rows [t0, t1) of a head's inputs (q, k, v; with out and dout for
+ * the backward), so that the next head's packing reads them from cache while
+ * this head computes (memory bandwidth is the other bound of attention). */
+static void prefetch_inputs(const head *e, int backward, int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1 && t < e->T; t++) {
+    const char *qkv = (const char *)(e->q + t * 3 * e->H * e->D);
+    for (int64_t b = 0; b < 6 * e->D; b += 64) _mm_prefetch(qkv + b, _MM_HINT_T1);
+    if (!backward) continue;
+    const char *o = (const char *)(e->o + t * e->H * e->D), *g = (const char *)(e->dout + t * e->H * e->D);
+    for (int64_t b = 0; b < 2 * e->D; b += 64) {
+      _mm_prefetch(o + b, _MM_HINT_T1);
+      _mm_prefetch(g + b, _MM_HINT_T1);
+    }
+  }
 }
 
 static const uint32_t *words_of(const td_attention_desc *a, const head *e, td_attn_dropout dr,
@@ -358,22 +397,21 @@ static const uint32_t *words_of(const td_attention_desc *a, const head *e, td_at
   return td_attn_rng_row_avx512(a->seed, a->stream, e->g0 + (uint64_t)(i * e->T), i + 1, buf);
 }
 
-AMX_FN void td_attn_amx_forward_head(const td_attention_desc *a, int64_t b, int64_t h,
+AMX_FN void td_attn_amx_forward_head(const td_attention_desc *a, int64_t bh, int64_t next_bh,
                                      td_attn_dropout dr, void *scratch) {
-  const head e = head_of(a, b, h);
-  const int64_t T = e.T, D = e.D, ld = 3 * e.H * D;
+  const head e = head_of(a, bh), next = head_of(a, next_bh >= 0 ? next_bh : bh);
+  const int64_t T = e.T, D = e.D, ld = 3 * e.H * D, nblk = (T + BQ - 1) / BQ;
   amx_bufs m;
   layout(&m, scratch, round32(T), round32(D), 0);
   const int64_t Tp = m.Tp, Dp = m.Dp;
-  pack_rows(m.Qp, e.q, ld, T, D, Tp, Dp);
-  pack_rows(m.tmp, e.k, ld, T, D, Tp, Dp);
-  pack_transposed(m.KTv, m.p32, m.tmp, Tp, Dp, 0);
-  pack_rows(m.tmp, e.v, ld, T, D, Tp, Dp);
-  pack_pairs((uint32_t *)m.Vv, m.tmp, Tp, Dp);
-  uint16_t *out = (uint16_t *)a->out + (b * T * e.H + h) * D;
+  pack_head(e.q, ld, T, D, Tp, Dp, m.Qp, NULL, 0, 0, NULL);
+  pack_head(e.k, ld, T, D, Tp, Dp, NULL, m.KTv, m.p32, 0, NULL);
+  pack_head(e.v, ld, T, D, Tp, Dp, NULL, NULL, 0, 0, (uint32_t *)m.Vv);
+  uint16_t *out = (uint16_t *)e.o;
   tiles_configure();
   for (int64_t i0 = 0; i0 < T; i0 += BQ) {
     const int64_t rows = BQ < Tp - i0 ? BQ : Tp - i0, n = i0 + rows; /* keys [0, n) */
+    if (next_bh >= 0) prefetch_inputs(&next, 0, i0 / BQ * T / nblk, (i0 / BQ + 1) * T / nblk);
     tile_gemm(rows, n, Dp, m.Qp + i0 * Dp, Dp * 2, m.KTv, m.p32 * 4, m.S, m.p32 * 4, 0);
     for (int64_t r = 0; r < rows; r++) {
       const int64_t i = i0 + r;
@@ -390,32 +428,31 @@ AMX_FN void td_attn_amx_forward_head(const td_attention_desc *a, int64_t b, int6
                m.rowl);
   }
   _tile_release();
+  _mm_sfence(); /* the streaming stores */
 }
 
-AMX_FN void td_attn_amx_backward_head(const td_attention_desc *a, int64_t b, int64_t h,
+AMX_FN void td_attn_amx_backward_head(const td_attention_desc *a, int64_t bh, int64_t next_bh,
                                       td_attn_dropout dr, void *scratch) {
-  const head e = head_of(a, b, h);
-  const int64_t T = e.T, D = e.D, ld = 3 * e.H * D, ldo = e.H * D;
+  const head e = head_of(a, bh), next = head_of(a, next_bh >= 0 ? next_bh : bh);
+  const int64_t T = e.T, D = e.D, ld = 3 * e.H * D, ldo = e.H * D, nblk = (T + BQ - 1) / BQ;
   amx_bufs m;
   layout(&m, scratch, round32(T), round32(D), 1);
   const int64_t Tp = m.Tp, Dp = m.Dp, p32 = m.p32, p16 = m.p16;
-  const int64_t o0 = (b * T * e.H + h) * D; /* token 0 of this head in out, dout */
-  const uint16_t *O = (const uint16_t *)a->out + o0;
-  pack_rows(m.Qp, e.q, ld, T, D, Tp, Dp);
-  pack_transposed(m.QT, p16, m.Qp, Tp, Dp, 1);
-  pack_rows(m.tmp, e.k, ld, T, D, Tp, Dp);
-  pack_transposed(m.KTv, p32, m.tmp, Tp, Dp, 0);
-  pack_pairs((uint32_t *)m.Kv, m.tmp, Tp, Dp);
-  pack_rows(m.tmp, e.v, ld, T, D, Tp, Dp);
-  pack_transposed(m.VTv, p32, m.tmp, Tp, Dp, 0);
-  pack_rows(m.dOp, (const uint16_t *)a->dout + o0, ldo, T, D, Tp, Dp);
-  pack_transposed(m.dOT, p16, m.dOp, Tp, Dp, 1);
-  uint16_t *dq = (uint16_t *)a->dqkv + (b * T * e.H + h) * 3 * D;
+  pack_head(e.q, ld, T, D, Tp, Dp, m.Qp, m.QT, p16, 1, NULL);
+  pack_head(e.k, ld, T, D, Tp, Dp, NULL, m.KTv, p32, 0, (uint32_t *)m.Kv);
+  pack_head(e.v, ld, T, D, Tp, Dp, NULL, m.VTv, p32, 0, NULL);
+  pack_head(e.dout, ldo, T, D, Tp, Dp, m.dOp, m.dOT, p16, 1, NULL);
+  for (int64_t t = 0; t < T; t++) { /* D_t = rowsum(dO_t * O_t) */
+    if (t % 16 == 0) prefetch16(e.o, ldo, t + 16, T, D);
+    m.di[t] = dot_bf16(m.dOp + t * Dp, e.o + t * ldo, D);
+  }
+  uint16_t *dq = (uint16_t *)a->dqkv + (e.q - (const uint16_t *)a->qkv);
   tiles_configure();
   const int64_t last = (T - 1) / BQ * BQ;
   for (int64_t i0 = last; i0 >= 0; i0 -= BQ) {
     const int64_t rows = BQ < Tp - i0 ? BQ : Tp - i0, n = i0 + rows;
     const int acc = i0 != last; /* the last block covers every key: it initialises dK^T, dV^T */
+    if (next_bh >= 0) prefetch_inputs(&next, 1, i0 / BQ * T / nblk, (i0 / BQ + 1) * T / nblk);
     tile_gemm(rows, n, Dp, m.Qp + i0 * Dp, Dp * 2, m.KTv, p32 * 4, m.S, p32 * 4, 0);
     tile_gemm(rows, n, Dp, m.dOp + i0 * Dp, Dp * 2, m.VTv, p32 * 4, m.dP, p32 * 4, 0);
     for (int64_t r = 0; r < rows; r += 2) {
@@ -426,7 +463,7 @@ AMX_FN void td_attn_amx_backward_head(const td_attention_desc *a, int64_t b, int
         if (i >= T) continue; /* padding: nvalid 0 */
         rr[u].nvalid = i + 1;
         rr[u].lse = e.lse[i];
-        rr[u].di = dot_bf16(m.dOp + i * Dp, O + i * ldo, D);
+        rr[u].di = m.di[i];
         rr[u].words = words_of(a, &e, dr, i, u ? m.rng1 : m.rng0);
       }
       bwd_row_pair(&rr[0], &rr[1], n, a->scale, dr, m.dS + r * p16, p16,
@@ -438,6 +475,7 @@ AMX_FN void td_attn_amx_backward_head(const td_attention_desc *a, int64_t b, int
     store_rows(dq + i0 * ld, ld, m.Ob, (T - i0 < rows ? T - i0 : rows), D, Dp, a->scale, NULL);
   }
   _tile_release();
-  store_transposed(dq + D, ld, m.dKT, p32, T, D, a->scale);
-  store_transposed(dq + 2 * D, ld, m.dVT, p32, T, D, 1.0f);
+  store_transposed(dq + D, ld, m.dKT, p32, T, D, Dp, a->scale, m.Ob);
+  store_transposed(dq + 2 * D, ld, m.dVT, p32, T, D, Dp, 1.0f, m.Ob);
+  _mm_sfence(); /* the streaming stores */
 }

@@ -82,9 +82,11 @@ static void layernorm_backward_row(float *dx, float *dw_acc, float *db_acc, cons
 /* --------------------------------------------------------------------- gelu */
 
 /* The math is cpu_ew_generic.c's: erf form through Phi(x) = 1 - q (x > 0) or q,
- * q = Phi(-|x|); tanh form as x sigmoid(2u). x is clamped to [-16, 16] where
- * only the (then exact) 0 / 1 limits are affected. */
-static __m512 clamp16(__m512 x) { return _mm512_min_ps(V1(16.0f), _mm512_max_ps(V1(-16.0f), x)); }
+ * q = Phi(-|x|) (x clamped to [-16, 16], where only the then exact 0 / 1 limits
+ * are affected); tanh form as x sigmoid(z), z = 2u. */
+static __m512 clamp16(__m512 x) {
+  return _mm512_min_ps(V1(16.0f), _mm512_max_ps(V1(-16.0f), x));
+}
 
 static __m512 gelu_erf_phi(__m512 x, __m512 *gauss) {
   __m512 q = v_normal_tail(clamp16(x), gauss);
@@ -92,11 +94,17 @@ static __m512 gelu_erf_phi(__m512 x, __m512 *gauss) {
   return _mm512_mask_sub_ps(q, pos, V1(1.0f), q);
 }
 
-/* e = exp(-2u) clamped at exp(88) */
-static __m512 gelu_tanh_exp(__m512 x, __m512 x2) {
-  __m512 u = _mm512_mul_ps(_mm512_mul_ps(V1(GELU_TANH_K0), x),
+/* s = sigmoid(z) and *s1 = 1 - s for z = 2u = 2 K0 x (1 + K1 x^2): with
+ * e = exp(-|z|), they are 1 / (1 + e) and e / (1 + e) (no overflow). */
+static __m512 gelu_tanh_sigmoid(__m512 x, __m512 x2, __m512 *s1) {
+  __m512 z = _mm512_mul_ps(_mm512_mul_ps(V1(2.0f * GELU_TANH_K0), x),
                            _mm512_fmadd_ps(V1(GELU_TANH_K1), x2, V1(1.0f)));
-  return v_exp(_mm512_min_ps(V1(88.0f), _mm512_mul_ps(V1(-2.0f), u)));
+  __m512 e = v_exp(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(z)));
+  __m512 big = _mm512_div_ps(V1(1.0f), _mm512_add_ps(V1(1.0f), e));
+  __m512 small = _mm512_mul_ps(e, big);
+  __mmask16 pos = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GE_OQ);
+  *s1 = _mm512_mask_blend_ps(pos, big, small);
+  return _mm512_mask_blend_ps(pos, small, big);
 }
 
 static __m512 gelu_value(__m512 x, td_gelu_kind kind) {
@@ -104,8 +112,8 @@ static __m512 gelu_value(__m512 x, td_gelu_kind kind) {
     __m512 g;
     return _mm512_mul_ps(x, gelu_erf_phi(x, &g));
   }
-  __m512 e = gelu_tanh_exp(x, _mm512_mul_ps(x, x));
-  return _mm512_div_ps(x, _mm512_add_ps(V1(1.0f), e));
+  __m512 s1;
+  return _mm512_mul_ps(x, gelu_tanh_sigmoid(x, _mm512_mul_ps(x, x), &s1));
 }
 
 static __m512 gelu_grad(__m512 x, td_gelu_kind kind) {
@@ -113,10 +121,9 @@ static __m512 gelu_grad(__m512 x, td_gelu_kind kind) {
     __m512 g, phi = gelu_erf_phi(x, &g);
     return _mm512_fmadd_ps(_mm512_mul_ps(clamp16(x), g), V1(INV_SQRT_2PI), phi);
   }
-  __m512 x2 = _mm512_mul_ps(x, x), e = gelu_tanh_exp(x, x2);
-  __m512 s = _mm512_div_ps(V1(1.0f), _mm512_add_ps(V1(1.0f), e));
+  __m512 x2 = _mm512_mul_ps(x, x), s1, s = gelu_tanh_sigmoid(x, x2, &s1);
   __m512 du = _mm512_fmadd_ps(V1(3.0f * GELU_TANH_K1), x2, V1(1.0f)); /* u' / K0 */
-  __m512 t = _mm512_mul_ps(_mm512_mul_ps(x, _mm512_mul_ps(e, s)), _mm512_mul_ps(s, du));
+  __m512 t = _mm512_mul_ps(_mm512_mul_ps(x, s), _mm512_mul_ps(s1, du));
   return _mm512_fmadd_ps(t, V1(2.0f * GELU_TANH_K0), s);
 }
 

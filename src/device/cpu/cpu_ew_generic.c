@@ -68,15 +68,24 @@ static void layernorm_backward_row(float *dx, float *dw_acc, float *db_acc, cons
 
 /* erf:  gelu(x) = x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2 (no cancellation for x < 0)
  *       gelu'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2/2) / sqrt(2 pi)
- * tanh: 1 + tanh(u) = 2 sigmoid(2u), u = K0 (x + K1 x^3), so gelu(x) = x s with
- *       s = 1 / (1 + e), e = exp(-2u) (clamped at exp(88): no Inf / Inf), and
- *       gelu'(x) = s + x (e s) s 2 K0 (1 + 3 K1 x^2) */
+ * tanh: 1 + tanh(u) = 2 sigmoid(z), z = 2u = 2 K0 (x + K1 x^3), so gelu(x) = x s,
+ *       gelu'(x) = s + x s (1 - s) 2 K0 (1 + 3 K1 x^2); with e = exp(-|z|) <= 1,
+ *       the two of s and 1 - s are 1 / (1 + e) and e / (1 + e): no overflow, and
+ *       tiny values keep their relative accuracy. */
 static float phi_cdf(float x) { return 0.5f * erfcf(-x * (float)M_SQRT1_2); }
+
+/* s = sigmoid(z) and s1 = 1 - s */
+static void sigmoid_pair(float z, float *s, float *s1) {
+  float e = expf(-fabsf(z)), big = 1.0f / (1.0f + e), small = e * big;
+  *s = z >= 0.0f ? big : small;
+  *s1 = z >= 0.0f ? small : big;
+}
 
 static float gelu_value(float x, td_gelu_kind kind) {
   if (kind == TD_GELU_ERF) return x * phi_cdf(x);
-  float u = GELU_TANH_K0 * x * (1.0f + GELU_TANH_K1 * x * x);
-  return x / (1.0f + expf(fminf(-2.0f * u, 88.0f)));
+  float s, s1;
+  sigmoid_pair(2.0f * GELU_TANH_K0 * x * (1.0f + GELU_TANH_K1 * x * x), &s, &s1);
+  return x * s;
 }
 
 static float gelu_grad(float x, td_gelu_kind kind) {
@@ -84,9 +93,9 @@ static float gelu_grad(float x, td_gelu_kind kind) {
     float xc = fminf(fmaxf(x, -16.0f), 16.0f); /* phi(16) underflows; keeps Inf * 0 out */
     return phi_cdf(x) + xc * expf(-0.5f * xc * xc) * INV_SQRT_2PI;
   }
-  float x2 = x * x, u = GELU_TANH_K0 * x * (1.0f + GELU_TANH_K1 * x2);
-  float e = expf(fminf(-2.0f * u, 88.0f)), s = 1.0f / (1.0f + e);
-  return s + x * (e * s) * s * (2.0f * GELU_TANH_K0) * (1.0f + 3.0f * GELU_TANH_K1 * x2);
+  float x2 = x * x, s, s1;
+  sigmoid_pair(2.0f * GELU_TANH_K0 * x * (1.0f + GELU_TANH_K1 * x2), &s, &s1);
+  return s + x * s * s1 * (2.0f * GELU_TANH_K0) * (1.0f + 3.0f * GELU_TANH_K1 * x2);
 }
 
 static void gelu_forward(void *out, td_dtype out_dtype, const float *x, int64_t n,

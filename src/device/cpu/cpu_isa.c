@@ -10,7 +10,7 @@ static int cpu_has_avx512(void) {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("fma");
+         __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
 }
 
 int td_cpu_has_avx512_bf16(void) {

@@ -6,7 +6,7 @@
 
 typedef enum {
   TD_ISA_GENERIC = 0, /* portable C, compiled for baseline x86-64 */
-  TD_ISA_AVX512 = 1   /* AVX-512 F/BW/VL/DQ + FMA (files *_avx512.c) */
+  TD_ISA_AVX512 = 1   /* AVX-512 F/BW/VL/DQ + FMA + BMI2 (files *_avx512.c) */
 } td_cpu_isa;
 
 td_cpu_isa td_cpu_isa_get(void);
