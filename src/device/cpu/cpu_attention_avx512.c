@@ -37,7 +37,7 @@ void td_attn_softmax_row_avx512(float *s, int64_t nvalid, int64_t ncols, float s
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t j = 0; j < nvalid; j += 16) {
     __mmask16 m = td_attn_lanes(nvalid - j);
-    __m512 e = td_attn_exp2_16(_mm512_fmsub_ps(vscale2, _mm512_maskz_loadu_ps(m, s + j), vm2));
+    __m512 e = td_attn_exp2_16(_mm512_fmsub_ps(vscale2, _mm512_maskz_loadu_ps(m, s + j), vm2), 5);
     _mm512_mask_storeu_ps(s + j, m, e);
     vsum = _mm512_mask_add_ps(vsum, m, vsum, e);
   }
@@ -62,7 +62,7 @@ void td_attn_softmax_bwd_row_avx512(const float *s, const float *dp, int64_t nva
   for (int64_t j = 0; j < ncols; j += 16) {
     __mmask16 m = td_attn_lanes(ncols - j), valid = td_attn_lanes(nvalid - j);
     __m512 x2 = _mm512_fmsub_ps(vscale2, _mm512_maskz_loadu_ps(valid, s + j), vlse2);
-    __m512 p = _mm512_maskz_mov_ps(valid, td_attn_exp2_16(x2));
+    __m512 p = _mm512_maskz_mov_ps(valid, td_attn_exp2_16(x2, 5));
     __m512 dpv = _mm512_maskz_loadu_ps(valid, dp + j), pk = p;
     if (words) {
       __m512 k = _mm512_maskz_mov_ps(kept(words, dr, j, valid), vks);

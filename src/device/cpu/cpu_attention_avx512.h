@@ -2,9 +2,10 @@
  * files compiled with the AVX-512 flags).
  *
  * exp2_16: 2^t on 16 lanes (callers pass t = x log2 e, folding log2 e into their
- * scale): n = round(t), f = t - n in [-1/2, 1/2], 2^f by the degree-5 minimax
- * polynomial (relative error 7.5e-8), times 2^n by vscalefps (which flushes
- * t < -150 to 0). t must not be -inf (finite inputs never give it).
+ * scale): n = round(t), f = t - n in [-1/2, 1/2], 2^f by a minimax polynomial
+ * (relative error 7.5e-5, 2.6e-6, 7.5e-8 for degree 3, 4, 5: the fp32 kernels
+ * use 5, bf16 ones fewer), times 2^n by vscalefps (which flushes t < -150 to 0).
+ * t must not be -inf (finite inputs never give it).
  * bf16_bits: round to nearest even with the integer trick of td_f32_to_bf16
  * (same bits as the portable path, NaN kept quiet), the bf16 in the low 16 bits
  * of each 32-bit lane. */
@@ -21,15 +22,19 @@ static inline __mmask16 td_attn_lanes(int64_t left) {
 
 #define TD_ATTN_LOG2E 1.44269504088896341f
 
-static inline __m512 td_attn_exp2_16(__m512 t) {
+/* 2^t, with a polynomial of the given degree (3, 4 or 5; a constant, so the
+ * branches fold away) */
+static inline __m512 td_attn_exp2_16(__m512 t, int degree) {
+  static const float c[3][6] = {
+      {9.999280735e-1f, 6.932609855e-1f, 2.426111222e-1f, 5.517166907e-2f, 0.0f, 0.0f},
+      {9.999992614e-1f, 6.931218147e-1f, 2.402474483e-1f, 5.591786032e-2f, 9.570101908e-3f, 0.0f},
+      {1.000000072f, 6.931469671e-1f, 2.402211972e-1f, 5.550713274e-2f, 9.675541334e-3f,
+       1.327647198e-3f}};
+  const float *k = c[degree - 3];
   __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 f = _mm512_sub_ps(t, n);
-  __m512 p = _mm512_set1_ps(1.327647198e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.675541334e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550713274e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402211972e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931469671e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.000000072f));
+  __m512 p = _mm512_set1_ps(k[degree]);
+  for (int i = degree - 1; i >= 0; i--) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(k[i]));
   return _mm512_scalef_ps(p, n);
 }
 
