@@ -142,7 +142,7 @@ static void test_reference_top_level(const cJSON *ref) {
   const char *words[] = {REF_PREFIX};
   char cache[512], err[512];
   snprintf(cache, sizeof cache, "%s/top_cache", g_tmp);
-  td_gpt_config cfg = {.data_path = words, .n_data_path = 1, .split = "949,50,1", .seq_length = SEQ,
+  td_gpt_data_config cfg = {.data_path = words, .n_data_path = 1, .split = "949,50,1", .seq_length = SEQ,
                        .seed = SEED, .num_samples = {50, 12, 0}, .cache_dir = cache};
   td_gpt_datasets *d = td_gpt_datasets_open(&cfg, err, sizeof err);
   CHECK(d != NULL, "open --data-path ref --split 949,50,1: %s", d ? "ok" : err);
@@ -371,7 +371,7 @@ static void test_blend_datasets(const cJSON *ref) {
   snprintf(cache, sizeof cache, "%s/blend_cache", g_tmp);
   copy_dataset(b_prefix);
   const char *words[] = {"0.3", REF_PREFIX, "0.7", b_prefix};
-  td_gpt_config cfg = {.data_path = words, .n_data_path = 4, .split = "949,50,1", .seq_length = SEQ, .seed = SEED,
+  td_gpt_data_config cfg = {.data_path = words, .n_data_path = 4, .split = "949,50,1", .seq_length = SEQ, .seed = SEED,
                        .num_samples = {100, 10, 0}, .cache_dir = cache};
   td_gpt_datasets *d = td_gpt_datasets_open(&cfg, err, sizeof err);
   CHECK(d != NULL, "open --data-path 0.3 ref 0.7 copy: %s", d ? "ok" : err);
@@ -402,7 +402,7 @@ static void test_split_paths(void) {
   snprintf(b_prefix, sizeof b_prefix, "%s/copy_c", g_tmp);
   snprintf(cache, sizeof cache, "%s/split_cache", g_tmp);
   const char *train_w[] = {REF_PREFIX}, *valid_w[] = {b_prefix};
-  td_gpt_config cfg = {.split_data_path = {train_w, valid_w, NULL}, .n_split_data_path = {1, 1, 0},
+  td_gpt_data_config cfg = {.split_data_path = {train_w, valid_w, NULL}, .n_split_data_path = {1, 1, 0},
                        .seq_length = SEQ, .seed = SEED, .num_samples = {50, 20, 10}, .cache_dir = cache};
   td_gpt_datasets *d = td_gpt_datasets_open(&cfg, err, sizeof err);
   const td_gpt_dataset *t = d ? td_gpt_datasets_split(d, TD_SPLIT_TRAIN) : NULL, *v = d ? td_gpt_datasets_split(d, TD_SPLIT_VALID) : NULL;
@@ -515,7 +515,7 @@ static void test_sampler_on_reference(void) {
   snprintf(prefix, sizeof prefix, "%s/copy_d", g_tmp);
   copy_dataset(prefix);
   const char *words[] = {prefix};
-  td_gpt_config cfg = {.data_path = words, .n_data_path = 1, .split = "949,50,1", .seq_length = SEQ, .seed = SEED,
+  td_gpt_data_config cfg = {.data_path = words, .n_data_path = 1, .split = "949,50,1", .seq_length = SEQ, .seed = SEED,
                        .num_samples = {200, 0, 0}};
   td_gpt_datasets *d = td_gpt_datasets_open(&cfg, err, sizeof err);
   snprintf(dir, sizeof dir, "%s/cache/GPTDataset_indices", prefix);

@@ -459,7 +459,7 @@ static const td_indexed_dataset *open_data(td_gpt_datasets *d, const char *prefi
 }
 
 /* A GPT index over split i of prefix, num_samples samples (0: one epoch). */
-static td_gpt_index *open_index(td_gpt_datasets *d, const td_gpt_config *cfg, const char *prefix,
+static td_gpt_index *open_index(td_gpt_datasets *d, const td_gpt_data_config *cfg, const char *prefix,
                                 const double m[3][2], int i, int64_t num_samples, char *err, size_t errlen) {
   const td_indexed_dataset *data = open_data(d, prefix, err, errlen);
   if (!data) return NULL;
@@ -506,7 +506,7 @@ static int check_blend_counts(const td_gpt_dataset *ds, int i, char *err, size_t
   return rc;
 }
 
-static int open_blend(td_gpt_datasets *d, const td_gpt_config *cfg, const td_blend *b, const double m[3][2], int i,
+static int open_blend(td_gpt_datasets *d, const td_gpt_data_config *cfg, const td_blend *b, const double m[3][2], int i,
                       char *err, size_t errlen) {
   td_gpt_dataset *ds = &d->split[i];
   int64_t *asked = td_malloc(sizeof(int64_t) * (size_t)b->n);
@@ -530,7 +530,7 @@ static int open_blend(td_gpt_datasets *d, const td_gpt_config *cfg, const td_ble
   return rc;
 }
 
-static int open_split(td_gpt_datasets *d, const td_gpt_config *cfg, const td_blend *b, const double m[3][2], int i,
+static int open_split(td_gpt_datasets *d, const td_gpt_data_config *cfg, const td_blend *b, const double m[3][2], int i,
                       int blended, char *err, size_t errlen) {
   d->present[i] = 1;
   if (blended) return open_blend(d, cfg, b, m, i, err, errlen);
@@ -545,7 +545,7 @@ static int open_split(td_gpt_datasets *d, const td_gpt_config *cfg, const td_ble
 
 /* --data-path: one distribution split by --split. A single prefix without a weight is
  * used directly; anything else is blended (as Megatron, even "1.0 A"). */
-static int open_data_path(td_gpt_datasets *d, const td_gpt_config *cfg, char *err, size_t errlen) {
+static int open_data_path(td_gpt_datasets *d, const td_gpt_data_config *cfg, char *err, size_t errlen) {
   td_blend b;
   double m[3][2];
   int present[3];
@@ -561,7 +561,7 @@ static int open_data_path(td_gpt_datasets *d, const td_gpt_config *cfg, char *er
 }
 
 /* --train-data-path etc.: each split its own distribution, all of each dataset. */
-static int open_split_paths(td_gpt_datasets *d, const td_gpt_config *cfg, char *err, size_t errlen) {
+static int open_split_paths(td_gpt_datasets *d, const td_gpt_data_config *cfg, char *err, size_t errlen) {
   int rc = 0;
   for (int i = 0; i < 3 && !rc; i++) {
     if (cfg->n_split_data_path[i] == 0 || cfg->num_samples[i] == 0) continue;
@@ -576,7 +576,7 @@ static int open_split_paths(td_gpt_datasets *d, const td_gpt_config *cfg, char *
   return rc;
 }
 
-static int check_config(const td_gpt_config *cfg, char *err, size_t errlen) {
+static int check_config(const td_gpt_data_config *cfg, char *err, size_t errlen) {
   int per_split = cfg->n_split_data_path[0] + cfg->n_split_data_path[1] + cfg->n_split_data_path[2];
   if (cfg->n_data_path > 0 && per_split > 0)
     return failf(err, errlen, "--data-path cannot be combined with --train-data-path / --valid-data-path / --test-data-path");
@@ -588,7 +588,7 @@ static int check_config(const td_gpt_config *cfg, char *err, size_t errlen) {
   return 0;
 }
 
-td_gpt_datasets *td_gpt_datasets_open(const td_gpt_config *cfg, char *err, size_t errlen) {
+td_gpt_datasets *td_gpt_datasets_open(const td_gpt_data_config *cfg, char *err, size_t errlen) {
   if (check_config(cfg, err, errlen)) return NULL;
   td_gpt_datasets *d = td_calloc(sizeof *d);
   d->cap_data = cfg->n_data_path + cfg->n_split_data_path[0] + cfg->n_split_data_path[1] + cfg->n_split_data_path[2];
@@ -604,6 +604,7 @@ td_gpt_datasets *td_gpt_datasets_open(const td_gpt_config *cfg, char *err, size_
 }
 
 void td_gpt_datasets_close(td_gpt_datasets *d) {
+  if (!d) return;
   for (int i = 0; i < 3; i++) {
     td_free(d->split[i].parts);
     td_free(d->split[i].dataset_index), td_free(d->split[i].dataset_sample_index);

@@ -74,7 +74,7 @@ typedef struct {
   int64_t seed;                         /* --seed, 0 .. 2^32 - 1 as numpy accepts */
   int64_t num_samples[3];               /* td_gpt_num_samples() */
   const char *cache_dir;                /* --data-cache-path; NULL: PREFIX/cache/GPTDataset_indices as Megatron */
-} td_gpt_config;
+} td_gpt_data_config;
 
 /* Megatron's sample counts: train = train_iters * global_batch, valid =
  * (train_iters / eval_interval + 1) * eval_iters * global_batch, test = eval_iters * global_batch. */
@@ -86,7 +86,7 @@ typedef struct td_gpt_datasets td_gpt_datasets; /* all splits and the files behi
 
 /* Open everything the config names. A split with no samples asked and no documents
  * is absent (NULL below); one with samples asked and no documents is an error. */
-td_gpt_datasets *td_gpt_datasets_open(const td_gpt_config *cfg, char *err, size_t errlen);
+td_gpt_datasets *td_gpt_datasets_open(const td_gpt_data_config *cfg, char *err, size_t errlen);
 void td_gpt_datasets_close(td_gpt_datasets *d);
 const td_gpt_dataset *td_gpt_datasets_split(const td_gpt_datasets *d, td_split s); /* NULL if absent */
 

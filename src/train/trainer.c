@@ -11,7 +11,10 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "data/bpe_tokenizer.h"
+#include "data/gpt_dataset.h"
 #include "data/mock_data.h"
+#include "data/sampler.h"
 #include "device/device.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
@@ -29,7 +32,10 @@ typedef struct {
   td_adamw opt;
   td_lr_schedule lr;
   td_loss_scaler scaler;
-  td_mock_data mock[3];
+  td_mock_data mock[3];           /* --mock-data */
+  td_gpt_datasets *datasets;       /* --data-path and friends */
+  const td_gpt_dataset *split[3];  /* NULL: split absent */
+  td_sampler sampler[3];
   int32_t eod;
   uint64_t seed; /* of dropout: --seed, or the checkpoint's unless --no-load-rng */
   /* progress (saved in checkpoints) */
@@ -66,23 +72,55 @@ static td_gpt_config model_config(const td_args *a, int64_t padded_vocab) {
                          .untie_embeddings = a->untie_embeddings_and_output_weights};
 }
 
-/* The tokenizer's vocabulary: GPT-2's 50257, or NullTokenizer's N + 1 (eod = N). */
+/* The tokenizer's vocabulary: GPT-2's (from --vocab-file / --merge-file, which
+ * must load), or NullTokenizer's N + 1 with eod = N, as Megatron. */
 static int64_t tokenizer_vocab(const td_args *a, int32_t *eod) {
   if (a->tokenizer_type == TD_TOK_NULL) {
     *eod = (int32_t)a->vocab_size;
     return a->vocab_size + 1;
   }
-  *eod = 50256;
-  return 50257;
+  char err[1024];
+  td_bpe *bpe = td_bpe_load(a->vocab_file, a->merge_file, err, sizeof err);
+  if (!bpe) td_fail("GPT2BPETokenizer: %s", err);
+  *eod = td_bpe_eod(bpe);
+  int64_t n = td_bpe_vocab_size(bpe);
+  td_bpe_free(bpe);
+  return n;
+}
+
+static void open_datasets(trainer *t) {
+  const td_args *a = t->a;
+  td_gpt_data_config c = {.data_path = a->data_path.v, .n_data_path = a->data_path.n,
+                          .split = a->split, .seq_length = a->seq_length,
+                          .seed = a->seed, .cache_dir = a->data_cache_path};
+  const td_strlist *per_split[3] = {&a->train_data_path, &a->valid_data_path, &a->test_data_path};
+  for (int s = 0; s < 3; s++) {
+    c.split_data_path[s] = per_split[s]->v;
+    c.n_split_data_path[s] = per_split[s]->n;
+  }
+  td_gpt_num_samples(a->train_iters, a->global_batch_size, a->eval_interval, a->eval_iters,
+                     c.num_samples);
+  char err[1024];
+  t->datasets = td_gpt_datasets_open(&c, err, sizeof err);
+  if (!t->datasets) td_fail("%s", err);
+  for (int s = 0; s < 3; s++) t->split[s] = td_gpt_datasets_split(t->datasets, (td_split)s);
+  if (!t->split[0]) td_fail("the training split is empty: check --split and --data-path");
 }
 
 static void setup_data(trainer *t) {
   const td_args *a = t->a;
-  if (!a->mock_data)
-    td_fail("training on --data-path is not wired into `trident train` yet: use --mock-data "
-            "(the indexed-dataset reader lands with the data pipeline)");
-  for (int s = 0; s < 3; s++)
-    td_mock_data_init(&t->mock[s], a->seq_length, t->eod, (uint64_t)a->seed, (uint64_t)s);
+  char err[512];
+  if (a->mock_data) {
+    for (int s = 0; s < 3; s++)
+      td_mock_data_init(&t->mock[s], a->seq_length, t->eod, (uint64_t)a->seed, (uint64_t)s);
+  } else {
+    open_datasets(t);
+  }
+  for (int s = 0; s < 3; s++) {
+    int64_t len = a->mock_data ? INT64_MAX / 2 : t->split[s] ? td_gpt_dataset_len(t->split[s]) : 0;
+    if (len > 0 && td_sampler_init(&t->sampler[s], len, a->micro_batch_size, 0, 1, err, sizeof err))
+      td_fail("%s split: %s", td_split_name((td_split)s), err);
+  }
 }
 
 static void setup_checkpoint_views(trainer *t) {
@@ -140,20 +178,34 @@ static void print_summary(const trainer *t) {
 
 /* ------------------------------------------------------------------ data */
 
-/* Fill the host staging buffers with `count` samples of a split from `first`:
- * tokens = sample[0:s], targets = sample[1:s+1], loss mask 1 (0 on eod inputs
- * with --eod-mask-loss, as Megatron). Returns the sum of the mask. */
-static double fill_batch(trainer *t, int split, int64_t first, int64_t count) {
-  const int64_t s = t->a->seq_length;
+static void read_sample(trainer *t, int split, int64_t index, int32_t *tokens) {
+  if (t->a->mock_data)
+    td_mock_data_sample(&t->mock[split], index, tokens);
+  else
+    td_gpt_dataset_sample(t->split[split], index, tokens);
+}
+
+/* Fill the host staging buffers with one global batch of a split, the micro-batches
+ * the sampler gives this rank after `consumed` samples: tokens = sample[0:s],
+ * targets = sample[1:s+1], loss mask (0 on eod inputs with --eod-mask-loss, as
+ * Megatron). Returns the sum of the mask. */
+static double fill_batch(trainer *t, int split, int64_t consumed) {
+  const td_args *a = t->a;
+  const int64_t s = a->seq_length, mb = a->micro_batch_size;
+  const td_gpt_mask_config mc = {.eod = t->eod, .eod_mask_loss = a->eod_mask_loss};
+  int64_t idx[mb];
   double mask_sum = 0;
-  for (int64_t i = 0; i < count; i++) {
-    td_mock_data_sample(&t->mock[split], first + i, t->sample);
-    for (int64_t j = 0; j < s; j++) {
-      int64_t o = i * s + j;
-      t->tokens[o] = t->sample[j];
-      t->targets[o] = t->sample[j + 1];
-      t->mask[o] = t->a->eod_mask_loss && t->sample[j] == t->eod ? 0.0f : 1.0f;
-      mask_sum += t->mask[o];
+  for (int64_t m = 0; m < a->num_micro_batches; m++) {
+    if (!td_sampler_micro_batch(&t->sampler[split], consumed + m * mb * a->data_parallel_size, idx))
+      td_fail("the %s data is exhausted after %lld samples", td_split_name((td_split)split),
+              (long long)consumed);
+    for (int64_t i = 0; i < mb; i++) {
+      int64_t o = (m * mb + i) * s;
+      read_sample(t, split, idx[i], t->sample);
+      memcpy(t->tokens + o, t->sample, (size_t)s * sizeof(int32_t));
+      memcpy(t->targets + o, t->sample + 1, (size_t)s * sizeof(int32_t));
+      td_gpt_masks(t->sample, s, &mc, t->mask + o, NULL, NULL);
+      for (int64_t j = 0; j < s; j++) mask_sum += t->mask[o + j];
     }
   }
   return mask_sum;
@@ -170,7 +222,7 @@ static step_result train_step(trainer *t) {
   const td_args *a = t->a;
   const int64_t mb = a->micro_batch_size, s = a->seq_length, gb = a->global_batch_size;
   step_result r = {0};
-  double mask_total = fill_batch(t, SPLIT_TRAIN, t->consumed_train, gb);
+  double mask_total = fill_batch(t, SPLIT_TRAIN, t->consumed_train);
   double denom = mask_total > 0 ? mask_total : 1;
   float scale = t->scaler.scale;
   td_gpt_zero_grads(t->model);
@@ -209,8 +261,9 @@ static double evaluate(trainer *t, int split, int64_t *consumed) {
   const td_args *a = t->a;
   const int64_t mb = a->micro_batch_size, s = a->seq_length, gb = a->global_batch_size;
   double loss = 0, mask = 0;
+  if (!t->a->mock_data && !t->split[split]) return NAN;
   for (int64_t it = 0; it < a->eval_iters; it++) {
-    fill_batch(t, split, *consumed, gb);
+    fill_batch(t, split, *consumed);
     *consumed += gb;
     for (int64_t m = 0; m < a->num_micro_batches; m++) {
       double ms;
@@ -224,6 +277,7 @@ static double evaluate(trainer *t, int split, int64_t *consumed) {
 
 static void print_validation(trainer *t, const char *prefix, int split, int64_t *consumed) {
   char buf[1024];
+  if (!t->a->mock_data && !t->split[split]) return; /* no such split (e.g. --split 100,0,0) */
   td_format_validation(buf, sizeof buf, prefix, evaluate(t, split, consumed));
   fputs(buf, stdout);
   fflush(stdout);
@@ -384,6 +438,7 @@ static void train_loop(trainer *t) {
 
 static void trainer_free(trainer *t) {
   for (int s = 0; s < 3; s++) td_mock_data_free(&t->mock[s]);
+  td_gpt_datasets_close(t->datasets);
   td_free(t->tokens), td_free(t->targets), td_free(t->sample), td_free(t->mask);
   td_free(t->ck_params), td_free(t->ck_m), td_free(t->ck_v), td_free(t->ck_names);
   td_adamw_free(&t->opt);

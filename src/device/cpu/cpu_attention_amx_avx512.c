@@ -216,38 +216,67 @@ static inline __mmask16 kept(const uint32_t *words, td_attn_dropout dr, int64_t 
   return _mm512_mask_cmpge_epu32_mask(valid, w, _mm512_set1_epi32((int)dr.thr));
 }
 
-/* Forward row: raw scores s[0:n) (n a multiple of 32), visible j < nvalid,
- * x_j = scale s_j. Writes e_j = exp(x_j - max x) * keep_j (0 for j >= nvalid) as
- * bf16 to p, sets *lse = max x + log l and returns l = sum_{j<nvalid} exp(x_j - max x).
- * exp to 2.6e-6 (degree 4): e is rounded to bf16, and lse's error stays ~1e-6. */
-static float fwd_row(const float *s, int64_t nvalid, int64_t n, float scale, const uint32_t *words,
-                     td_attn_dropout dr, float *lse, uint16_t *p) {
-  __m512 vmax = _mm512_set1_ps(-INFINITY), vmin = _mm512_set1_ps(INFINITY);
-  for (int64_t j = 0; j < nvalid; j += 16) {
-    __mmask16 m = td_attn_lanes(nvalid - j);
-    __m512 x = _mm512_maskz_loadu_ps(m, s + j);
-    if (scale >= 0)
-      vmax = _mm512_mask_max_ps(vmax, m, vmax, x);
-    else
-      vmin = _mm512_mask_min_ps(vmin, m, vmin, x);
-  }
-  const float mx = scale * (scale >= 0 ? _mm512_reduce_max_ps(vmax) : _mm512_reduce_min_ps(vmin));
-  const __m512 vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E), vm2 = _mm512_set1_ps(mx * TD_ATTN_LOG2E);
-  __m512 vsum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < n; j += 32) {
-    __m512 e[2];
+/* Forward rows r = 0, 1 (two at a time for instruction-level parallelism): raw
+ * scores s[r][0:n) (n a multiple of 32), visible j < nvalid[r] (0: a padding
+ * row), x_j = scale s_j. Writes e_j = exp(x_j - max x) * keep_j (0 for
+ * j >= nvalid) as bf16 to p[r]; sets mx[r] = max x and l[r] = sum_{j<nvalid}
+ * exp(x_j - max x). exp to 2.6e-6 (degree 4): e is rounded to bf16, and lse's
+ * error stays ~1e-6. */
+typedef struct {
+  const float *s;
+  int64_t nvalid;
+  const uint32_t *words;
+  uint16_t *p;
+} fwd_row;
+
+static void fwd_row_pair(const fwd_row r[2], int64_t n, float scale, td_attn_dropout dr,
+                         float mx[2], float l[2]) {
+  const int64_t live = r[0].nvalid > r[1].nvalid ? r[0].nvalid : r[1].nvalid;
+  __m512 ext[2] = {_mm512_set1_ps(scale >= 0 ? -INFINITY : INFINITY),
+                   _mm512_set1_ps(scale >= 0 ? -INFINITY : INFINITY)};
+  for (int64_t j = 0; j < live; j += 16)
     for (int u = 0; u < 2; u++) {
-      const __mmask16 valid = td_attn_lanes(nvalid - j - 16 * u);
-      __m512 x2 = _mm512_fmsub_ps(vscale2, _mm512_maskz_loadu_ps(valid, s + j + 16 * u), vm2);
-      e[u] = _mm512_maskz_mov_ps(valid, td_attn_exp2_16(x2, 4));
-      vsum = _mm512_add_ps(vsum, e[u]);
-      if (words) e[u] = _mm512_maskz_mov_ps(kept(words, dr, j + 16 * u, valid), e[u]);
+      __mmask16 m = td_attn_lanes(r[u].nvalid - j);
+      __m512 x = _mm512_maskz_loadu_ps(m, r[u].s + j);
+      ext[u] = scale >= 0 ? _mm512_mask_max_ps(ext[u], m, ext[u], x)
+                          : _mm512_mask_min_ps(ext[u], m, ext[u], x);
     }
-    _mm512_storeu_si512(p + j, (__m512i)_mm512_cvtne2ps_pbh(e[1], e[0]));
+  const __m512 vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E);
+  __m512 vm2[2], vsum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int u = 0; u < 2; u++) {
+    mx[u] = scale * (scale >= 0 ? _mm512_reduce_max_ps(ext[u]) : _mm512_reduce_min_ps(ext[u]));
+    vm2[u] = _mm512_set1_ps(r[u].nvalid ? mx[u] * TD_ATTN_LOG2E : 0.0f);
   }
-  const float l = _mm512_reduce_add_ps(vsum);
-  *lse = mx + logf(l);
-  return l;
+  for (int64_t j = 0; j < n; j += 32)
+    for (int u = 0; u < 2; u++) {
+      __m512 e[2];
+      for (int h = 0; h < 2; h++) {
+        const int64_t jj = j + 16 * h;
+        const __mmask16 valid = td_attn_lanes(r[u].nvalid - jj);
+        __m512 x2 = _mm512_fmsub_ps(vscale2, _mm512_maskz_loadu_ps(valid, r[u].s + jj), vm2[u]);
+        e[h] = _mm512_maskz_mov_ps(valid, td_attn_exp2_16(x2, 4));
+        vsum[u] = _mm512_add_ps(vsum[u], e[h]);
+        if (r[u].words) e[h] = _mm512_maskz_mov_ps(kept(r[u].words, dr, jj, valid), e[h]);
+      }
+      _mm512_storeu_si512(r[u].p + j, (__m512i)_mm512_cvtne2ps_pbh(e[1], e[0]));
+    }
+  for (int u = 0; u < 2; u++) l[u] = _mm512_reduce_add_ps(vsum[u]);
+}
+
+/* log x for x >= 1 in 16 lanes: x = m 2^k with m in [0.75, 1.5),
+ * log m = 2 atanh z = 2 (z + z^3/3 + ... + z^9/9), z = (m - 1)/(m + 1) in
+ * [-1/7, 1/5] (error < 2e-8). */
+static inline __m512 log16(__m512 x) {
+  __m512 m = _mm512_getmant_ps(x, _MM_MANT_NORM_p75_1p5, _MM_MANT_SIGN_zero);
+  __m512 k = _mm512_getexp_ps(_mm512_div_ps(x, m));
+  __m512 z = _mm512_div_ps(_mm512_sub_ps(m, _mm512_set1_ps(1.0f)), _mm512_add_ps(m, _mm512_set1_ps(1.0f)));
+  __m512 z2 = _mm512_mul_ps(z, z);
+  __m512 q = _mm512_set1_ps(2.0f / 9);
+  q = _mm512_fmadd_ps(q, z2, _mm512_set1_ps(2.0f / 7));
+  q = _mm512_fmadd_ps(q, z2, _mm512_set1_ps(2.0f / 5));
+  q = _mm512_fmadd_ps(q, z2, _mm512_set1_ps(2.0f / 3));
+  q = _mm512_fmadd_ps(q, z2, _mm512_set1_ps(2.0f));
+  return _mm512_fmadd_ps(k, _mm512_set1_ps(0.693147180559945f), _mm512_mul_ps(q, z));
 }
 
 /* One query row of the backward (cpu_attention.h's row backward). */
@@ -310,7 +339,7 @@ typedef struct {
    * dKT, dVT, S, dP, Pv, dSv), p16 for bf16 (QT, dOT, P, dS); 64 bytes of slack */
   int64_t p32, p16;
   uint16_t *Qp, *KTv, *Vv, *Kv, *VTv, *dOp, *QT, *dOT, *P, *dS, *Pv, *dSv;
-  float *S, *dP, *Ob, *dKT, *dVT, *rowl, *di;
+  float *S, *dP, *Ob, *dKT, *dVT, *rowm, *rowl, *di;
   uint32_t *rng0, *rng1;
 } amx_bufs;
 
@@ -336,7 +365,9 @@ static size_t layout(amx_bufs *b, char *base, int64_t Tp, int64_t Dp, int backwa
   if (!backward) {
     b->Vv = take(base, &off, pk);
     b->P = take(base, &off, blk16);
+    b->rowm = take(base, &off, BQ * 4);
     b->rowl = take(base, &off, BQ * 4);
+    b->rng1 = take(base, &off, (size_t)(Tp + 67) * 4);
     return off;
   }
   b->Kv = take(base, &off, pk);
@@ -420,15 +451,23 @@ AMX_FN void td_attn_amx_forward_head(const td_attention_desc *a, int64_t bh, int
     const int64_t rows = BQ < Tp - i0 ? BQ : Tp - i0, n = i0 + rows; /* keys [0, n) */
     if (next_bh >= 0) prefetch_inputs(&next, 0, i0 / BQ * T / nblk, (i0 / BQ + 1) * T / nblk);
     tile_gemm(rows, n, Dp, m.Qp + i0 * Dp, Dp * 2, m.KTv, m.p32 * 4, m.S, m.p32 * 4, 0);
-    for (int64_t r = 0; r < rows; r++) {
-      const int64_t i = i0 + r;
-      if (i < T) {
-        float l = fwd_row(m.S + r * m.p32, i + 1, n, a->scale, words_of(a, &e, dr, i, m.rng0), dr,
-                          e.lse + i, m.P + r * m.p16);
-        m.rowl[r] = dr.keep_scale / l;
-      } else {
-        memset(m.P + r * m.p16, 0, (size_t)n * 2);
+    for (int64_t r = 0; r < rows; r += 2) {
+      fwd_row rr[2];
+      for (int u = 0; u < 2; u++) {
+        const int64_t i = i0 + r + u;
+        rr[u] = (fwd_row){.s = m.S + (r + u) * m.p32, .p = m.P + (r + u) * m.p16};
+        if (i >= T) continue; /* padding: nvalid 0 gives a zero row */
+        rr[u].nvalid = i + 1;
+        rr[u].words = words_of(a, &e, dr, i, u ? m.rng1 : m.rng0);
       }
+      fwd_row_pair(rr, n, a->scale, dr, m.rowm + r, m.rowl + r);
+    }
+    for (int64_t r = 0; r < rows; r += 16) { /* lse = max + log l;  O's row factor keep_scale / l */
+      __m512 l = _mm512_loadu_ps(m.rowl + r);
+      __mmask16 real = td_attn_lanes(T - i0 - r);
+      _mm512_mask_storeu_ps(e.lse + i0 + r, real,
+                            _mm512_add_ps(_mm512_loadu_ps(m.rowm + r), log16(_mm512_max_ps(l, _mm512_set1_ps(1.0f)))));
+      _mm512_storeu_ps(m.rowl + r, _mm512_div_ps(_mm512_set1_ps(dr.keep_scale), l));
     }
     tile_gemm(rows, Dp, n, m.P, m.p16 * 2, m.Vv, Dp * 4, m.Ob, Dp * 4, 0);
     store_rows(out + i0 * e.H * D, e.H * D, m.Ob, (T - i0 < rows ? T - i0 : rows), D, Dp, 1.0f,
