@@ -229,38 +229,46 @@ typedef struct {
   uint16_t *p;
 } fwd_row;
 
-static void fwd_row_pair(const fwd_row r[2], int64_t n, float scale, td_attn_dropout dr,
-                         float mx[2], float l[2]) {
-  const int64_t live = r[0].nvalid > r[1].nvalid ? r[0].nvalid : r[1].nvalid;
-  __m512 ext[2] = {_mm512_set1_ps(scale >= 0 ? -INFINITY : INFINITY),
-                   _mm512_set1_ps(scale >= 0 ? -INFINITY : INFINITY)};
-  for (int64_t j = 0; j < live; j += 16)
-    for (int u = 0; u < 2; u++) {
-      __mmask16 m = td_attn_lanes(r[u].nvalid - j);
-      __m512 x = _mm512_maskz_loadu_ps(m, r[u].s + j);
-      ext[u] = scale >= 0 ? _mm512_mask_max_ps(ext[u], m, ext[u], x)
-                          : _mm512_mask_min_ps(ext[u], m, ext[u], x);
-    }
-  const __m512 vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E);
-  __m512 vm2[2], vsum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  for (int u = 0; u < 2; u++) {
-    mx[u] = scale * (scale >= 0 ? _mm512_reduce_max_ps(ext[u]) : _mm512_reduce_min_ps(ext[u]));
-    vm2[u] = _mm512_set1_ps(r[u].nvalid ? mx[u] * TD_ATTN_LOG2E : 0.0f);
+/* running max (scale >= 0) or min of a row's visible chunk j */
+static inline __m512 fwd_extreme(const fwd_row *r, int64_t j, float scale, __m512 ext) {
+  __mmask16 m = td_attn_lanes(r->nvalid - j);
+  __m512 x = _mm512_maskz_loadu_ps(m, r->s + j);
+  return scale >= 0 ? _mm512_mask_max_ps(ext, m, ext, x) : _mm512_mask_min_ps(ext, m, ext, x);
+}
+
+/* e of a row's chunk j (16 lanes) before dropout, added to *sum; dropped lanes
+ * zeroed in the result */
+static inline __m512 fwd_exp(const fwd_row *r, int64_t j, __m512 vscale2, __m512 vm2,
+                             td_attn_dropout dr, __m512 *sum) {
+  const __mmask16 valid = td_attn_lanes(r->nvalid - j);
+  __m512 x2 = _mm512_fmsub_ps(vscale2, _mm512_maskz_loadu_ps(valid, r->s + j), vm2);
+  __m512 e = _mm512_maskz_mov_ps(valid, td_attn_exp2_16(x2, 4));
+  *sum = _mm512_add_ps(*sum, e);
+  return r->words ? _mm512_maskz_mov_ps(kept(r->words, dr, j, valid), e) : e;
+}
+
+static void fwd_row_pair(const fwd_row *r0, const fwd_row *r1, int64_t n, float scale,
+                         td_attn_dropout dr, float mx[2], float l[2]) {
+  const int64_t live = r0->nvalid > r1->nvalid ? r0->nvalid : r1->nvalid;
+  __m512 ext0 = _mm512_set1_ps(scale >= 0 ? -INFINITY : INFINITY), ext1 = ext0;
+  for (int64_t j = 0; j < live; j += 16) {
+    ext0 = fwd_extreme(r0, j, scale, ext0);
+    ext1 = fwd_extreme(r1, j, scale, ext1);
   }
-  for (int64_t j = 0; j < n; j += 32)
-    for (int u = 0; u < 2; u++) {
-      __m512 e[2];
-      for (int h = 0; h < 2; h++) {
-        const int64_t jj = j + 16 * h;
-        const __mmask16 valid = td_attn_lanes(r[u].nvalid - jj);
-        __m512 x2 = _mm512_fmsub_ps(vscale2, _mm512_maskz_loadu_ps(valid, r[u].s + jj), vm2[u]);
-        e[h] = _mm512_maskz_mov_ps(valid, td_attn_exp2_16(x2, 4));
-        vsum[u] = _mm512_add_ps(vsum[u], e[h]);
-        if (r[u].words) e[h] = _mm512_maskz_mov_ps(kept(r[u].words, dr, jj, valid), e[h]);
-      }
-      _mm512_storeu_si512(r[u].p + j, (__m512i)_mm512_cvtne2ps_pbh(e[1], e[0]));
-    }
-  for (int u = 0; u < 2; u++) l[u] = _mm512_reduce_add_ps(vsum[u]);
+  mx[0] = scale * (scale >= 0 ? _mm512_reduce_max_ps(ext0) : _mm512_reduce_min_ps(ext0));
+  mx[1] = scale * (scale >= 0 ? _mm512_reduce_max_ps(ext1) : _mm512_reduce_min_ps(ext1));
+  const __m512 vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E);
+  const __m512 vm0 = _mm512_set1_ps(r0->nvalid ? mx[0] * TD_ATTN_LOG2E : 0.0f);
+  const __m512 vm1 = _mm512_set1_ps(r1->nvalid ? mx[1] * TD_ATTN_LOG2E : 0.0f);
+  __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0;
+  for (int64_t j = 0; j < n; j += 32) {
+    __m512 a0 = fwd_exp(r0, j, vscale2, vm0, dr, &sum0), b0 = fwd_exp(r0, j + 16, vscale2, vm0, dr, &sum0);
+    __m512 a1 = fwd_exp(r1, j, vscale2, vm1, dr, &sum1), b1 = fwd_exp(r1, j + 16, vscale2, vm1, dr, &sum1);
+    _mm512_storeu_si512(r0->p + j, (__m512i)_mm512_cvtne2ps_pbh(b0, a0));
+    _mm512_storeu_si512(r1->p + j, (__m512i)_mm512_cvtne2ps_pbh(b1, a1));
+  }
+  l[0] = _mm512_reduce_add_ps(sum0);
+  l[1] = _mm512_reduce_add_ps(sum1);
 }
 
 /* log x for x >= 1 in 16 lanes: x = m 2^k with m in [0.75, 1.5),
@@ -460,7 +468,7 @@ AMX_FN void td_attn_amx_forward_head(const td_attention_desc *a, int64_t bh, int
         rr[u].nvalid = i + 1;
         rr[u].words = words_of(a, &e, dr, i, u ? m.rng1 : m.rng0);
       }
-      fwd_row_pair(rr, n, a->scale, dr, m.rowm + r, m.rowl + r);
+      fwd_row_pair(&rr[0], &rr[1], n, a->scale, dr, m.rowm + r, m.rowl + r);
     }
     for (int64_t r = 0; r < rows; r += 16) { /* lse = max + log l;  O's row factor keep_scale / l */
       __m512 l = _mm512_loadu_ps(m.rowl + r);
