@@ -15,6 +15,16 @@ static noreturn void td_exit(int code) {
   exit(code);
 }
 
+int td_errorf(char *err, size_t errlen, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
 void td_fail(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -1,11 +1,11 @@
 #define _XOPEN_SOURCE 700 /* nftw */
 #define _DEFAULT_SOURCE
+#include "base/error.h"
 #include "base/files.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -13,16 +13,6 @@
 #include <unistd.h>
 
 #include "base/mem.h"
-
-static int failf(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
 
 int td_path_exists(const char *path) {
   struct stat st;
@@ -37,15 +27,15 @@ int td_is_dir(const char *path) {
 int td_mkdir_p(const char *path, char *err, size_t errlen) {
   char buf[4096];
   size_t n = strlen(path);
-  if (n == 0 || n >= sizeof buf) return failf(err, errlen, "bad directory path '%s'", path);
+  if (n == 0 || n >= sizeof buf) return td_errorf(err, errlen, "bad directory path '%s'", path);
   memcpy(buf, path, n + 1);
   for (size_t i = 1; i <= n; i++) {
     if (buf[i] != '/' && buf[i] != '\0') continue;
     char c = buf[i];
     buf[i] = '\0';
     if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-      return failf(err, errlen, "cannot create directory '%s': %s", buf, strerror(errno));
-    if (!td_is_dir(buf)) return failf(err, errlen, "'%s' exists and is not a directory", buf);
+      return td_errorf(err, errlen, "cannot create directory '%s': %s", buf, strerror(errno));
+    if (!td_is_dir(buf)) return td_errorf(err, errlen, "'%s' exists and is not a directory", buf);
     buf[i] = c;
   }
   return 0;
@@ -59,13 +49,13 @@ static int remove_entry(const char *p, const struct stat *st, int flag, struct F
 int td_remove_tree(const char *path, char *err, size_t errlen) {
   if (!td_path_exists(path)) return 0;
   if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-    return failf(err, errlen, "cannot remove '%s': %s", path, strerror(errno));
+    return td_errorf(err, errlen, "cannot remove '%s': %s", path, strerror(errno));
   return 0;
 }
 
 int td_write_file(const char *path, const void *data, size_t len, char *err, size_t errlen) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return failf(err, errlen, "cannot create '%s': %s", path, strerror(errno));
+  if (fd < 0) return td_errorf(err, errlen, "cannot create '%s': %s", path, strerror(errno));
   const char *p = data;
   while (len > 0) {
     ssize_t w = write(fd, p, len);
@@ -73,19 +63,19 @@ int td_write_file(const char *path, const void *data, size_t len, char *err, siz
     if (w <= 0) {
       int e = errno;
       close(fd);
-      return failf(err, errlen, "cannot write '%s': %s", path, strerror(e));
+      return td_errorf(err, errlen, "cannot write '%s': %s", path, strerror(e));
     }
     p += w, len -= (size_t)w;
   }
   if (fsync(fd) != 0 || close(fd) != 0)
-    return failf(err, errlen, "cannot flush '%s' to disk: %s", path, strerror(errno));
+    return td_errorf(err, errlen, "cannot flush '%s' to disk: %s", path, strerror(errno));
   return 0;
 }
 
 char *td_read_file(const char *path, size_t *len, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
   if (!f) {
-    failf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+    td_errorf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
     return NULL;
   }
   size_t cap = 1 << 16, n = 0;
@@ -105,7 +95,7 @@ char *td_read_file(const char *path, size_t *len, char *err, size_t errlen) {
   fclose(f);
   if (bad) {
     td_free(buf);
-    failf(err, errlen, "cannot read '%s'", path);
+    td_errorf(err, errlen, "cannot read '%s'", path);
     return NULL;
   }
   buf[n] = '\0';
@@ -115,16 +105,16 @@ char *td_read_file(const char *path, size_t *len, char *err, size_t errlen) {
 
 int td_fsync_dir(const char *path, char *err, size_t errlen) {
   int fd = open(path, O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return failf(err, errlen, "cannot open directory '%s': %s", path, strerror(errno));
+  if (fd < 0) return td_errorf(err, errlen, "cannot open directory '%s': %s", path, strerror(errno));
   int rc = fsync(fd);
   close(fd);
-  if (rc != 0) return failf(err, errlen, "cannot fsync directory '%s': %s", path, strerror(errno));
+  if (rc != 0) return td_errorf(err, errlen, "cannot fsync directory '%s': %s", path, strerror(errno));
   return 0;
 }
 
 int td_rename(const char *from, const char *to, char *err, size_t errlen) {
   if (rename(from, to) != 0)
-    return failf(err, errlen, "cannot rename '%s' to '%s': %s", from, to, strerror(errno));
+    return td_errorf(err, errlen, "cannot rename '%s' to '%s': %s", from, to, strerror(errno));
   return 0;
 }
 
@@ -133,13 +123,13 @@ static const char k_empty_map = 0;
 const void *td_mmap_file(const char *path, size_t *len, char *err, size_t errlen) {
   int fd = open(path, O_RDONLY);
   if (fd < 0) {
-    failf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+    td_errorf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
     return NULL;
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
-    failf(err, errlen, "'%s' is not a regular file", path);
+    td_errorf(err, errlen, "'%s' is not a regular file", path);
     return NULL;
   }
   *len = (size_t)st.st_size;
@@ -150,7 +140,7 @@ const void *td_mmap_file(const char *path, size_t *len, char *err, size_t errlen
   void *p = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (p == MAP_FAILED) {
-    failf(err, errlen, "cannot map '%s': %s", path, strerror(errno));
+    td_errorf(err, errlen, "cannot map '%s': %s", path, strerror(errno));
     return NULL;
   }
   return p;

@@ -1,7 +1,7 @@
+#include "base/error.h"
 #include "base/safetensors.h"
 
 #include <cjson/cJSON.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,14 +23,6 @@ static const char *dtype_tag(td_dtype dt) {
 static int dtype_from_tag(const char *s, td_dtype *dt) {
   for (size_t i = 0; i < sizeof k_dtypes / sizeof *k_dtypes; i++)
     if (!strcmp(k_dtypes[i].name, s)) return *dt = k_dtypes[i].dt, 0;
-  return -1;
-}
-
-static int failf(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
   return -1;
 }
 
@@ -72,7 +64,7 @@ int td_safetensors_write(const char *path, const td_st_tensor *ts, int n,
                          char *err, size_t errlen) {
   for (int i = 0; i < n; i++)
     if (!dtype_tag(ts[i].dtype) || ts[i].ndim < 0 || ts[i].ndim > TD_ST_MAX_DIMS)
-      return failf(err, errlen, "%s: tensor '%s' has an unsupported dtype or rank", path, ts[i].name);
+      return td_errorf(err, errlen, "%s: tensor '%s' has an unsupported dtype or rank", path, ts[i].name);
   size_t data_bytes;
   char *json = header_json(ts, n, keys, values, n_meta, &data_bytes);
   size_t hlen = strlen(json), padded = (hlen + 7) / 8 * 8;
@@ -131,21 +123,21 @@ static int parse_entry(const cJSON *e, td_st_tensor *t, int64_t off[2], size_t d
                        const char *path, char *err, size_t errlen) {
   const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
   if (!cJSON_IsString(dt) || dtype_from_tag(dt->valuestring, &t->dtype))
-    return failf(err, errlen, "%s: tensor '%s': dtype must be one of F32, BF16, F16, I32, I64",
+    return td_errorf(err, errlen, "%s: tensor '%s': dtype must be one of F32, BF16, F16, I32, I64",
                  path, e->string);
   if (parse_int_array(cJSON_GetObjectItemCaseSensitive(e, "shape"), t->shape, TD_ST_MAX_DIMS,
                       &t->ndim))
-    return failf(err, errlen, "%s: tensor '%s': shape must be a list of at most %d sizes >= 0",
+    return td_errorf(err, errlen, "%s: tensor '%s': shape must be a list of at most %d sizes >= 0",
                  path, e->string, TD_ST_MAX_DIMS);
   int n_off;
   if (parse_int_array(cJSON_GetObjectItemCaseSensitive(e, "data_offsets"), off, 2, &n_off) ||
       n_off != 2 || off[0] > off[1] || (size_t)off[1] > data_len)
-    return failf(err, errlen,
+    return td_errorf(err, errlen,
                  "%s: tensor '%s': data_offsets must be [begin, end] within the %zu data bytes",
                  path, e->string, data_len);
   uint64_t want = (uint64_t)td_st_numel(t) * td_dtype_size(t->dtype);
   if ((uint64_t)(off[1] - off[0]) != want)
-    return failf(err, errlen, "%s: tensor '%s': %lld bytes stored but its shape and dtype need %llu",
+    return td_errorf(err, errlen, "%s: tensor '%s': %lld bytes stored but its shape and dtype need %llu",
                  path, e->string, (long long)(off[1] - off[0]), (unsigned long long)want);
   return 0;
 }
@@ -160,7 +152,7 @@ static int parse_header(td_safetensors *st, const char *json, size_t hlen, size_
   cJSON *root = cJSON_ParseWithLength(json, hlen);
   if (!cJSON_IsObject(root)) {
     cJSON_Delete(root);
-    return failf(err, errlen, "%s: the header is not a JSON object (not a safetensors file?)", path);
+    return td_errorf(err, errlen, "%s: the header is not a JSON object (not a safetensors file?)", path);
   }
   st->meta = cJSON_DetachItemFromObjectCaseSensitive(root, "__metadata__");
   int n = cJSON_GetArraySize(root), rc = 0;
@@ -170,7 +162,7 @@ static int parse_header(td_safetensors *st, const char *json, size_t hlen, size_
   cJSON_ArrayForEach(e, root) {
     td_st_tensor *t = &st->tensors[st->n];
     if (!cJSON_IsObject(e) || parse_entry(e, t, offs[st->n], data_len, path, err, errlen)) {
-      if (!cJSON_IsObject(e)) failf(err, errlen, "%s: header entry '%s' is not an object", path, e->string);
+      if (!cJSON_IsObject(e)) td_errorf(err, errlen, "%s: header entry '%s' is not an object", path, e->string);
       rc = -1;
       break;
     }
@@ -182,7 +174,7 @@ static int parse_header(td_safetensors *st, const char *json, size_t hlen, size_
     qsort(offs, (size_t)st->n, sizeof *offs, cmp_off);
     for (int i = 1; i < st->n; i++)
       if (offs[i][0] < offs[i - 1][1])
-        rc = failf(err, errlen, "%s: tensors overlap in the data section", path);
+        rc = td_errorf(err, errlen, "%s: tensors overlap in the data section", path);
   }
   td_free(offs);
   cJSON_Delete(root);
@@ -198,12 +190,12 @@ td_safetensors *td_safetensors_open(const char *path, char *err, size_t errlen) 
   }
   uint64_t hlen = 0;
   if (st->map_len < 8) {
-    failf(err, errlen, "%s: file is %zu bytes, too short for a safetensors header", path, st->map_len);
+    td_errorf(err, errlen, "%s: file is %zu bytes, too short for a safetensors header", path, st->map_len);
     goto bad;
   }
   for (int b = 0; b < 8; b++) hlen |= (uint64_t)st->map[b] << (8 * b);
   if (hlen > st->map_len - 8 || hlen > 100000000) {
-    failf(err, errlen, "%s: header length %llu exceeds the file (%zu bytes): truncated or not safetensors",
+    td_errorf(err, errlen, "%s: header length %llu exceeds the file (%zu bytes): truncated or not safetensors",
           path, (unsigned long long)hlen, st->map_len);
     goto bad;
   }

@@ -1,24 +1,12 @@
 #include "data/blend.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "base/mem.h"
-
-static int failf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int failf(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
 
 /* Python's float(word) for the words a blend list holds: the whole word is a number. */
 static int parse_number(const char *s, double *out) {
@@ -52,15 +40,15 @@ static int check_weights(const td_blend *b, char *err, size_t errlen) {
   double sum = 0;
   for (int i = 0; i < b->n; i++) {
     if (!isfinite(b->weights[i]) || b->weights[i] < 0)
-      return failf(err, errlen, "blend weight %g of '%s' must be a finite number >= 0", b->weights[i], b->prefixes[i]);
+      return td_errorf(err, errlen, "blend weight %g of '%s' must be a finite number >= 0", b->weights[i], b->prefixes[i]);
     sum += b->weights[i];
   }
-  return sum > 0 ? 0 : failf(err, errlen, "the blend weights are all 0");
+  return sum > 0 ? 0 : td_errorf(err, errlen, "the blend weights are all 0");
 }
 
 int td_blend_parse(td_blend *b, const char *const *words, int n_words, char *err, size_t errlen) {
   memset(b, 0, sizeof *b);
-  if (n_words < 1) return failf(err, errlen, "no dataset in the data path");
+  if (n_words < 1) return td_errorf(err, errlen, "no dataset in the data path");
   double *w = td_malloc(sizeof(double) * (size_t)(n_words / 2 + 1));
   int weighted = parse_weights(words, n_words, w);
   b->n = weighted ? n_words / 2 : n_words;
@@ -124,11 +112,11 @@ static int split_numbers(const char *s, double v[3], char *err, size_t errlen) {
       continue;
     }
     char tok[64], *end;
-    if (len >= sizeof tok || n == 3) return failf(err, errlen, "bad --split: more than three numbers or a number too long");
+    if (len >= sizeof tok || n == 3) return td_errorf(err, errlen, "bad --split: more than three numbers or a number too long");
     memcpy(tok, s, len);
     tok[len] = '\0';
     v[n] = strtod(tok, &end);
-    if (*end || end == tok) return failf(err, errlen, "bad --split: '%s' is not a number", tok);
+    if (*end || end == tok) return td_errorf(err, errlen, "bad --split: '%s' is not a number", tok);
     n++, s += len;
   }
   for (; n < 3; n++) v[n] = 0.0;
@@ -138,7 +126,7 @@ static int split_numbers(const char *s, double v[3], char *err, size_t errlen) {
 int td_split_parse(const char *split, double m[3][2], int present[3], char *err, size_t errlen) {
   double v[3];
   if (split_numbers(split, v, err, errlen)) return -1;
-  if (!(v[0] + v[1] + v[2] > 0)) return failf(err, errlen, "bad --split '%s': the weights sum to 0", split);
+  if (!(v[0] + v[1] + v[2] > 0)) return td_errorf(err, errlen, "bad --split '%s': the weights sum to 0", split);
   td_blend_normalize(v, 3);
   double edge = 0;
   for (int i = 0; i < 3; i++) {

@@ -3,7 +3,6 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <cjson/cJSON.h>
 #include <pcre2.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -55,15 +54,6 @@ struct td_bpe {
   pcre2_code *re;
   int jit; /* re was JIT-compiled (not every platform has the JIT) */
 };
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 static inline uint64_t hash_u64(uint64_t x) { return x * 0x9E3779B97F4A7C15ull; }
 
@@ -246,13 +236,13 @@ static int vocab_ids(td_bpe *bpe, cJSON *root, const char *path, const char **ke
   for (cJSON *it = root->child; it; it = it->next) {
     double v = it->valuedouble;
     if (!cJSON_IsNumber(it) || !(v >= 0 && v < (double)bpe->n_vocab) || v != (double)(int32_t)v) {
-      set_err(err, errlen,
+      td_errorf(err, errlen,
               "%s: token \"%.40s\": the id must be an integer in 0..%lld (one per token)", path,
               it->string, (long long)bpe->n_vocab - 1);
       return -1;
     }
     if (key_of[(int32_t)v]) {
-      set_err(err, errlen, "%s: id %d is given to both \"%.40s\" and \"%.40s\"", path, (int32_t)v,
+      td_errorf(err, errlen, "%s: id %d is given to both \"%.40s\" and \"%.40s\"", path, (int32_t)v,
               key_of[(int32_t)v], it->string);
       return -1;
     }
@@ -271,7 +261,7 @@ static int vocab_bytes(td_bpe *bpe, const char **key_of, const char *path, char 
   for (int64_t i = 0; i < bpe->n_vocab; i++) {
     long m = alphabet_to_bytes(key_of[i], strlen(key_of[i]), bpe->tok_bytes + bpe->tok_off[i]);
     if (m <= 0) {
-      set_err(err, errlen,
+      td_errorf(err, errlen,
               "%s: token %lld (\"%.40s\") is empty or not written in GPT-2's byte alphabet", path,
               (long long)i, key_of[i]);
       return -1;
@@ -289,10 +279,10 @@ static int load_vocab(td_bpe *bpe, const char *path, char *err, size_t errlen) {
   int rc = -1;
   if (!root || !cJSON_IsObject(root) || !root->child) {
     if (!root)
-      set_err(err, errlen, "%s: invalid JSON at byte %zu", path,
+      td_errorf(err, errlen, "%s: invalid JSON at byte %zu", path,
               (size_t)(json_error_context(text) - text));
     else
-      set_err(err, errlen, "%s: expected a JSON object mapping each token to its id", path);
+      td_errorf(err, errlen, "%s: expected a JSON object mapping each token to its id", path);
   } else {
     bpe->n_vocab = cJSON_GetArraySize(root);
     const char **key_of = td_calloc((size_t)bpe->n_vocab * sizeof *key_of);
@@ -315,7 +305,7 @@ static int build_token_map(td_token_map *m, const td_bpe *bpe, const char *path,
     size_t slot;
     int32_t other = token_find(m, tok_ptr(bpe, id), tok_len(bpe, id), &slot);
     if (other >= 0) {
-      set_err(err, errlen, "%s: ids %d and %d are the same token", path, other, id);
+      td_errorf(err, errlen, "%s: ids %d and %d are the same token", path, other, id);
       return -1;
     }
     m->slots[slot] = id;
@@ -329,14 +319,14 @@ static int find_special_tokens(td_bpe *bpe, const td_token_map *m, const char *p
   static const char eod[] = "<|endoftext|>";
   bpe->eod = token_find(m, eod, sizeof eod - 1, NULL);
   if (bpe->eod < 0) {
-    set_err(err, errlen, "%s: no \"%s\" token", path, eod);
+    td_errorf(err, errlen, "%s: no \"%s\" token", path, eod);
     return -1;
   }
   for (int b = 0; b < 256; b++) {
     char c = (char)b;
     bpe->byte_id[b] = token_find(m, &c, 1, NULL);
     if (bpe->byte_id[b] < 0) {
-      set_err(err, errlen, "%s: no token for the single byte 0x%02X", path, b);
+      td_errorf(err, errlen, "%s: no token for the single byte 0x%02X", path, b);
       return -1;
     }
   }
@@ -350,7 +340,7 @@ static int add_merge(td_bpe *bpe, const td_token_map *m, const char *line, size_
   const char *sp = memchr(line, ' ', len);
   if (!sp || sp == line || sp + 1 == line + len ||
       memchr(sp + 1, ' ', (size_t)(line + len - sp - 1))) {
-    set_err(err, errlen, "%s: line %zu: expected two tokens separated by one space", path, ln);
+    td_errorf(err, errlen, "%s: line %zu: expected two tokens separated by one space", path, ln);
     return -1;
   }
   const char *part[2] = {line, sp + 1};
@@ -361,7 +351,7 @@ static int add_merge(td_bpe *bpe, const td_token_map *m, const char *line, size_
     long nb = alphabet_to_bytes(part[k], part_len[k], scratch + at);
     id[k] = nb > 0 ? token_find(m, scratch + at, (size_t)nb, NULL) : -1;
     if (id[k] < 0) {
-      set_err(err, errlen, "%s: line %zu: \"%.*s\" is not a token of the vocabulary", path, ln,
+      td_errorf(err, errlen, "%s: line %zu: \"%.*s\" is not a token of the vocabulary", path, ln,
               (int)part_len[k], part[k]);
       return -1;
     }
@@ -369,13 +359,13 @@ static int add_merge(td_bpe *bpe, const td_token_map *m, const char *line, size_
   }
   int32_t merged = token_find(m, scratch, (size_t)at, NULL);
   if (merged < 0) {
-    set_err(err, errlen, "%s: line %zu: merging \"%.*s\" gives no token of the vocabulary", path,
+    td_errorf(err, errlen, "%s: line %zu: merging \"%.*s\" gives no token of the vocabulary", path,
             ln, (int)len, line);
     return -1;
   }
   int32_t prev = merge_insert(bpe, id[0], id[1], rank, merged);
   if (prev >= 0) {
-    set_err(err, errlen, "%s: line %zu repeats the merge on line %d", path, ln, prev + 2);
+    td_errorf(err, errlen, "%s: line %zu repeats the merge on line %d", path, ln, prev + 2);
     return -1;
   }
   return 0;
@@ -384,7 +374,7 @@ static int add_merge(td_bpe *bpe, const td_token_map *m, const char *line, size_
 static int parse_merges(td_bpe *bpe, const td_token_map *m, const char *text, size_t len,
                         const char *path, char *err, size_t errlen) {
   if (len < 1 || text[0] != '#') {
-    set_err(err, errlen, "%s: line 1 should be the \"#version\" header of a merges file", path);
+    td_errorf(err, errlen, "%s: line 1 should be the \"#version\" header of a merges file", path);
     return -1;
   }
   const char *end = text + len, *p = memchr(text, '\n', len);
@@ -427,7 +417,7 @@ static int compile_pattern(td_bpe *bpe, char *err, size_t errlen) {
   if (!bpe->re) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(code, msg, sizeof msg);
-    set_err(err, errlen, "GPT-2 pre-tokenizer pattern: PCRE2 (needs Unicode support): %s", msg);
+    td_errorf(err, errlen, "GPT-2 pre-tokenizer pattern: PCRE2 (needs Unicode support): %s", msg);
     return -1;
   }
   bpe->jit = pcre2_jit_compile(bpe->re, PCRE2_JIT_COMPLETE) == 0;
@@ -694,11 +684,11 @@ int td_bpe_encode(td_bpe_worker *w, const char *text, size_t len, int32_t **ids,
   size_t bad;
   const char *why;
   if (len > INT32_MAX) { /* symbol positions in bpe_piece are int32 */
-    set_err(err, errlen, "text of %zu bytes: at most %d bytes per call", len, INT32_MAX);
+    td_errorf(err, errlen, "text of %zu bytes: at most %d bytes per call", len, INT32_MAX);
     return -1;
   }
   if (td_utf8_validate(text, len, &bad, &why)) {
-    set_err(err, errlen, "invalid UTF-8 at byte offset %zu (byte 0x%02X): %s", bad,
+    td_errorf(err, errlen, "invalid UTF-8 at byte offset %zu (byte 0x%02X): %s", bad,
             (unsigned char)text[bad], why);
     return -1;
   }
@@ -720,7 +710,7 @@ int td_bpe_decode(const td_bpe *bpe, const int32_t *ids, size_t n, char **out, s
   size_t total = 0;
   for (size_t i = 0; i < n; i++) {
     if (ids[i] < 0 || ids[i] >= bpe->n_vocab) {
-      set_err(err, errlen, "token id %d at position %zu is outside the vocabulary (0..%lld)",
+      td_errorf(err, errlen, "token id %d at position %zu is outside the vocabulary (0..%lld)",
               ids[i], i, (long long)bpe->n_vocab - 1);
       return -1;
     }

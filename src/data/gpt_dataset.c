@@ -15,17 +15,6 @@
 #include "data/blend.h"
 #include "data/numpy_random.h"
 
-static int failf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int failf(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
-
 static char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *strf(const char *fmt, ...) {
   va_list ap;
@@ -68,15 +57,15 @@ static int plan(td_gpt_index *gi, char *err, size_t errlen) {
   const td_gpt_index_params *p = &gi->p;
   int64_t T = split_tokens(p), L = p->seq_length, docs = p->doc_end - p->doc_begin;
   if (T < 2)
-    return failf(err, errlen, "the %s split of '%s' (sequences [%lld, %lld)) holds %lld tokens: too few for any sample",
+    return td_errorf(err, errlen, "the %s split of '%s' (sequences [%lld, %lld)) holds %lld tokens: too few for any sample",
                  td_split_name(p->split), p->data->prefix, (long long)p->doc_begin, (long long)p->doc_end, (long long)T);
   if (p->num_samples > (INT64_MAX - T) / L)
-    return failf(err, errlen, "%lld samples of %lld tokens overflow", (long long)p->num_samples, (long long)L);
+    return td_errorf(err, errlen, "%lld samples of %lld tokens overflow", (long long)p->num_samples, (long long)L);
   int64_t wanted = p->num_samples * L + 1; /* + 1: the extra label token of the last sample */
   int64_t epochs = (wanted + T - 1) / T;
   if (epochs < 1) epochs = 1;
   if (epochs > INT32_MAX || epochs > (INT64_MAX / 8) / docs || epochs > INT64_MAX / T)
-    return failf(err, errlen, "%lld samples of the %s split of '%s' need %lld epochs of its %lld tokens: too many",
+    return td_errorf(err, errlen, "%lld samples of the %s split of '%s' need %lld epochs of its %lld tokens: too many",
                  (long long)p->num_samples, td_split_name(p->split), p->data->prefix, (long long)epochs, (long long)T);
   gi->tokens_per_epoch = T, gi->num_epochs = epochs;
   gi->n_documents = epochs * docs;
@@ -261,13 +250,13 @@ static int cache_save(const td_gpt_index *gi, const char *path, const char *desc
   if (td_mkdir_p(gi->p.cache_dir, err, errlen)) return -1;
   char *tmp = strf("%s.tmp.%ld", path, (long)getpid());
   FILE *f = fopen(tmp, "wb");
-  int rc = f ? 0 : failf(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
+  int rc = f ? 0 : td_errorf(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
   if (f) {
     int bad = write_cache_body(f, gi, desc);
     bad |= fflush(f) != 0;
     bad |= fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;
-    rc = bad ? failf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno)) : td_rename(tmp, path, err, errlen);
+    rc = bad ? td_errorf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno)) : td_rename(tmp, path, err, errlen);
     if (rc) remove(tmp);
   }
   td_free(tmp);
@@ -337,13 +326,13 @@ static int cache_load(td_gpt_index *gi, const char *path, const char *desc, cons
 /* ---- one GPT index: open, close, sample -------------------------------------------- */
 
 static int check_params(const td_gpt_index_params *p, char *err, size_t errlen) {
-  if (p->seq_length < 2) return failf(err, errlen, "--seq-length must be at least 2, not %lld", (long long)p->seq_length);
-  if (p->num_samples < 0) return failf(err, errlen, "negative number of samples %lld", (long long)p->num_samples);
+  if (p->seq_length < 2) return td_errorf(err, errlen, "--seq-length must be at least 2, not %lld", (long long)p->seq_length);
+  if (p->num_samples < 0) return td_errorf(err, errlen, "negative number of samples %lld", (long long)p->num_samples);
   if (p->doc_begin < 0 || p->doc_begin >= p->doc_end || p->doc_end > p->data->n_sequences)
-    return failf(err, errlen, "the %s split of '%s' covers no sequences ([%lld, %lld) of %lld)", td_split_name(p->split),
+    return td_errorf(err, errlen, "the %s split of '%s' covers no sequences ([%lld, %lld) of %lld)", td_split_name(p->split),
                  p->data->prefix, (long long)p->doc_begin, (long long)p->doc_end, (long long)p->data->n_sequences);
   if (!td_idx_dtype_is_token(p->data->dtype) || p->data->n_sequences > INT32_MAX)
-    return failf(err, errlen, "'%s' cannot be a GPT dataset: %s tokens, %lld sequences (at most 2^31 - 1)", p->data->prefix,
+    return td_errorf(err, errlen, "'%s' cannot be a GPT dataset: %s tokens, %lld sequences (at most 2^31 - 1)", p->data->prefix,
                  td_idx_dtype_name(p->data->dtype), (long long)p->data->n_sequences);
   return 0;
 }
@@ -500,7 +489,7 @@ static int check_blend_counts(const td_gpt_dataset *ds, int i, char *err, size_t
   int rc = 0;
   for (int k = 0; k < ds->n_parts && !rc; k++)
     if (count[k] > ds->parts[k]->n_samples)
-      rc = failf(err, errlen, "the %s blend draws %lld samples from '%s', which has %lld", td_split_name((td_split)i),
+      rc = td_errorf(err, errlen, "the %s blend draws %lld samples from '%s', which has %lld", td_split_name((td_split)i),
                  (long long)count[k], ds->parts[k]->p.data->prefix, (long long)ds->parts[k]->n_samples);
   td_free(count);
   return rc;
@@ -579,12 +568,12 @@ static int open_split_paths(td_gpt_datasets *d, const td_gpt_data_config *cfg, c
 static int check_config(const td_gpt_data_config *cfg, char *err, size_t errlen) {
   int per_split = cfg->n_split_data_path[0] + cfg->n_split_data_path[1] + cfg->n_split_data_path[2];
   if (cfg->n_data_path > 0 && per_split > 0)
-    return failf(err, errlen, "--data-path cannot be combined with --train-data-path / --valid-data-path / --test-data-path");
-  if (cfg->n_data_path == 0 && per_split == 0) return failf(err, errlen, "no data: give --data-path or --train-data-path");
+    return td_errorf(err, errlen, "--data-path cannot be combined with --train-data-path / --valid-data-path / --test-data-path");
+  if (cfg->n_data_path == 0 && per_split == 0) return td_errorf(err, errlen, "no data: give --data-path or --train-data-path");
   if (cfg->seed < 0 || cfg->seed > 0xffffffffLL)
-    return failf(err, errlen, "--seed %lld: numpy's RandomState takes seeds 0 .. 2^32 - 1", (long long)cfg->seed);
+    return td_errorf(err, errlen, "--seed %lld: numpy's RandomState takes seeds 0 .. 2^32 - 1", (long long)cfg->seed);
   for (int i = 0; i < 3; i++)
-    if (cfg->num_samples[i] < 0) return failf(err, errlen, "negative %s sample count", td_split_name((td_split)i));
+    if (cfg->num_samples[i] < 0) return td_errorf(err, errlen, "negative %s sample count", td_split_name((td_split)i));
   return 0;
 }
 

@@ -2,7 +2,6 @@
 #include "data/indexed_dataset.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,17 +17,6 @@
 #define IDX_MAGIC "MMIDIDX\0\0"
 #define IDX_MAGIC_LEN 9
 #define IDX_HEADER_LEN 34 /* magic, u64 version, u8 dtype, u64 sequence_count, u64 document_count */
-
-static int failf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int failf(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
 
 static int32_t load_i32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
 static int64_t load_i64(const uint8_t *p) { int64_t v; memcpy(&v, p, 8); return v; }
@@ -76,29 +64,29 @@ int64_t td_indexed_dataset_doc_index(const td_indexed_dataset *ds, int64_t i) {
 static int check_header(td_indexed_dataset *ds, char *err, size_t errlen) {
   const char *p = ds->prefix;
   if (ds->idx_len < IDX_HEADER_LEN)
-    return failf(err, errlen, "'%s.idx' is truncated: %zu bytes, the header alone needs %d", p, ds->idx_len,
+    return td_errorf(err, errlen, "'%s.idx' is truncated: %zu bytes, the header alone needs %d", p, ds->idx_len,
                  IDX_HEADER_LEN);
   if (memcmp(ds->idx, IDX_MAGIC, IDX_MAGIC_LEN) != 0)
-    return failf(err, errlen, "'%s.idx' is not a Megatron MMapIndexedDataset index (it does not start with MMIDIDX\\0\\0)", p);
+    return td_errorf(err, errlen, "'%s.idx' is not a Megatron MMapIndexedDataset index (it does not start with MMIDIDX\\0\\0)", p);
   uint64_t version = load_u64(ds->idx + 9);
   if (version != 1)
-    return failf(err, errlen, "'%s.idx' has index version %llu; only version 1 exists", p, (unsigned long long)version);
+    return td_errorf(err, errlen, "'%s.idx' has index version %llu; only version 1 exists", p, (unsigned long long)version);
   ds->dtype = (td_idx_dtype)ds->idx[17];
   ds->itemsize = td_idx_dtype_size(ds->dtype);
   if (!ds->itemsize)
-    return failf(err, errlen, "'%s.idx' has unknown dtype code %d (Megatron's codes are 1-8)", p, ds->idx[17]);
+    return td_errorf(err, errlen, "'%s.idx' has unknown dtype code %d (Megatron's codes are 1-8)", p, ds->idx[17]);
   uint64_t n_seq = load_u64(ds->idx + 18), n_doc = load_u64(ds->idx + 26);
   uint64_t rest = ds->idx_len - IDX_HEADER_LEN;
   if (n_seq > rest / 12)
-    return failf(err, errlen, "'%s.idx' is truncated or corrupt: the lengths and pointers of %llu sequences (12 bytes each) do not fit the %llu bytes after the header",
+    return td_errorf(err, errlen, "'%s.idx' is truncated or corrupt: the lengths and pointers of %llu sequences (12 bytes each) do not fit the %llu bytes after the header",
                  p, (unsigned long long)n_seq, (unsigned long long)rest);
   rest -= n_seq * 12;
   if (n_doc > rest / 8)
-    return failf(err, errlen, "'%s.idx' is truncated or corrupt: %llu document indices (8 bytes each) do not fit the %llu bytes left",
+    return td_errorf(err, errlen, "'%s.idx' is truncated or corrupt: %llu document indices (8 bytes each) do not fit the %llu bytes left",
                  p, (unsigned long long)n_doc, (unsigned long long)rest);
   rest -= n_doc * 8;
   if (rest != 0 && rest != n_seq) /* a multimodal index appends one mode byte per sequence */
-    return failf(err, errlen, "'%s.idx' has %llu unexpected bytes after the document indices", p, (unsigned long long)rest);
+    return td_errorf(err, errlen, "'%s.idx' has %llu unexpected bytes after the document indices", p, (unsigned long long)rest);
   ds->n_sequences = (int64_t)n_seq, ds->n_document_indices = (int64_t)n_doc;
   ds->lengths = ds->idx + IDX_HEADER_LEN;
   ds->pointers = ds->lengths + 4 * n_seq;
@@ -113,20 +101,20 @@ static int check_sequences(td_indexed_dataset *ds, char *err, size_t errlen) {
   for (int64_t i = 0; i < ds->n_sequences; i++) {
     int64_t len = td_indexed_dataset_seq_len(ds, i), ptr = td_indexed_dataset_seq_ptr(ds, i);
     if (len < 0)
-      return failf(err, errlen, "'%s.idx' is corrupt: sequence %lld has negative length %lld", p, (long long)i, (long long)len);
+      return td_errorf(err, errlen, "'%s.idx' is corrupt: sequence %lld has negative length %lld", p, (long long)i, (long long)len);
     if (ptr % isz != 0)
-      return failf(err, errlen, "'%s.idx' is corrupt: sequence %lld starts at byte %lld, not a multiple of the %s token size",
+      return td_errorf(err, errlen, "'%s.idx' is corrupt: sequence %lld starts at byte %lld, not a multiple of the %s token size",
                    p, (long long)i, (long long)ptr, td_idx_dtype_name(ds->dtype));
     if (ptr < 0 || ptr > bin_len || len > (bin_len - ptr) / isz)
-      return failf(err, errlen, "'%s.idx' does not match '%s.bin': sequence %lld (%lld tokens at byte %lld) lies outside the %lld-byte .bin",
+      return td_errorf(err, errlen, "'%s.idx' does not match '%s.bin': sequence %lld (%lld tokens at byte %lld) lies outside the %lld-byte .bin",
                    p, p, (long long)i, (long long)len, (long long)ptr, (long long)bin_len);
     tokens += len;
     if (tokens > bin_len / isz) /* stop before the sum can overflow */
-      return failf(err, errlen, "'%s.idx' is corrupt: its first %lld sequences already hold more tokens than the %lld-byte '%s.bin'",
+      return td_errorf(err, errlen, "'%s.idx' is corrupt: its first %lld sequences already hold more tokens than the %lld-byte '%s.bin'",
                    p, (long long)i + 1, (long long)bin_len, p);
   }
   if (tokens * isz != bin_len)
-    return failf(err, errlen, "'%s.bin' has %lld bytes but '%s.idx' describes %lld tokens of %s (%lld bytes): the files do not belong together or one is truncated",
+    return td_errorf(err, errlen, "'%s.bin' has %lld bytes but '%s.idx' describes %lld tokens of %s (%lld bytes): the files do not belong together or one is truncated",
                  p, (long long)bin_len, p, (long long)tokens, td_idx_dtype_name(ds->dtype), (long long)(tokens * isz));
   ds->n_tokens = tokens;
   return 0;
@@ -136,19 +124,19 @@ static int check_sequences(td_indexed_dataset *ds, char *err, size_t errlen) {
 static int check_documents(const td_indexed_dataset *ds, char *err, size_t errlen) {
   const char *p = ds->prefix;
   if (ds->n_document_indices < 1)
-    return failf(err, errlen, "'%s.idx' is corrupt: the document index is empty (it must start with 0)", p);
+    return td_errorf(err, errlen, "'%s.idx' is corrupt: the document index is empty (it must start with 0)", p);
   int64_t prev = td_indexed_dataset_doc_index(ds, 0);
   if (prev != 0)
-    return failf(err, errlen, "'%s.idx' is corrupt: the document index starts with %lld, not 0", p, (long long)prev);
+    return td_errorf(err, errlen, "'%s.idx' is corrupt: the document index starts with %lld, not 0", p, (long long)prev);
   for (int64_t i = 1; i < ds->n_document_indices; i++) {
     int64_t d = td_indexed_dataset_doc_index(ds, i);
     if (d < prev || d > ds->n_sequences)
-      return failf(err, errlen, "'%s.idx' is corrupt: document index %lld is %lld (after %lld; %lld sequences)", p,
+      return td_errorf(err, errlen, "'%s.idx' is corrupt: document index %lld is %lld (after %lld; %lld sequences)", p,
                    (long long)i, (long long)d, (long long)prev, (long long)ds->n_sequences);
     prev = d;
   }
   if (prev != ds->n_sequences)
-    return failf(err, errlen, "'%s.idx' is corrupt: the documents end at sequence %lld, the index has %lld sequences", p,
+    return td_errorf(err, errlen, "'%s.idx' is corrupt: the documents end at sequence %lld, the index has %lld sequences", p,
                  (long long)prev, (long long)ds->n_sequences);
   return 0;
 }
@@ -247,12 +235,12 @@ static void *grow(void *p, int64_t n, int64_t *cap, size_t elem) {
 
 td_idx_builder *td_idx_builder_open(const char *prefix, td_idx_dtype dtype, char *err, size_t errlen) {
   if (!td_idx_dtype_is_token(dtype)) {
-    failf(err, errlen, "cannot write '%s': %s is not a token dtype", prefix, td_idx_dtype_name(dtype));
+    td_errorf(err, errlen, "cannot write '%s': %s is not a token dtype", prefix, td_idx_dtype_name(dtype));
     return NULL;
   }
   char *tmp = path_with(prefix, ".bin.tmp");
   FILE *f = fopen(tmp, "wb");
-  if (!f) failf(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
+  if (!f) td_errorf(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
   td_free(tmp);
   if (!f) return NULL;
   td_idx_builder *b = td_calloc(sizeof *b);
@@ -276,7 +264,7 @@ static int convert_ids(td_idx_builder *b, const int32_t *ids, int64_t n, char *e
   int64_t hi = isz == 1 ? (lo ? 127 : 255) : isz == 2 ? (lo ? 32767 : 65535) : INT32_MAX;
   for (int64_t k = 0; k < n; k++) {
     if (ids[k] < lo || ids[k] > hi)
-      return failf(err, errlen, "'%s': token id %d (document %lld, position %lld) does not fit the %s dtype", b->prefix,
+      return td_errorf(err, errlen, "'%s': token id %d (document %lld, position %lld) does not fit the %s dtype", b->prefix,
                    ids[k], (long long)(b->n_doc - 1), (long long)k, td_idx_dtype_name(b->dtype));
     uint8_t *d = b->buf + (size_t)k * isz;
     if (isz == 1) *d = (uint8_t)ids[k];
@@ -288,13 +276,13 @@ static int convert_ids(td_idx_builder *b, const int32_t *ids, int64_t n, char *e
 
 int td_idx_builder_add_document(td_idx_builder *b, const int32_t *ids, int64_t n, char *err, size_t errlen) {
   if (n < 0 || n > INT32_MAX)
-    return failf(err, errlen, "'%s': a document of %lld tokens (at most 2^31 - 1 fit a sequence length)", b->prefix,
+    return td_errorf(err, errlen, "'%s': a document of %lld tokens (at most 2^31 - 1 fit a sequence length)", b->prefix,
                  (long long)n);
   if (n > 0) {
     if (convert_ids(b, ids, n, err, errlen)) return -1;
     size_t bytes = (size_t)n * td_idx_dtype_size(b->dtype);
     if (fwrite(b->buf, 1, bytes, b->bin) != bytes)
-      return failf(err, errlen, "cannot write '%s.bin.tmp': %s", b->prefix, strerror(errno));
+      return td_errorf(err, errlen, "cannot write '%s.bin.tmp': %s", b->prefix, strerror(errno));
     b->lengths = grow(b->lengths, b->n_seq, &b->cap_seq, sizeof *b->lengths);
     b->lengths[b->n_seq++] = (int32_t)n;
   }
@@ -333,7 +321,7 @@ static int close_bin(td_idx_builder *b, const char *tmp, char *err, size_t errle
   int bad = fflush(b->bin) != 0 || fsync(fileno(b->bin)) != 0;
   bad |= fclose(b->bin) != 0;
   b->bin = NULL;
-  return bad ? failf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno)) : 0;
+  return bad ? td_errorf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno)) : 0;
 }
 
 int td_idx_builder_finalize(td_idx_builder *b, char *err, size_t errlen) {

@@ -3,7 +3,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -281,16 +280,6 @@ static const flag k_flags[] = {
 #define N_FLAGS ((int)(sizeof k_flags / sizeof *k_flags))
 _Static_assert(sizeof k_flags / sizeof *k_flags <= TD_ARGS_MAX_FLAGS, "raise TD_ARGS_MAX_FLAGS");
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 #define FIELD(a, f, type) ((type *)((char *)(a) + (f)->off))
 
 /* ------------------------------------------------------------------ values */
@@ -343,7 +332,7 @@ static int bad_choice(const flag *f, const char *v, char *err, size_t errlen) {
     size_t len = strlen(list);
     snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", f->choices[i]);
   }
-  return fail(err, errlen, "--%s expects one of %s; got '%s'", f->name, list, v);
+  return td_errorf(err, errlen, "--%s expects one of %s; got '%s'", f->name, list, v);
 }
 
 static int set_number(td_args *a, const flag *f, const char *v, char *err, size_t errlen) {
@@ -352,7 +341,7 @@ static int set_number(td_args *a, const flag *f, const char *v, char *err, size_
   int ok = f->k == K_FLOAT ? parse_float(v, &d) == 0 : parse_int(v, &i) == 0;
   if (f->k != K_FLOAT) d = (double)i;
   if (!ok || !in_range(f->c, d))
-    return fail(err, errlen, "--%s expects %s; got '%s'", f->name, expected(f->k, f->c), v);
+    return td_errorf(err, errlen, "--%s expects %s; got '%s'", f->name, expected(f->k, f->c), v);
   if (f->k == K_FLOAT) *FIELD(a, f, double) = d;
   if (f->k == K_INT) *FIELD(a, f, int64_t) = i;
   return 0;
@@ -460,7 +449,7 @@ static int take_list(td_args *a, const flag *f, const char *eq, int argc, char *
     while (*i + 1 + n < argc && !looks_like_flag(argv[*i + 1 + n]))
       n++;
   if (n == 0 || (eq && !eq[1]))
-    return fail(err, errlen, "--%s expects at least one dataset prefix", f->name);
+    return td_errorf(err, errlen, "--%s expects at least one dataset prefix", f->name);
   td_strlist *l = FIELD(a, f, td_strlist);
   free_list(l);
   l->v = td_malloc(sizeof *l->v * (size_t)n);
@@ -480,20 +469,20 @@ static int take_flag(td_args *a, int argc, char **argv, int *i, char *err, size_
   size_t len = eq ? (size_t)(eq - name) : strlen(name);
   int idx = find_flag(name, len);
   if (idx < 0 || arg[1] != '-')
-    return fail(err, errlen, "unknown flag '%.*s' (did you mean --%s?)",
+    return td_errorf(err, errlen, "unknown flag '%.*s' (did you mean --%s?)",
                 (int)(len + (size_t)(name - arg)), arg, closest_flag(name, len));
   const flag *f = &k_flags[idx];
   a->given[idx] = 1;
   if (is_switch(f)) {
     if (eq)
-      return fail(err, errlen, "--%s is a switch and takes no value (got '%s')", f->name, arg);
+      return td_errorf(err, errlen, "--%s is a switch and takes no value (got '%s')", f->name, arg);
     if (f->k == K_BOOL) *FIELD(a, f, int) = 1;
     return 0;
   }
   if (f->k == K_LIST) return take_list(a, f, eq, argc, argv, i, err, errlen);
   const char *v = eq ? eq + 1 : NULL;
   if (!v && *i + 1 < argc && !looks_like_flag(argv[*i + 1])) v = argv[++*i];
-  if (!v || !*v) return fail(err, errlen, "--%s expects a value (%s)", f->name, f->meta);
+  if (!v || !*v) return td_errorf(err, errlen, "--%s expects a value (%s)", f->name, f->meta);
   return set_value(a, f, v, err, errlen);
 }
 
@@ -505,7 +494,7 @@ int td_args_parse(td_args *a, int argc, char **argv, char *err, size_t errlen) {
       return 0;
     }
     if (!looks_like_flag(argv[i]))
-      return fail(err, errlen, "unexpected argument '%s' (flags start with --)", argv[i]);
+      return td_errorf(err, errlen, "unexpected argument '%s' (flags start with --)", argv[i]);
     if (take_flag(a, argc, argv, &i, err, errlen)) return -1;
   }
   return 0;
@@ -530,20 +519,20 @@ static int check_required(td_args *a, char *err, size_t errlen) {
     const flag *f = &k_flags[i];
     if (!f->required) continue;
     int unset = f->k == K_INT ? *FIELD(a, f, int64_t) == TD_UNSET : isnan(*FIELD(a, f, double));
-    if (unset) return fail(err, errlen, "--%s is required (%s)", f->name, f->help);
+    if (unset) return td_errorf(err, errlen, "--%s is required (%s)", f->name, f->help);
   }
   return 0;
 }
 
 static int check_model(td_args *a, char *err, size_t errlen) {
   if (a->hidden_size % a->num_attention_heads)
-    return fail(
+    return td_errorf(
         err, errlen,
         "--hidden-size %lld is not divisible by --num-attention-heads %lld (every head gets "
         "hidden-size / heads channels)",
         (long long)a->hidden_size, (long long)a->num_attention_heads);
   if (a->seq_length > a->max_position_embeddings)
-    return fail(
+    return td_errorf(
         err, errlen,
         "--seq-length %lld is longer than --max-position-embeddings %lld (positions past the "
         "table have no embedding)",
@@ -554,9 +543,9 @@ static int check_model(td_args *a, char *err, size_t errlen) {
 
 static int check_precision(td_args *a, char *err, size_t errlen) {
   if (a->fp16 && a->bf16)
-    return fail(err, errlen, "--fp16 and --bf16 are exclusive (neither means fp32)");
+    return td_errorf(err, errlen, "--fp16 and --bf16 are exclusive (neither means fp32)");
   if (a->min_loss_scale > a->initial_loss_scale)
-    return fail(err, errlen, "--min-loss-scale %g is larger than --initial-loss-scale %g",
+    return td_errorf(err, errlen, "--min-loss-scale %g is larger than --initial-loss-scale %g",
                 a->min_loss_scale, a->initial_loss_scale);
   return 0;
 }
@@ -575,7 +564,7 @@ static int wrong_mode(const td_args *a, const char *const *names, const char *mo
                       size_t errlen) {
   for (int i = 0; names[i]; i++)
     if (int_is_set(a, names[i]))
-      return fail(err, errlen, "--%s does not apply to %s training; use the %s form", names[i],
+      return td_errorf(err, errlen, "--%s does not apply to %s training; use the %s form", names[i],
                   mode, strstr(names[i], "samples") ? "-iters" : "-samples");
   return 0;
 }
@@ -587,14 +576,14 @@ static int check_length(td_args *a, char *err, size_t errlen) {
                                            "lr-wsd-decay-iters", NULL};
   int by_iters = a->train_iters != TD_UNSET, by_samples = a->train_samples != TD_UNSET;
   if (!by_iters && !by_samples)
-    return fail(err, errlen, "either --train-iters or --train-samples is required");
+    return td_errorf(err, errlen, "either --train-iters or --train-samples is required");
   if (by_iters && by_samples)
-    return fail(err, errlen,
+    return td_errorf(err, errlen,
                 "--train-iters and --train-samples are exclusive (iteration-based or "
                 "sample-based training)");
   const char *warmup = by_iters ? "lr-warmup-iters" : "lr-warmup-samples";
   if (!isnan(a->lr_warmup_fraction) && int_is_set(a, warmup))
-    return fail(err, errlen, "--lr-warmup-fraction and --%s are exclusive", warmup);
+    return td_errorf(err, errlen, "--lr-warmup-fraction and --%s are exclusive", warmup);
   return by_iters ? wrong_mode(a, sample_flags, "iteration-based (--train-iters)", err, errlen)
                   : wrong_mode(a, iter_flags, "sample-based (--train-samples)", err, errlen);
 }
@@ -602,16 +591,16 @@ static int check_length(td_args *a, char *err, size_t errlen) {
 static int check_split(const td_args *a, char *err, size_t errlen) {
   int64_t tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
   if (a->num_attention_heads % tp)
-    return fail(err, errlen,
+    return td_errorf(err, errlen,
                 "--num-attention-heads %lld is not divisible by --tensor-model-parallel-size %lld "
                 "(every TP rank holds whole heads)",
                 (long long)a->num_attention_heads, (long long)tp);
   if (a->ffn_hidden_size % tp)
-    return fail(err, errlen,
+    return td_errorf(err, errlen,
                 "--ffn-hidden-size %lld is not divisible by --tensor-model-parallel-size %lld",
                 (long long)a->ffn_hidden_size, (long long)tp);
   if (a->num_layers % pp)
-    return fail(err, errlen,
+    return td_errorf(err, errlen,
                 "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld (every "
                 "stage holds the same number of layers)",
                 (long long)a->num_layers, (long long)pp);
@@ -622,7 +611,7 @@ static int check_layout(td_args *a, int world_size, char *err, size_t errlen) {
   int64_t tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
   if (check_split(a, err, errlen)) return -1;
   if (world_size % (tp * pp))
-    return fail(err, errlen,
+    return td_errorf(err, errlen,
                 "%d ranks cannot be split into --tensor-model-parallel-size %lld x "
                 "--pipeline-model-parallel-size %lld groups",
                 world_size, (long long)tp, (long long)pp);
@@ -636,7 +625,7 @@ static int check_batch(td_args *a, char *err, size_t errlen) {
   int64_t per_step = a->micro_batch_size * a->data_parallel_size;
   if (a->global_batch_size == TD_UNSET) a->global_batch_size = per_step;
   if (a->global_batch_size % per_step)
-    return fail(err, errlen,
+    return td_errorf(err, errlen,
                 "--global-batch-size %lld is not divisible by --micro-batch-size %lld x "
                 "data-parallel size %lld (= %lld)",
                 (long long)a->global_batch_size, (long long)a->micro_batch_size,
@@ -644,7 +633,7 @@ static int check_batch(td_args *a, char *err, size_t errlen) {
   a->num_micro_batches = a->global_batch_size / per_step;
   if (a->train_samples != TD_UNSET) {
     if (a->train_samples < a->global_batch_size)
-      return fail(err, errlen, "--train-samples %lld is less than one global batch (%lld)",
+      return td_errorf(err, errlen, "--train-samples %lld is less than one global batch (%lld)",
                   (long long)a->train_samples, (long long)a->global_batch_size);
     a->train_iters = a->train_samples / a->global_batch_size; /* as Megatron's update_train_iters */
   }
@@ -657,15 +646,15 @@ static int check_schedule(td_args *a, char *err, size_t errlen) {
   if (a->train_samples != TD_UNSET && a->lr_decay_samples == TD_UNSET)
     a->lr_decay_samples = a->train_samples;
   if (a->min_lr > a->lr)
-    return fail(err, errlen, "--min-lr %g is larger than --lr %g", a->min_lr, a->lr);
+    return td_errorf(err, errlen, "--min-lr %g is larger than --lr %g", a->min_lr, a->lr);
   if (a->lr_decay_style == TD_LR_WSD && a->lr_wsd_decay_iters == TD_UNSET &&
       a->lr_wsd_decay_samples == TD_UNSET)
-    return fail(err, errlen,
+    return td_errorf(err, errlen,
                 "--lr-decay-style WSD needs --lr-wsd-decay-iters (or --lr-wsd-decay-samples)");
   td_lr_schedule s;
   td_args_lr_schedule(a, &s);
   if (s.warmup_steps >= s.decay_steps)
-    return fail(err, errlen,
+    return td_errorf(err, errlen,
                 "the learning-rate warmup (%.0f samples) must be shorter than the decay (%.0f "
                 "samples): check --lr-warmup-* against --lr-decay-*",
                 s.warmup_steps, s.decay_steps);
@@ -676,14 +665,14 @@ static int check_tokenizer(td_args *a, char *err, size_t errlen) {
   if (a->tokenizer_type < 0 && a->vocab_file && a->merge_file) a->tokenizer_type = TD_TOK_GPT2BPE;
   if (a->tokenizer_type < 0 && a->vocab_size != TD_UNSET) a->tokenizer_type = TD_TOK_NULL;
   if (a->tokenizer_type < 0)
-    return fail(err, errlen,
+    return td_errorf(err, errlen,
                 "--tokenizer-type is required: GPT2BPETokenizer (with --vocab-file and "
                 "--merge-file) or NullTokenizer (with --vocab-size)");
   if (a->tokenizer_type == TD_TOK_GPT2BPE && !(a->vocab_file && a->merge_file))
-    return fail(err, errlen,
+    return td_errorf(err, errlen,
                 "--tokenizer-type GPT2BPETokenizer needs --vocab-file and --merge-file");
   if (a->tokenizer_type == TD_TOK_NULL && a->vocab_size == TD_UNSET)
-    return fail(err, errlen,
+    return td_errorf(err, errlen,
                 "--tokenizer-type NullTokenizer needs --vocab-size N (token ids 0..N-1; "
                 "N is the end-of-document id)");
   return 0;
@@ -695,7 +684,7 @@ static int check_blend(const td_strlist *l, const char *name, char *err, size_t 
   td_blend b;
   char why[256];
   if (td_blend_parse(&b, l->v, l->n, why, sizeof why))
-    return fail(err, errlen, "--%s: %s", name, why);
+    return td_errorf(err, errlen, "--%s: %s", name, why);
   td_blend_free(&b);
   return 0;
 }
@@ -708,11 +697,11 @@ static int check_data(td_args *a, char *err, size_t errlen) {
     if (check_blend(lists[i], names[i], err, errlen)) return -1;
   int per_split = a->train_data_path.v || a->valid_data_path.v || a->test_data_path.v;
   if (a->data_path.v && per_split)
-    return fail(err, errlen,
+    return td_errorf(err, errlen,
                 "--data-path and --train-data-path/--valid-data-path/--test-data-path "
                 "are exclusive");
   if (!a->mock_data && !a->data_path.v && !a->train_data_path.v)
-    return fail(err, errlen,
+    return td_errorf(err, errlen,
                 "no training data: give --data-path PREFIX (preprocess_data.py output, "
                 "without .bin/.idx), --train-data-path, or --mock-data");
   if (a->data_path.v && !a->split) a->split = "969, 30, 1"; /* Megatron's legacy default */
@@ -723,9 +712,9 @@ static int check_data(td_args *a, char *err, size_t errlen) {
 
 static int check_run(td_args *a, char *err, size_t errlen) {
   if (a->save && a->save_interval == TD_UNSET)
-    return fail(err, errlen, "--save needs --save-interval N (as in Megatron)");
+    return td_errorf(err, errlen, "--save needs --save-interval N (as in Megatron)");
   if (a->deepspeed && !a->deepspeed_config)
-    return fail(err, errlen, "--deepspeed needs --deepspeed_config FILE");
+    return td_errorf(err, errlen, "--deepspeed needs --deepspeed_config FILE");
   if (a->use_distributed_optimizer && a->zero_stage == 0) a->zero_stage = 1;
   return 0;
 }

@@ -2,7 +2,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,14 +14,6 @@
 #define OPTIM_FILE "mp_rank_00/optim_dp000.safetensors"
 #define RNG_FILE "mp_rank_00/rng_dp000.json"
 #define LATEST_FILE "latest_checkpointed_iteration.txt"
-
-static int failf(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 /* Paths are at most CK_PATH bytes; a longer checkpoint directory is refused. */
 #define CK_PATH 4096
@@ -81,7 +72,7 @@ static char *metadata_json(const td_ckpt_contents *c, char *err, size_t errlen) 
   cJSON *state = cJSON_Parse(c->state_json ? c->state_json : "{}");
   if (!cJSON_IsObject(state)) {
     cJSON_Delete(state), cJSON_Delete(root);
-    failf(err, errlen, "internal: trainer state is not a JSON object");
+    td_errorf(err, errlen, "internal: trainer state is not a JSON object");
     return NULL;
   }
   cJSON_AddItemToObject(root, "state", state);
@@ -180,7 +171,7 @@ int64_t td_checkpoint_latest(const char *dir, char *err, size_t errlen) {
   int bad = errno || end == text || *end || it < 0;
   td_free(text);
   if (bad) {
-    failf(err, errlen, "%s: expected an iteration number (e.g. 100); the checkpoint is damaged", p);
+    td_errorf(err, errlen, "%s: expected an iteration number (e.g. 100); the checkpoint is damaged", p);
     return -2;
   }
   return it;
@@ -191,7 +182,7 @@ static int check_tensors(const td_safetensors *st, const char *path, const td_ck
                          int n, char *err, size_t errlen) {
   for (int i = 0; i < n; i++) {
     const td_st_tensor *s = td_safetensors_find(st, ts[i].name);
-    if (!s) return failf(err, errlen, "%s: tensor '%s' is missing (the model does not match the checkpoint)", path, ts[i].name);
+    if (!s) return td_errorf(err, errlen, "%s: tensor '%s' is missing (the model does not match the checkpoint)", path, ts[i].name);
     int same = s->dtype == TD_F32 && s->ndim == ts[i].ndim;
     for (int d = 0; same && d < s->ndim; d++) same = s->shape[d] == ts[i].shape[d];
     if (!same) {
@@ -200,7 +191,7 @@ static int check_tensors(const td_safetensors *st, const char *path, const td_ck
         snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "", (long long)ts[i].shape[d]);
       for (int d = 0; d < s->ndim; d++)
         snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)s->shape[d]);
-      return failf(err, errlen,
+      return td_errorf(err, errlen,
                    "%s: tensor '%s' has shape [%s] %s in the checkpoint but the model needs [%s] F32 "
                    "(model flags differ from the saved run?)",
                    path, ts[i].name, got, td_dtype_name(s->dtype), want);
@@ -224,7 +215,7 @@ static char *read_state(const char *iterdir, char *err, size_t errlen) {
   cJSON *state = cJSON_GetObjectItemCaseSensitive(root, "state");
   char *out = NULL;
   if (!cJSON_IsObject(state)) {
-    failf(err, errlen, "%s: not a trident checkpoint metadata file (no \"state\" object)", p);
+    td_errorf(err, errlen, "%s: not a trident checkpoint metadata file (no \"state\" object)", p);
   } else {
     char *s = cJSON_PrintUnformatted(state);
     out = td_strdup(s);
@@ -239,7 +230,7 @@ int td_checkpoint_load(td_device *dev, const char *dir, int64_t iteration,
   char iterdir[CK_PATH], p[CK_PATH], po[CK_PATH];
   iter_dir(iterdir, sizeof iterdir, dir, iteration);
   if (!td_is_dir(iterdir))
-    return failf(err, errlen, "checkpoint directory '%s' does not exist (latest file names iteration %lld)",
+    return td_errorf(err, errlen, "checkpoint directory '%s' does not exist (latest file names iteration %lld)",
                  iterdir, (long long)iteration);
   char *state = read_state(iterdir, err, errlen);
   if (!state) return -1;
