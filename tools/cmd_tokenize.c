@@ -4,7 +4,6 @@
  * A bad input line (malformed JSON, invalid UTF-8, no text) stops the command
  * with its line number and byte offset, exit code 1. */
 #include <cjson/cJSON.h>
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include "base/mem.h"
 #include "commands.h"
 #include "data/bpe_tokenizer.h"
+#include "data/jsonl.h"
 
 typedef struct {
   const char *vocab, *merges, *input, *key;
@@ -148,123 +148,6 @@ static void out_ids(out_buf *o, const int32_t *ids, size_t n) {
   o->p[o->n++] = '\n';
 }
 
-/* ------------------------------------------------------------------ JSON text */
-
-/* cJSON ends strings at a NUL, so a text with \u0000 would come out cut short:
- * the text is read from the line itself once cJSON has accepted the line (and
- * bad_u_escape has found nothing). The reader follows cJSON's syntax, where
- * white space is any byte 1..32, and never leaves the line s[0, len). */
-
-static int is_ws(char c) { return c && (unsigned char)c <= ' '; }
-
-static size_t skip_ws(const char *s, size_t len, size_t i) {
-  while (i < len && is_ws(s[i])) i++;
-  return i;
-}
-
-/* cJSON reads a \u escape with a non-hex digit as U+0000 where Python's json
- * refuses it: the offset of the first such escape, or -1. */
-static long bad_u_escape(const char *s, size_t len) {
-  for (size_t i = 0; i + 1 < len; i++) {
-    if (s[i] != '\\' || s[++i] != 'u') continue; /* i is now past any escape's backslash */
-    for (size_t k = 1; k <= 4; k++)
-      if (i + k >= len || !isxdigit((unsigned char)s[i + k])) return (long)i - 1;
-  }
-  return -1;
-}
-
-static unsigned hex4(const char *s) {
-  unsigned v = 0;
-  for (int k = 0; k < 4; k++) {
-    char c = s[k];
-    v = v << 4 | (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
-  }
-  return v;
-}
-
-static size_t put_utf8(char *d, unsigned cp) {
-  if (cp < 0x80) return d[0] = (char)cp, 1;
-  if (cp < 0x800) return d[0] = (char)(0xC0 | cp >> 6), d[1] = (char)(0x80 | (cp & 63)), 2;
-  if (cp < 0x10000) {
-    d[0] = (char)(0xE0 | cp >> 12), d[1] = (char)(0x80 | (cp >> 6 & 63)),
-    d[2] = (char)(0x80 | (cp & 63));
-    return 3;
-  }
-  d[0] = (char)(0xF0 | cp >> 18), d[1] = (char)(0x80 | (cp >> 12 & 63));
-  d[2] = (char)(0x80 | (cp >> 6 & 63)), d[3] = (char)(0x80 | (cp & 63));
-  return 4;
-}
-
-/* Decode the JSON string at s[i] == '"' into d (each escape is longer than its
- * bytes, so the literal's length is room enough); returns the index after the
- * closing quote. cJSON checked the escapes and the surrogate pairs. */
-static size_t json_string(const char *s, size_t len, size_t i, char *d, size_t *dn) {
-  static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-  size_t n = 0;
-  for (i++; i < len && s[i] != '"'; i++) {
-    if (s[i] != '\\') {
-      d[n++] = s[i];
-    } else if (s[++i] != 'u') {
-      d[n++] = to[strchr(from, s[i]) - from];
-    } else {
-      unsigned cp = hex4(s + i + 1);
-      i += 4;
-      if (cp >= 0xD800 && cp < 0xDC00) { /* high surrogate: "\uDCxx" follows */
-        cp = 0x10000 + ((cp - 0xD800) << 10) + (hex4(s + i + 3) - 0xDC00);
-        i += 6;
-      }
-      n += put_utf8(d + n, cp);
-    }
-  }
-  *dn = n;
-  return i + 1;
-}
-
-/* Skip the JSON value at s[i]; returns the index after it. */
-static size_t skip_value(const char *s, size_t len, size_t i) {
-  int depth = 0;
-  do {
-    char c = s[i];
-    if (c == '"') {
-      for (i++; i < len && s[i] != '"'; i++) i += s[i] == '\\';
-      i++;
-    } else if (c == '{' || c == '[') {
-      depth++, i++;
-    } else if (c == '}' || c == ']') {
-      depth--, i++;
-    } else if (c == ',' || c == ':' || is_ws(c)) {
-      i++;
-    } else { /* number or literal */
-      while (i < len && s[i] != ',' && s[i] != ']' && s[i] != '}' && !is_ws(s[i])) i++;
-    }
-  } while (depth > 0 && i < len);
-  return i;
-}
-
-/* The string value of key in the JSON object s[0, len): the last one if the
- * key repeats, as Python's json keeps it. kbuf and d have room for len bytes.
- * Returns 1 (value in d[0, *dn)), 0 missing, -1 when it is not a string. */
-static int object_text(const char *s, size_t len, const char *key, char *kbuf, char *d,
-                       size_t *dn) {
-  size_t klen = strlen(key), kn, i = skip_ws(s, len, skip_ws(s, len, 0) + 1); /* after '{' */
-  int found = 0;
-  while (i < len && s[i] == '"') {
-    i = skip_ws(s, len, json_string(s, len, i, kbuf, &kn));
-    i = skip_ws(s, len, i + 1); /* after ':' */
-    int match = kn == klen && !memcmp(kbuf, key, kn);
-    if (match && s[i] == '"') {
-      i = json_string(s, len, i, d, dn);
-      found = 1;
-    } else {
-      found = match ? -1 : found;
-      i = skip_value(s, len, i);
-    }
-    i = skip_ws(s, len, i);
-    if (i < len && s[i] == ',') i = skip_ws(s, len, i + 1);
-  }
-  return found;
-}
-
 /* ------------------------------------------------------------------ the command */
 
 typedef struct {
@@ -272,14 +155,15 @@ typedef struct {
   const char *name; /* input name for messages */
   char *line;       /* current line, newline removed, NUL-terminated */
   size_t len, ln;   /* its length and 1-based number */
-  char *kbuf, *text;
-  size_t buf_cap;
+  char *text;
+  size_t text_cap;
   int32_t *ids;
   size_t n_ids, ids_cap;
   out_buf out;
 } tok_ctx;
 
-static cJSON *parse_line(const tok_ctx *c) {
+/* A --decode line: a JSON array of ids, read with cJSON. */
+static cJSON *parse_ids_line(const tok_ctx *c) {
   const char *end = NULL, *nul = memchr(c->line, 0, c->len);
   if (nul) /* never valid in JSON; cJSON would take it for white space */
     td_fail("%s line %zu: NUL byte at byte offset %zu", c->name, c->ln, (size_t)(nul - c->line));
@@ -295,28 +179,10 @@ static cJSON *parse_line(const tok_ctx *c) {
 
 /* The key's text of the current line into c->text; returns its length. */
 static size_t line_text(tok_ctx *c) {
-  size_t bad, n = 0;
-  const char *why;
-  if (td_utf8_validate(c->line, c->len, &bad, &why))
-    td_fail("%s line %zu: invalid UTF-8 at byte offset %zu (byte 0x%02X): %s", c->name, c->ln, bad,
-            (unsigned char)c->line[bad], why);
-  cJSON *root = parse_line(c);
-  int is_object = cJSON_IsObject(root);
-  cJSON_Delete(root);
-  if (!is_object)
-    td_fail("%s line %zu: expected a JSON object like {\"%s\": \"...\"}", c->name, c->ln,
-            c->a->key);
-  long at = bad_u_escape(c->line, c->len);
-  if (at >= 0) td_fail("%s line %zu: malformed \\u escape at byte offset %ld", c->name, c->ln, at);
-  if (c->len + 1 > c->buf_cap) {
-    td_free(c->kbuf), td_free(c->text);
-    c->buf_cap = 2 * (c->len + 1);
-    c->kbuf = td_malloc(c->buf_cap), c->text = td_malloc(c->buf_cap);
-  }
-  int found = object_text(c->line, c->len, c->a->key, c->kbuf, c->text, &n);
-  if (found <= 0)
-    td_fail("%s line %zu: %s \"%s\"", c->name, c->ln,
-            found ? "no string value for the key" : "no key", c->a->key);
+  size_t n;
+  char err[512];
+  if (td_jsonl_get_string(c->line, c->len, c->a->key, &c->text, &c->text_cap, &n, err, sizeof err))
+    td_fail("%s line %zu: %s", c->name, c->ln, err);
   return n;
 }
 
@@ -330,7 +196,7 @@ static void encode_line(tok_ctx *c, td_bpe_worker *w) {
 }
 
 static void decode_line(tok_ctx *c, const td_bpe *bpe) {
-  cJSON *root = parse_line(c);
+  cJSON *root = parse_ids_line(c);
   if (!cJSON_IsArray(root))
     td_fail("%s line %zu: expected a JSON array of token ids", c->name, c->ln);
   c->n_ids = 0;
@@ -392,7 +258,7 @@ int td_cmd_tokenize(int argc, char **argv) {
   run(&c, in, bpe);
   if (!from_stdin) fclose(in);
   if (fflush(stdout)) td_fail("writing to stdout: %s", strerror(errno));
-  td_free(c.kbuf), td_free(c.text), td_free(c.ids), td_free(c.out.p);
+  td_free(c.text), td_free(c.ids), td_free(c.out.p);
   td_bpe_free(bpe);
   return 0;
 }

@@ -12,6 +12,8 @@ typedef struct {
 
 static const command k_commands[] = {
     {"train", td_cmd_train, "pretrain a GPT with Megatron-LM's flags (pretrain_gpt.py)"},
+    {"preprocess", td_cmd_preprocess, "JSON lines to Megatron's .bin/.idx (tools/preprocess_data.py)"},
+    {"dataset", td_cmd_dataset, "samples and counts of the GPT dataset the training flags give"},
     {"tokenize", td_cmd_tokenize, "GPT-2 BPE ids of JSON lines, one array per line (--decode: back to text)"},
     {"bench", td_cmd_bench, "measure kernels (trident bench kernels)"},
 };

@@ -302,7 +302,8 @@ static uint8_t *index_image(const td_idx_builder *b, size_t *len) {
   *p++ = (uint8_t)b->dtype;
   memcpy(p, &n_seq, 8), p += 8;
   memcpy(p, &n_doc, 8), p += 8;
-  memcpy(p, b->lengths, n * 4), p += n * 4;
+  if (n) memcpy(p, b->lengths, n * 4); /* lengths is NULL for an empty dataset */
+  p += n * 4;
   int64_t ptr = 0;
   for (size_t i = 0; i < n; i++, p += 8) {
     memcpy(p, &ptr, 8);

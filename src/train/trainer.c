@@ -100,6 +100,7 @@ static void open_datasets(trainer *t) {
   }
   td_gpt_num_samples(a->train_iters, a->global_batch_size, a->eval_interval, a->eval_iters,
                      c.num_samples);
+  if (a->train_samples != TD_UNSET) c.num_samples[0] = a->train_samples; /* as Megatron */
   char err[1024];
   t->datasets = td_gpt_datasets_open(&c, err, sizeof err);
   if (!t->datasets) td_fail("%s", err);
