@@ -1,10 +1,12 @@
 /* Causal attention (ops->attention_forward / attention_backward) against a naive
  * double-precision reference: out, lse and dqkv for odd shapes (T not a multiple
- * of the query block), fp32 and bf16, with and without dropout (the reference
- * applies the keep rule of cpu_attention.h); the reference backward against
- * central finite differences of the reference forward; bitwise identical results
- * with 1 and 2 threads; the dropout random words of both ISA paths against
- * td_rng_u32. */
+ * of the query blocks), fp32 and bf16, with and without dropout (the reference
+ * applies the keep rule of cpu_attention.h; its backward takes the out the
+ * kernel wrote, as the kernel does), through each path the CPU has (the
+ * per-head AVX-512 / AMX kernels, and td_cpu_gemm with the row kernels); the
+ * reference backward against central finite differences of the reference
+ * forward; bitwise identical results with 1 and 2 threads; the dropout random
+ * words of both ISA paths against td_rng_u32. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -37,9 +39,12 @@ static int64_t o_at(const ref_shape *s, int64_t b, int64_t t, int64_t h) {
   return ((b * s->T + t) * s->H + h) * s->D;
 }
 
-/* Forward (out, lse) and, when dout != NULL, backward (dqkv) in double. */
+/* Forward (out, lse) and, when dout != NULL, backward (dqkv) in double. The
+ * backward's inputs are qkv, out, dout (and lse): D_i = rowsum(dO_i * O_i) uses
+ * o_in, the out a kernel's backward is given (bf16-rounded for bf16), or this
+ * forward's out when o_in is NULL. */
 static void reference(const ref_shape *s, const double *qkv, double *out, double *lse,
-                      const double *dout, double *dqkv) {
+                      const double *dout, const double *o_in, double *dqkv) {
   const int64_t T = s->T, D = s->D;
   double *sc = malloc((size_t)T * 8), *dp = malloc((size_t)T * 8);
   if (dqkv) memset(dqkv, 0, (size_t)(s->B * T * s->H * 3 * D) * 8);
@@ -68,14 +73,14 @@ static void reference(const ref_shape *s, const double *qkv, double *out, double
           for (int64_t e = 0; e < D; e++) o[e] += pk * v[e];
         }
         if (!dout) continue;
-        const double *dO = dout + o_at(s, b, i, h);
+        const double *dO = dout + o_at(s, b, i, h), *oi = (o_in ? o_in : out) + o_at(s, b, i, h);
         double di = 0;
+        for (int64_t e = 0; e < D; e++) di += dO[e] * oi[e];
         for (int64_t j = 0; j <= i; j++) {
           const double *v = qkv + qkv_at(s, b, j, h, 2);
           double kf = keep(s, g0 + (uint64_t)j), d = 0;
           for (int64_t e = 0; e < D; e++) d += dO[e] * v[e];
           dp[j] = d * kf;
-          di += sc[j] * dp[j];
           double *dv = dqkv + qkv_at(s, b, j, h, 2);
           for (int64_t e = 0; e < D; e++) dv[e] += sc[j] * kf * dO[e];
         }
@@ -92,25 +97,25 @@ static void reference(const ref_shape *s, const double *qkv, double *out, double
 
 /* The reference backward against central differences of L = sum(out * dout). */
 static void check_reference_gradient(double p) {
-  ref_shape s = {.B = 1, .T = 5, .H = 2, .D = 3, .scale = 0.7, .p = p, .seed = tst_seed(),
-                 .stream = 99};
+  ref_shape s = {
+      .B = 1, .T = 5, .H = 2, .D = 3, .scale = 0.7, .p = p, .seed = tst_seed(), .stream = 99};
   const int64_t n3 = s.B * s.T * s.H * 3 * s.D, no = s.B * s.T * s.H * s.D;
   float *f = malloc((size_t)(n3 + no) * 4);
   tst_fill_normal(f, n3 + no, 1, 1.0f);
-  double *qkv = malloc((size_t)n3 * 8), *dout = malloc((size_t)no * 8), *out = malloc((size_t)no * 8);
+  double *qkv = calloc((size_t)n3, 8), *dout = calloc((size_t)no, 8), *out = malloc((size_t)no * 8);
   double *lse = malloc((size_t)(s.B * s.H * s.T) * 8), *dqkv = malloc((size_t)n3 * 8);
   double *fd = malloc((size_t)n3 * 8);
   for (int64_t i = 0; i < n3; i++) qkv[i] = f[i];
   for (int64_t i = 0; i < no; i++) dout[i] = f[n3 + i];
-  reference(&s, qkv, out, lse, dout, dqkv);
+  reference(&s, qkv, out, lse, dout, NULL, dqkv);
   const double eps = 1e-5;
   for (int64_t x = 0; x < n3; x++) {
     double save = qkv[x], lp = 0, lm = 0;
     qkv[x] = save + eps;
-    reference(&s, qkv, out, lse, NULL, NULL);
+    reference(&s, qkv, out, lse, NULL, NULL, NULL);
     for (int64_t i = 0; i < no; i++) lp += out[i] * dout[i];
     qkv[x] = save - eps;
-    reference(&s, qkv, out, lse, NULL, NULL);
+    reference(&s, qkv, out, lse, NULL, NULL, NULL);
     for (int64_t i = 0; i < no; i++) lm += out[i] * dout[i];
     qkv[x] = save;
     fd[x] = (lp - lm) / (2 * eps);
@@ -129,6 +134,8 @@ typedef struct {
   ref_shape s;
   td_dtype dt;
 } att_case;
+
+static const char *g_path = ""; /* which implementation the checks run through */
 
 typedef struct { /* device buffers of one case */
   td_attention_desc a;
@@ -161,16 +168,23 @@ static void download(td_device *dev, float *x, const void *d, int64_t n, td_dtyp
 
 static att_run run_setup(td_device *dev, const att_case *c, const float *qkv, const float *dout) {
   const ref_shape *s = &c->s;
-  att_run r = {.n3 = s->B * s->T * s->H * 3 * s->D, .no = s->B * s->T * s->H * s->D,
+  att_run r = {.n3 = s->B * s->T * s->H * 3 * s->D,
+               .no = s->B * s->T * s->H * s->D,
                .nl = s->B * s->H * s->T};
-  r.a = (td_attention_desc){.batch = s->B, .seq = s->T, .heads = s->H, .head_dim = s->D,
-                            .dtype = c->dt, .scale = (float)s->scale,
+  r.a = (td_attention_desc){.batch = s->B,
+                            .seq = s->T,
+                            .heads = s->H,
+                            .head_dim = s->D,
+                            .dtype = c->dt,
+                            .scale = (float)s->scale,
                             .qkv = upload(dev, qkv, r.n3, c->dt),
                             .out = dev->ops->alloc(dev, (size_t)r.no * td_dtype_size(c->dt)),
                             .lse = dev->ops->alloc(dev, (size_t)r.nl * 4),
                             .dout = upload(dev, dout, r.no, c->dt),
                             .dqkv = dev->ops->alloc(dev, (size_t)r.n3 * td_dtype_size(c->dt)),
-                            .dropout_p = (float)s->p, .seed = s->seed, .stream = s->stream};
+                            .dropout_p = (float)s->p,
+                            .seed = s->seed,
+                            .stream = s->stream};
   return r;
 }
 
@@ -195,12 +209,6 @@ static void check_case(const att_case *c, uint64_t stream) {
   const int64_t nl = s->B * s->H * s->T;
   float *qkv = malloc((size_t)n3 * 4), *dout = malloc((size_t)no * 4);
   random_inputs(c, qkv, dout, n3, no, stream);
-  double *dq = malloc((size_t)n3 * 8), *dd = malloc((size_t)no * 8);
-  double *ro = malloc((size_t)no * 8), *rl = malloc((size_t)nl * 8), *rg = malloc((size_t)n3 * 8);
-  for (int64_t i = 0; i < n3; i++) dq[i] = qkv[i];
-  for (int64_t i = 0; i < no; i++) dd[i] = dout[i];
-  reference(s, dq, ro, rl, dd, rg);
-
   att_run r = run_setup(dev, c, qkv, dout);
   dev->ops->attention_forward(dev, &r.a);
   dev->ops->attention_backward(dev, &r.a);
@@ -208,22 +216,34 @@ static void check_case(const att_case *c, uint64_t stream) {
   download(dev, out, r.a.out, no, c->dt);
   dev->ops->copy_d2h(dev, lse, r.a.lse, (size_t)nl * 4);
   download(dev, g, r.a.dqkv, n3, c->dt);
+
+  double *dq = malloc((size_t)n3 * 8), *dd = malloc((size_t)no * 8), *oi = malloc((size_t)no * 8);
+  double *ro = malloc((size_t)no * 8), *rl = malloc((size_t)nl * 8), *rg = malloc((size_t)n3 * 8);
+  for (int64_t i = 0; i < n3; i++) dq[i] = qkv[i];
+  for (int64_t i = 0; i < no; i++) dd[i] = dout[i], oi[i] = out[i];
+  reference(s, dq, ro, rl, dd, oi, rg);
   const double tol = c->dt == TD_BF16 ? 1e-2 : 1e-5;
   double eo = tst_rel_err(out, ro, no), el = tst_rel_err(lse, rl, nl), eg = tst_rel_err(g, rg, n3);
   CHECK(eo < tol && el < 1e-5 && eg < tol,
-        "%s B=%lld T=%lld H=%lld D=%lld p=%g: rel err out %.3g lse %.3g dqkv %.3g (tol %.0e)",
-        td_dtype_name(c->dt), (long long)s->B, (long long)s->T, (long long)s->H,
+        "%s %s B=%lld T=%lld H=%lld D=%lld p=%g: rel err out %.3g lse %.3g dqkv %.3g (tol %.0e)",
+        g_path, td_dtype_name(c->dt), (long long)s->B, (long long)s->T, (long long)s->H,
         (long long)s->D, s->p, eo, el, eg, tol);
   run_free(dev, &r);
-  free(qkv), free(dout), free(dq), free(dd), free(ro), free(rl), free(rg);
+  free(qkv), free(dout), free(dq), free(dd), free(oi), free(ro), free(rl), free(rg);
   free(out), free(lse), free(g);
 }
 
 /* Forward + backward with 1 and with 2 threads give the same bits. */
 static void check_threads(td_dtype dt, uint64_t stream) {
   td_device *dev = tst_device();
-  att_case c = {.s = {.B = 2, .T = 300, .H = 3, .D = 64, .scale = 0.125, .p = 0.1,
-                      .seed = tst_seed(), .stream = 5},
+  att_case c = {.s = {.B = 2,
+                      .T = 300,
+                      .H = 3,
+                      .D = 64,
+                      .scale = 0.125,
+                      .p = 0.1,
+                      .seed = tst_seed(),
+                      .stream = 5},
                 .dt = dt};
   const int64_t n3 = 2 * 300 * 3 * 3 * 64, no = 2 * 300 * 3 * 64, nl = 2 * 3 * 300;
   const size_t esz = td_dtype_size(dt);
@@ -241,7 +261,7 @@ static void check_threads(td_dtype dt, uint64_t stream) {
     dev->ops->copy_d2h(dev, res[t] + (no + n3) * esz, r.a.lse, (size_t)nl * 4);
   }
   CHECK(!memcmp(res[0], res[1], (size_t)(no + n3) * esz + (size_t)nl * 4),
-        "%s B=2 T=300 H=3 D=64 p=0.1: out, lse, dqkv bitwise equal with 1 and 2 threads",
+        "%s %s B=2 T=300 H=3 D=64 p=0.1: out, lse, dqkv bitwise equal with 1 and 2 threads", g_path,
         td_dtype_name(dt));
   run_free(dev, &r);
   free(qkv), free(dout), free(res[0]), free(res[1]);
@@ -281,20 +301,32 @@ int main(void) {
   check_reference_gradient(0.3);
   check_rng_rows();
   check_keep_fraction();
-  static const int64_t shapes[][4] = {{1, 1, 1, 8},   {2, 7, 3, 8},   {1, 65, 3, 64},
+  static const int64_t shapes[][4] = {{1, 1, 1, 8},    {2, 7, 3, 8},   {1, 65, 3, 64},
                                       {2, 130, 1, 64}, {1, 130, 3, 8}, {2, 65, 1, 8},
-                                      {1, 300, 2, 64}};
+                                      {1, 300, 2, 64}, {1, 33, 2, 80}};
   uint64_t stream = 100;
-  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
-    for (int dt = 0; dt < 2; dt++)
-      for (int drop = 0; drop < 2; drop++) {
-        att_case c = {.s = {.B = shapes[i][0], .T = shapes[i][1], .H = shapes[i][2],
-                            .D = shapes[i][3], .scale = 1.0 / sqrt((double)shapes[i][3]),
-                            .p = drop ? 0.1 : 0.0, .seed = tst_seed() + i, .stream = 7 + i},
-                      .dt = dt ? TD_BF16 : TD_F32};
-        check_case(&c, stream += 2);
-      }
-  check_threads(TD_F32, stream += 2);
-  check_threads(TD_BF16, stream += 2);
+  /* with the avx512 ISA: the default choice (per-head kernels where the CPU has
+   * them), then td_cpu_gemm forced; generic: td_cpu_gemm only */
+  const int paths = td_cpu_isa_get() == TD_ISA_AVX512 ? 2 : 1;
+  for (int path = 0; path < paths; path++) {
+    td_cpu_attention_use_kernels(paths == 2 && path == 0);
+    g_path = paths == 2 && path == 0 ? "default" : "td_cpu_gemm";
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+      for (int dt = 0; dt < 2; dt++)
+        for (int drop = 0; drop < 2; drop++) {
+          att_case c = {.s = {.B = shapes[i][0],
+                              .T = shapes[i][1],
+                              .H = shapes[i][2],
+                              .D = shapes[i][3],
+                              .scale = 1.0 / sqrt((double)shapes[i][3]),
+                              .p = drop ? 0.1 : 0.0,
+                              .seed = tst_seed() + i,
+                              .stream = 7 + i},
+                        .dt = dt ? TD_BF16 : TD_F32};
+          check_case(&c, stream += 2);
+        }
+    check_threads(TD_F32, stream += 2);
+    check_threads(TD_BF16, stream += 2);
+  }
   return tst_finish();
 }

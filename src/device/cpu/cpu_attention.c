@@ -1,20 +1,16 @@
-/* Causal self-attention forward and backward on the CPU: the blocked algorithm
- * and the keep rule are described in cpu_attention.h; this file has the drivers
- * (OpenMP over independent tasks, library GEMMs via td_cpu_gemm on the calling
- * thread) and the portable C row kernels.
+/* Causal self-attention on the CPU (design in cpu_attention.h): the entry
+ * points, which choose the per-head kernels or the td_cpu_gemm implementation,
+ * the latter itself, and the portable C row kernels.
  *
- * Parallelism and determinism: the forward runs one task per (b, h, query block),
- * the backward one task per (b, h) (its dK, dV sum over the query blocks, in a
- * fixed order: last block first). A task's result depends only on its inputs,
- * never on the thread that runs it, so results do not depend on the number of
- * threads. Per-thread scratch (reused across calls, only grows):
+ * td_cpu_gemm implementation: the forward runs one task per (b, h, query block
+ * of TD_ATTN_BQ rows), the backward one per (b, h). Per-thread scratch (reused
+ * across calls, only grows):
  *   forward:  S   TD_ATTN_BQ x T fp32 (P' written in place in fp32; a bf16 copy
  *             TD_ATTN_BQ x T for bf16), dropout words T + 67;
  *   backward: S, dP as above, P', dS in bf16 for bf16, dK and dV T x D fp32. */
 #include "device/cpu/cpu_attention.h"
 
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -60,8 +56,8 @@ static float keep_factor(const uint32_t *words, td_attn_dropout dr, int64_t j) {
 }
 
 void td_attn_softmax_row_generic(float *s, int64_t nvalid, int64_t ncols, float scale,
-                                 const uint32_t *words, td_attn_dropout dr, float *lse,
-                                 void *p_out, td_dtype p_dtype) {
+                                 const uint32_t *words, td_attn_dropout dr, float *lse, void *p_out,
+                                 td_dtype p_dtype) {
   float m = scale * s[0];
   for (int64_t j = 1; j < nvalid; j++) m = scale * s[j] > m ? scale * s[j] : m;
   float l = 0.0f;
@@ -71,14 +67,15 @@ void td_attn_softmax_row_generic(float *s, int64_t nvalid, int64_t ncols, float 
   }
   *lse = m + logf(l);
   float inv = 1.0f / l;
-  for (int64_t j = 0; j < nvalid; j++) store_p(p_out, p_dtype, j, s[j] * inv * keep_factor(words, dr, j));
+  for (int64_t j = 0; j < nvalid; j++)
+    store_p(p_out, p_dtype, j, s[j] * inv * keep_factor(words, dr, j));
   for (int64_t j = nvalid; j < ncols; j++) store_p(p_out, p_dtype, j, 0.0f);
 }
 
-void td_attn_softmax_bwd_row_generic(const float *s, const float *dp, int64_t nvalid,
-                                     int64_t ncols, float scale, const uint32_t *words,
-                                     td_attn_dropout dr, float lse, float di, void *p_out,
-                                     void *ds_out, td_dtype p_dtype) {
+void td_attn_softmax_bwd_row_generic(const float *s, const float *dp, int64_t nvalid, int64_t ncols,
+                                     float scale, const uint32_t *words, td_attn_dropout dr,
+                                     float lse, float di, void *p_out, void *ds_out,
+                                     td_dtype p_dtype) {
   for (int64_t j = 0; j < ncols; j++) {
     float p = 0.0f, pk = 0.0f, ds = 0.0f;
     if (j < nvalid) {
@@ -96,11 +93,10 @@ void td_attn_softmax_bwd_row_generic(const float *s, const float *dp, int64_t nv
 
 typedef struct {
   const uint32_t *(*rng_row)(uint64_t, uint64_t, uint64_t, int64_t, uint32_t *);
-  void (*softmax_row)(float *, int64_t, int64_t, float, const uint32_t *, td_attn_dropout,
-                      float *, void *, td_dtype);
-  void (*softmax_bwd_row)(const float *, const float *, int64_t, int64_t, float,
-                          const uint32_t *, td_attn_dropout, float, float, void *, void *,
-                          td_dtype);
+  void (*softmax_row)(float *, int64_t, int64_t, float, const uint32_t *, td_attn_dropout, float *,
+                      void *, td_dtype);
+  void (*softmax_bwd_row)(const float *, const float *, int64_t, int64_t, float, const uint32_t *,
+                          td_attn_dropout, float, float, void *, void *, td_dtype);
 } row_kernels;
 
 static row_kernels row_kernels_get(void) {
@@ -111,19 +107,38 @@ static row_kernels row_kernels_get(void) {
                        td_attn_softmax_bwd_row_generic};
 }
 
-/* AMX: usable when the CPU has it, the ISA is avx512 and Linux grants the tile
- * data state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). */
-static int g_amx_enabled = 1;
+/* The per-head kernels (AMX for bf16, AVX-512 FMA for fp32), or NULLs: the
+ * td_cpu_gemm path. AMX needs the CPU's AMX-BF16 and AVX512-BF16, and Linux to
+ * grant the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). */
+typedef struct {
+  size_t (*scratch_bytes)(int64_t T, int64_t D, int backward);
+  void (*forward)(const td_attention_desc *, int64_t, td_attn_dropout, void *);
+  void (*backward)(const td_attention_desc *, int64_t, td_attn_dropout, void *);
+} head_kernels;
 
-void td_cpu_attention_use_amx(int enable) { g_amx_enabled = enable != 0; }
+static int g_head_kernels = 1;
+
+void td_cpu_attention_use_kernels(int enable) { g_head_kernels = enable != 0; }
 
 static int amx_usable(void) {
   static int usable = -1;
 #pragma omp critical(td_attn_amx_probe)
   if (usable < 0)
-    usable = td_cpu_isa_get() == TD_ISA_AVX512 && td_cpu_has_amx_bf16() &&
+    usable = td_cpu_has_avx512_bf16() && td_cpu_has_amx_bf16() &&
              syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-  return usable && g_amx_enabled;
+  return usable;
+}
+
+static head_kernels head_kernels_get(td_dtype dt) {
+  head_kernels none = {NULL, NULL, NULL};
+  if (!g_head_kernels || td_cpu_isa_get() != TD_ISA_AVX512) return none;
+  if (dt == TD_F32)
+    return (head_kernels){td_attn_f32_scratch_bytes, td_attn_f32_forward_head,
+                          td_attn_f32_backward_head};
+  if (amx_usable())
+    return (head_kernels){td_attn_amx_scratch_bytes, td_attn_amx_forward_head,
+                          td_attn_amx_backward_head};
+  return none;
 }
 
 /* ------------------------------------------------------------------ helpers */
@@ -147,10 +162,22 @@ static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 static void gemm(int64_t m, int64_t n, int64_t k, td_dtype ab, td_dtype c_dtype, const void *a,
                  int64_t lda, int trans_a, const void *b, int64_t ldb, int trans_b, void *c,
                  int64_t ldc, float alpha, float beta) {
-  td_matmul_desc g = {.m = m, .n = n, .k = k, .ab_dtype = ab, .c_dtype = c_dtype,
-                      .a = a, .lda = lda, .trans_a = trans_a,
-                      .b = b, .ldb = ldb, .trans_b = trans_b,
-                      .c = c, .ldc = ldc, .alpha = alpha, .beta = beta, .batch = 1};
+  td_matmul_desc g = {.m = m,
+                      .n = n,
+                      .k = k,
+                      .ab_dtype = ab,
+                      .c_dtype = c_dtype,
+                      .a = a,
+                      .lda = lda,
+                      .trans_a = trans_a,
+                      .b = b,
+                      .ldb = ldb,
+                      .trans_b = trans_b,
+                      .c = c,
+                      .ldc = ldc,
+                      .alpha = alpha,
+                      .beta = beta,
+                      .batch = 1};
   td_cpu_gemm(&g, 1);
 }
 
@@ -168,13 +195,18 @@ typedef struct {
 
 static attn_shape shape_of(const td_attention_desc *a) {
   TD_CHECK(a->batch > 0 && a->seq > 0 && a->heads > 0 && a->head_dim > 0,
-           "empty attention B=%lld T=%lld H=%lld D=%lld", (long long)a->batch,
-           (long long)a->seq, (long long)a->heads, (long long)a->head_dim);
+           "empty attention B=%lld T=%lld H=%lld D=%lld", (long long)a->batch, (long long)a->seq,
+           (long long)a->heads, (long long)a->head_dim);
   TD_CHECK(a->dtype == TD_F32 || a->dtype == TD_BF16, "attention dtype must be fp32 or bf16");
   TD_CHECK(a->dropout_p >= 0.0f && a->dropout_p < 1.0f, "attention dropout p = %g not in [0, 1)",
            (double)a->dropout_p);
-  attn_shape s = {.B = a->batch, .T = a->seq, .H = a->heads, .D = a->head_dim, .dt = a->dtype,
-                  .esz = td_dtype_size(a->dtype), .rk = row_kernels_get()};
+  attn_shape s = {.B = a->batch,
+                  .T = a->seq,
+                  .H = a->heads,
+                  .D = a->head_dim,
+                  .dt = a->dtype,
+                  .esz = td_dtype_size(a->dtype),
+                  .rk = row_kernels_get()};
   s.ld_qkv = 3 * s.H * s.D;
   s.ld_o = s.H * s.D;
   s.nqb = (s.T + TD_ATTN_BQ - 1) / TD_ATTN_BQ;
@@ -237,15 +269,11 @@ static void cpu_attention_forward(td_device *d, const td_attention_desc *a) {
   (void)d;
   const attn_shape s = shape_of(a);
   const int64_t bh = s.B * s.H, ntasks = bh * s.nqb;
-  if (s.dt == TD_BF16 && amx_usable()) {
-    const size_t bytes = td_attn_amx_scratch_bytes(s.T, s.D, 0);
-#pragma omp parallel
-    {
-      const int64_t nt = omp_get_num_threads();
-#pragma omp for schedule(static, 1)
-      for (int64_t t = 0; t < bh; t++)
-        td_attn_amx_forward_head(a, t, t + nt < bh ? t + nt : -1, s.dr, scratch(bytes));
-    }
+  const head_kernels hk = head_kernels_get(s.dt);
+  if (hk.forward) {
+    const size_t bytes = hk.scratch_bytes(s.T, s.D, 0);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t t = 0; t < bh; t++) hk.forward(a, t, s.dr, scratch(bytes));
     return;
   }
   /* largest (last) query blocks first, for balance under dynamic scheduling */
@@ -320,15 +348,11 @@ static void cpu_attention_backward(td_device *d, const td_attention_desc *a) {
   (void)d;
   const attn_shape s = shape_of(a);
   const int64_t bh = s.B * s.H;
-  if (s.dt == TD_BF16 && amx_usable()) {
-    const size_t bytes = td_attn_amx_scratch_bytes(s.T, s.D, 1);
-#pragma omp parallel
-    {
-      const int64_t nt = omp_get_num_threads();
-#pragma omp for schedule(static, 1)
-      for (int64_t t = 0; t < bh; t++)
-        td_attn_amx_backward_head(a, t, t + nt < bh ? t + nt : -1, s.dr, scratch(bytes));
-    }
+  const head_kernels hk = head_kernels_get(s.dt);
+  if (hk.backward) {
+    const size_t bytes = hk.scratch_bytes(s.T, s.D, 1);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t t = 0; t < bh; t++) hk.backward(a, t, s.dr, scratch(bytes));
     return;
   }
 #pragma omp parallel for schedule(dynamic, 1)

@@ -1,18 +1,26 @@
 /* Causal self-attention on the CPU (ops->attention_forward / attention_backward,
- * semantics in device.h td_attention_desc): the FLOP count for benchmarks, and
- * the row kernels (softmax, dropout, softmax backward) that have a portable C
- * version in cpu_attention.c and an AVX-512 one in cpu_attention_avx512.c.
+ * semantics in device.h td_attention_desc).
  *
- * Algorithm (FlashAttention-2 memory, library GEMMs on big blocks): for each
- * (batch, head) and each block of TD_ATTN_BQ query rows [i0, i1), only keys
- * [0, i1) can be visible, so
- *   forward:  S = scale Q[i0:i1] K[0:i1]^T (GEMM), row softmax in fp32 (lse
+ * Algorithm (FlashAttention-2's memory, GEMMs on big blocks): for each (batch,
+ * head) and each block of query rows [i0, i1), only keys [0, i1) can be visible:
+ *   forward:  S = Q[i0:i1] K[0:i1]^T (GEMM), row softmax of scale S in fp32 (lse
  *             saved), P' = dropout(P), O[i0:i1] = P' V[0:i1] (GEMM);
- *   backward: S and P recomputed from lse, dP' = dO V^T (GEMM),
- *             dP = dropout(dP'), D_i = rowsum(dO_i * O_i),
- *             dS = P * (dP - D), dQ = scale dS K (GEMM),
- *             dK += scale dS^T Q, dV += P'^T dO (GEMMs into fp32 T x D scratch).
- * Scratch is O(TD_ATTN_BQ * T + T * D) per thread.
+ *   backward: S and P = exp(scale S - lse) recomputed, dP' = dO V^T (GEMM),
+ *             dP = dropout(dP'), D_i = rowsum(dO_i * O_i), dS = P * (dP - D),
+ *             dQ = scale dS K (GEMM), dK += scale dS^T Q, dV += P'^T dO (GEMMs
+ *             into fp32 T x D accumulators; query blocks last to first).
+ * Scratch is O(block * T + T * D) per thread, reused across calls.
+ * Three implementations of it:
+ *   - per-head kernels (the avx512 ISA): fp32 on our own AVX-512 FMA GEMM
+ *     (cpu_attention_f32_avx512.c), bf16 on our own AMX tile GEMM
+ *     (cpu_attention_amx_avx512.c; needs AMX-BF16, AVX512-BF16 and the OS's
+ *     grant of the tile state), operands packed once per head, one OpenMP task
+ *     per (batch, head);
+ *   - td_cpu_gemm (a library GEMM, single-threaded per task) on strided blocks
+ *     with the row kernels below, AVX-512 or portable C (cpu_attention.c): bf16
+ *     without AMX, and everything with TRIDENT_CPU_ISA=generic.
+ * Every task computes its outputs alone in a fixed order, so results do not
+ * depend on the number of threads. Bench FLOPs: td_cpu_attention_flops.
  *
  * Dropout keep rule (forward and backward alike): element (b, h, i, j) draws
  * u = td_rng_u32(seed, stream, ((b*H + h)*T + i)*T + j) and is DROPPED iff
@@ -26,20 +34,20 @@
 
 #include "device/device.h"
 
-/* Query rows per block: library-GEMM path, AMX path (a multiple of 32). */
+/* Query rows per block: library-GEMM path, AMX and fp32 AVX-512 paths (multiples of 32). */
 #define TD_ATTN_BQ 128
 #define TD_ATTN_AMX_BQ 64
+#define TD_ATTN_F32_BQ 64
 
 /* FLOPs of one call, FlashAttention's convention: forward = two GEMMs of
  * 2*T*T*D per head halved by the causal mask = 4*B*H*T*T*D/2; backward = 2.5x
  * forward (five GEMMs, one of them the recompute of S). */
 double td_cpu_attention_flops(const td_attention_desc *desc, int backward);
 
-/* bf16 runs on our own AMX tile kernels (cpu_attention_amx_avx512.c) when the CPU
- * has AMX-BF16, the ISA is avx512 and the OS grants the tile state; otherwise
- * (and for fp32) on td_cpu_gemm. enable = 0 forces the td_cpu_gemm path (tests
- * and benchmarks compare the two); enable = 1 (the default) restores AMX. */
-void td_cpu_attention_use_amx(int enable);
+/* enable = 0 forces the td_cpu_gemm implementation even where the per-head
+ * kernels run (tests and benchmarks compare the two); 1 (the default) restores
+ * the choice above. Not thread-safe: call between attention calls. */
+void td_cpu_attention_use_kernels(int enable);
 
 /* Dropout parameters of one call: thr as in the keep rule above (0: no dropout),
  * keep_scale = 1/(1 - p). */
@@ -61,33 +69,39 @@ const uint32_t *td_attn_rng_row_avx512(uint64_t seed, uint64_t stream, uint64_t 
  *   p'_j = p_j * keep_j * keep_scale (words: the row's random words, NULL without dropout).
  * p' goes to p_out: fp32 (may be s itself) or bf16 (round to nearest even). */
 void td_attn_softmax_row_generic(float *s, int64_t nvalid, int64_t ncols, float scale,
-                                 const uint32_t *words, td_attn_dropout dr, float *lse,
-                                 void *p_out, td_dtype p_dtype);
+                                 const uint32_t *words, td_attn_dropout dr, float *lse, void *p_out,
+                                 td_dtype p_dtype);
 void td_attn_softmax_row_avx512(float *s, int64_t nvalid, int64_t ncols, float scale,
-                                const uint32_t *words, td_attn_dropout dr, float *lse,
-                                void *p_out, td_dtype p_dtype);
+                                const uint32_t *words, td_attn_dropout dr, float *lse, void *p_out,
+                                td_dtype p_dtype);
 
 /* Backward of one row: from the recomputed raw scores s, the row's lse,
  * dp' = dO V^T and di = rowsum(dO * O):
  *   p_j = exp(scale s_j - lse) (0 for j >= nvalid), m_j = keep_j * keep_scale,
  *   p'_j = p_j m_j  -> p_out,     ds_j = p_j (dp'_j m_j - di) -> ds_out.
  * Outputs in p_dtype: fp32 (p_out may be s, ds_out may be dp) or bf16. */
-void td_attn_softmax_bwd_row_generic(const float *s, const float *dp, int64_t nvalid,
-                                     int64_t ncols, float scale, const uint32_t *words,
-                                     td_attn_dropout dr, float lse, float di, void *p_out,
-                                     void *ds_out, td_dtype p_dtype);
-void td_attn_softmax_bwd_row_avx512(const float *s, const float *dp, int64_t nvalid,
-                                    int64_t ncols, float scale, const uint32_t *words,
-                                    td_attn_dropout dr, float lse, float di, void *p_out,
-                                    void *ds_out, td_dtype p_dtype);
+void td_attn_softmax_bwd_row_generic(const float *s, const float *dp, int64_t nvalid, int64_t ncols,
+                                     float scale, const uint32_t *words, td_attn_dropout dr,
+                                     float lse, float di, void *p_out, void *ds_out,
+                                     td_dtype p_dtype);
+void td_attn_softmax_bwd_row_avx512(const float *s, const float *dp, int64_t nvalid, int64_t ncols,
+                                    float scale, const uint32_t *words, td_attn_dropout dr,
+                                    float lse, float di, void *p_out, void *ds_out,
+                                    td_dtype p_dtype);
 
 /* AMX path, one head bh = b*H + h per call, bf16 desc; scratch of
- * td_attn_amx_scratch_bytes(T, D, backward) bytes, 64-byte aligned. next_bh:
- * the head this thread runs next (its inputs are prefetched), or -1. */
+ * td_attn_amx_scratch_bytes(T, D, backward) bytes, 64-byte aligned. */
 size_t td_attn_amx_scratch_bytes(int64_t T, int64_t D, int backward);
-void td_attn_amx_forward_head(const td_attention_desc *a, int64_t bh, int64_t next_bh,
-                              td_attn_dropout dr, void *scratch);
-void td_attn_amx_backward_head(const td_attention_desc *a, int64_t bh, int64_t next_bh,
-                               td_attn_dropout dr, void *scratch);
+void td_attn_amx_forward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                              void *scratch);
+void td_attn_amx_backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                               void *scratch);
+
+/* fp32 AVX-512 path (cpu_attention_f32_avx512.c), same contract, fp32 desc. */
+size_t td_attn_f32_scratch_bytes(int64_t T, int64_t D, int backward);
+void td_attn_f32_forward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                              void *scratch);
+void td_attn_f32_backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                               void *scratch);
 
 #endif

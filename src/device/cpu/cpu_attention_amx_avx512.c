@@ -101,14 +101,9 @@ AMX_FN static void tile_gemm(int64_t M, int64_t N, int64_t K, const void *A, int
 
 /* mask of the first min(max(left, 0), 32) lanes */
 static inline __mmask32 lanes32(int64_t left) {
-  return left >= 32 ? (__mmask32)0xffffffffu : left <= 0 ? (__mmask32)0 : (__mmask32)((1u << left) - 1);
-}
-
-/* Token rows (D bf16 each, ld elements apart) [t, t + 16) of src into L1: the
- * hardware prefetchers do not follow a head's rows (one per page or so). */
-static inline void prefetch16(const uint16_t *src, int64_t ld, int64_t t, int64_t T, int64_t D) {
-  for (int64_t u = t; u < t + 16 && u < T; u++)
-    for (int64_t b = 0; b < D * 2; b += 64) _mm_prefetch((const char *)(src + u * ld) + b, _MM_HINT_T0);
+  return left >= 32  ? (__mmask32)0xffffffffu
+         : left <= 0 ? (__mmask32)0
+                     : (__mmask32)((1u << left) - 1);
 }
 
 /* Packs of one head's matrix X (T rows of D bf16, ld elements apart), zero
@@ -118,30 +113,35 @@ static inline void prefetch16(const uint16_t *src, int64_t ld, int64_t t, int64_
  *          Dp rows (tr_split 1); rows tr_pitch elements apart
  *   pairs  pair layout of X, Tp/2 rows of Dp 32-bit pairs
  * X is read once, 16 tokens x 32 columns at a time. */
-static void pack_head(const uint16_t *src, int64_t ld, int64_t T, int64_t D, int64_t Tp,
-                      int64_t Dp, uint16_t *rows, void *tr, int64_t tr_pitch, int tr_split,
-                      uint32_t *pairs) {
+static void pack_head(const uint16_t *src, int64_t ld, int64_t T, int64_t D, int64_t Tp, int64_t Dp,
+                      uint16_t *rows, void *tr, int64_t tr_pitch, int tr_split, uint32_t *pairs) {
   const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
                                       39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
   const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-  prefetch16(src, ld, 0, T, D);
+  td_attn_prefetch_rows(src, ld * 2, 0, 16, T, D * 2, _MM_HINT_T0);
   for (int64_t t0 = 0; t0 < Tp; t0 += 16) {
-    prefetch16(src, ld, t0 + 16, T, D);
+    td_attn_prefetch_rows(src, ld * 2, t0 + 16, 16, T, D * 2, _MM_HINT_T0);
     for (int64_t c = 0; c < Dp; c += 32) {
       __m512i r[16];
+#pragma GCC unroll 16
       for (int i = 0; i < 16; i++)
         r[i] = t0 + i < T ? _mm512_maskz_loadu_epi16(lanes32(D - c), src + (t0 + i) * ld + c)
                           : _mm512_setzero_si512();
-      if (rows)
+      if (rows) {
+#pragma GCC unroll 16
         for (int i = 0; i < 16; i++) _mm512_storeu_si512(rows + (t0 + i) * Dp + c, r[i]);
-      if (pairs)
+      }
+      if (pairs) {
+#pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
           uint32_t *o = pairs + (t0 / 2 + i) * Dp + c;
           _mm512_storeu_si512(o, _mm512_permutex2var_epi16(r[2 * i], lo, r[2 * i + 1]));
           _mm512_storeu_si512(o + 16, _mm512_permutex2var_epi16(r[2 * i], hi, r[2 * i + 1]));
         }
+      }
       if (!tr) continue;
       td_attn_transpose16(r); /* r[k]: pair c/2 + k of tokens t0 .. t0 + 15 */
+#pragma GCC unroll 16
       for (int k = 0; k < 16; k++) {
         if (!tr_split) {
           _mm512_storeu_si512((uint32_t *)tr + (c / 2 + k) * tr_pitch + t0, r[k]);
@@ -169,8 +169,9 @@ static inline void store_row_bf16(uint16_t *dst, const float *x, int64_t D, __m5
       _mm512_storeu_si512(dst + d, v);
   }
   for (; d < D; d += 16)
-    _mm256_mask_storeu_epi16(dst + d, td_attn_lanes(D - d),
-                             (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(mult, _mm512_loadu_ps(x + d))));
+    _mm256_mask_storeu_epi16(
+        dst + d, td_attn_lanes(D - d),
+        (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(mult, _mm512_loadu_ps(x + d))));
 }
 
 /* dst rows r < rows (ld elements apart) = mult * row_mult[r] * src[r][0:D) as bf16
@@ -178,7 +179,8 @@ static inline void store_row_bf16(uint16_t *dst, const float *x, int64_t D, __m5
 static void store_rows(uint16_t *dst, int64_t ld, const float *src, int64_t rows, int64_t D,
                        int64_t Dp, float mult, const float *row_mult) {
   for (int64_t r = 0; r < rows; r++)
-    store_row_bf16(dst + r * ld, src + r * Dp, D, _mm512_set1_ps(row_mult ? mult * row_mult[r] : mult));
+    store_row_bf16(dst + r * ld, src + r * Dp, D,
+                   _mm512_set1_ps(row_mult ? mult * row_mult[r] : mult));
 }
 
 /* dst[t][d] (rows ld elements apart) = mult * src[d][t] as bf16 for t < T, d < D;
@@ -190,11 +192,14 @@ static void store_transposed(uint16_t *dst, int64_t ld, const float *src, int64_
   for (int64_t t0 = 0; t0 < T; t0 += 16) {
     for (int64_t d0 = 0; d0 < Dp; d0 += 16) {
       __m512i r[16];
+#pragma GCC unroll 16
       for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(src + (d0 + i) * pitch + t0);
       td_attn_transpose16(r);
+#pragma GCC unroll 16
       for (int i = 0; i < 16; i++) _mm512_storeu_si512(buf + i * Dp + d0, r[i]);
     }
-    for (int i = 0; i < 16 && t0 + i < T; i++) store_row_bf16(dst + (t0 + i) * ld, buf + i * Dp, D, vm);
+    for (int i = 0; i < 16 && t0 + i < T; i++)
+      store_row_bf16(dst + (t0 + i) * ld, buf + i * Dp, D, vm);
   }
 }
 
@@ -210,125 +215,52 @@ static float dot_bf16(const uint16_t *x, const uint16_t *y, int64_t D) {
 
 /* ------------------------------------------------------------- row kernels */
 
-static inline __mmask16 kept(const uint32_t *words, td_attn_dropout dr, int64_t j, __mmask16 valid) {
-  if (!words) return valid;
-  __m512i w = _mm512_maskz_loadu_epi32(valid, words + j);
-  return _mm512_mask_cmpge_epu32_mask(valid, w, _mm512_set1_epi32((int)dr.thr));
-}
-
-/* Forward rows r = 0, 1 (two at a time for instruction-level parallelism): raw
- * scores s[r][0:n) (n a multiple of 32), visible j < nvalid[r] (0: a padding
- * row), x_j = scale s_j. Writes e_j = exp(x_j - max x) * keep_j (0 for
- * j >= nvalid) as bf16 to p[r]; sets mx[r] = max x and l[r] = sum_{j<nvalid}
- * exp(x_j - max x). exp to 2.6e-6 (degree 4): e is rounded to bf16, and lse's
- * error stays ~1e-6. */
-typedef struct {
-  const float *s;
-  int64_t nvalid;
-  const uint32_t *words;
-  uint16_t *p;
-} fwd_row;
-
-/* running max (scale >= 0) or min of a row's visible chunk j */
-static inline __m512 fwd_extreme(const fwd_row *r, int64_t j, float scale, __m512 ext) {
-  __mmask16 m = td_attn_lanes(r->nvalid - j);
-  __m512 x = _mm512_maskz_loadu_ps(m, r->s + j);
-  return scale >= 0 ? _mm512_mask_max_ps(ext, m, ext, x) : _mm512_mask_min_ps(ext, m, ext, x);
-}
-
-/* e of a row's chunk j (16 lanes) before dropout, added to *sum; dropped lanes
- * zeroed in the result */
-static inline __m512 fwd_exp(const fwd_row *r, int64_t j, __m512 vscale2, __m512 vm2,
-                             td_attn_dropout dr, __m512 *sum) {
-  const __mmask16 valid = td_attn_lanes(r->nvalid - j);
-  __m512 x2 = _mm512_fmsub_ps(vscale2, _mm512_maskz_loadu_ps(valid, r->s + j), vm2);
-  __m512 e = _mm512_maskz_mov_ps(valid, td_attn_exp2_16(x2, 4));
-  *sum = _mm512_add_ps(*sum, e);
-  return r->words ? _mm512_maskz_mov_ps(kept(r->words, dr, j, valid), e) : e;
-}
-
-static void fwd_row_pair(const fwd_row *r0, const fwd_row *r1, int64_t n, float scale,
-                         td_attn_dropout dr, float mx[2], float l[2]) {
+/* Forward rows r0, r1 (two at a time for instruction-level parallelism), n
+ * columns (a multiple of 32): e_j (td_attn_fwd_exp, exp to 2.8e-6: e goes to
+ * bf16 and lse's error stays ~1e-6) as bf16 to p0, p1; mx = max_j scale s_j and
+ * l = sum_j exp(scale s_j - mx) of each row. */
+static void fwd_row_pair(const td_attn_fwd_row *r0, const td_attn_fwd_row *r1, int64_t n,
+                         float scale, td_attn_dropout dr, uint16_t *p0, uint16_t *p1, float mx[2],
+                         float l[2]) {
   const int64_t live = r0->nvalid > r1->nvalid ? r0->nvalid : r1->nvalid;
   __m512 ext0 = _mm512_set1_ps(scale >= 0 ? -INFINITY : INFINITY), ext1 = ext0;
   for (int64_t j = 0; j < live; j += 16) {
-    ext0 = fwd_extreme(r0, j, scale, ext0);
-    ext1 = fwd_extreme(r1, j, scale, ext1);
+    ext0 = td_attn_fwd_extreme(r0, j, scale, ext0);
+    ext1 = td_attn_fwd_extreme(r1, j, scale, ext1);
   }
-  mx[0] = scale * (scale >= 0 ? _mm512_reduce_max_ps(ext0) : _mm512_reduce_min_ps(ext0));
-  mx[1] = scale * (scale >= 0 ? _mm512_reduce_max_ps(ext1) : _mm512_reduce_min_ps(ext1));
+  mx[0] = td_attn_fwd_max(ext0, scale), mx[1] = td_attn_fwd_max(ext1, scale);
   const __m512 vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E);
   const __m512 vm0 = _mm512_set1_ps(r0->nvalid ? mx[0] * TD_ATTN_LOG2E : 0.0f);
   const __m512 vm1 = _mm512_set1_ps(r1->nvalid ? mx[1] * TD_ATTN_LOG2E : 0.0f);
   __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0;
   for (int64_t j = 0; j < n; j += 32) {
-    __m512 a0 = fwd_exp(r0, j, vscale2, vm0, dr, &sum0), b0 = fwd_exp(r0, j + 16, vscale2, vm0, dr, &sum0);
-    __m512 a1 = fwd_exp(r1, j, vscale2, vm1, dr, &sum1), b1 = fwd_exp(r1, j + 16, vscale2, vm1, dr, &sum1);
-    _mm512_storeu_si512(r0->p + j, (__m512i)_mm512_cvtne2ps_pbh(b0, a0));
-    _mm512_storeu_si512(r1->p + j, (__m512i)_mm512_cvtne2ps_pbh(b1, a1));
+    __m512 a0 = td_attn_fwd_exp(r0, j, vscale2, vm0, dr, 4, &sum0);
+    __m512 b0 = td_attn_fwd_exp(r0, j + 16, vscale2, vm0, dr, 4, &sum0);
+    __m512 a1 = td_attn_fwd_exp(r1, j, vscale2, vm1, dr, 4, &sum1);
+    __m512 b1 = td_attn_fwd_exp(r1, j + 16, vscale2, vm1, dr, 4, &sum1);
+    _mm512_storeu_si512(p0 + j, (__m512i)_mm512_cvtne2ps_pbh(b0, a0));
+    _mm512_storeu_si512(p1 + j, (__m512i)_mm512_cvtne2ps_pbh(b1, a1));
   }
-  l[0] = _mm512_reduce_add_ps(sum0);
-  l[1] = _mm512_reduce_add_ps(sum1);
-}
-
-/* log x for x >= 1 in 16 lanes: x = m 2^k with m in [0.75, 1.5),
- * log m = 2 atanh z = 2 (z + z^3/3 + ... + z^9/9), z = (m - 1)/(m + 1) in
- * [-1/7, 1/5] (error < 2e-8). */
-static inline __m512 log16(__m512 x) {
-  __m512 m = _mm512_getmant_ps(x, _MM_MANT_NORM_p75_1p5, _MM_MANT_SIGN_zero);
-  __m512 k = _mm512_getexp_ps(_mm512_div_ps(x, m));
-  __m512 z = _mm512_div_ps(_mm512_sub_ps(m, _mm512_set1_ps(1.0f)), _mm512_add_ps(m, _mm512_set1_ps(1.0f)));
-  __m512 z2 = _mm512_mul_ps(z, z);
-  __m512 q = _mm512_set1_ps(2.0f / 9);
-  q = _mm512_fmadd_ps(q, z2, _mm512_set1_ps(2.0f / 7));
-  q = _mm512_fmadd_ps(q, z2, _mm512_set1_ps(2.0f / 5));
-  q = _mm512_fmadd_ps(q, z2, _mm512_set1_ps(2.0f / 3));
-  q = _mm512_fmadd_ps(q, z2, _mm512_set1_ps(2.0f));
-  return _mm512_fmadd_ps(k, _mm512_set1_ps(0.693147180559945f), _mm512_mul_ps(q, z));
-}
-
-/* One query row of the backward (cpu_attention.h's row backward). */
-typedef struct {
-  const float *s, *dp;
-  int64_t nvalid;
-  float lse, di;
-  const uint32_t *words;
-} bwd_row;
-
-/* p' and dS of chunk j (16 lanes) of a row */
-static inline void bwd_chunk(const bwd_row *r, int64_t j, __m512 vscale2, td_attn_dropout dr,
-                             __m512 *pk, __m512 *ds) {
-  __mmask16 valid = td_attn_lanes(r->nvalid - j);
-  __m512 x2 = _mm512_fmsub_ps(vscale2, _mm512_maskz_loadu_ps(valid, r->s + j),
-                              _mm512_set1_ps(r->lse * TD_ATTN_LOG2E));
-  __m512 p = _mm512_maskz_mov_ps(valid, td_attn_exp2_16(x2, 3)); /* to 7.5e-5: p', dS go to bf16 */
-  __m512 dp = _mm512_maskz_loadu_ps(valid, r->dp + j);
-  *pk = p;
-  if (r->words) {
-    __m512 k = _mm512_maskz_mov_ps(kept(r->words, dr, j, valid), _mm512_set1_ps(dr.keep_scale));
-    *pk = _mm512_mul_ps(p, k);
-    dp = _mm512_mul_ps(dp, k);
-  }
-  *ds = _mm512_mul_ps(p, _mm512_sub_ps(dp, _mm512_set1_ps(r->di)));
+  l[0] = _mm512_reduce_add_ps(sum0), l[1] = _mm512_reduce_add_ps(sum1);
 }
 
 /* Query rows 2q, 2q+1 of a block (n columns, a multiple of 32): dS row-major to
  * ds0 and ds0 + ds_pitch; P' and dS pairs to pk_pairs, ds_pairs (row q of the
  * pair layouts). A row with nvalid == 0 (padding) gives zeros. */
-static void bwd_row_pair(const bwd_row *r0, const bwd_row *r1, int64_t n, float scale,
-                         td_attn_dropout dr, uint16_t *ds0, int64_t ds_pitch, uint32_t *pk_pairs,
-                         uint32_t *ds_pairs) {
+static void bwd_row_pair(const td_attn_bwd_row *r0, const td_attn_bwd_row *r1, int64_t n,
+                         float scale, td_attn_dropout dr, uint16_t *ds0, int64_t ds_pitch,
+                         uint32_t *pk_pairs, uint32_t *ds_pairs) {
   const __m512 vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E);
-  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
-                                              24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17,
-                                              1, 16, 0);
+  const __m512i interleave =
+      _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   const int64_t live = r0->nvalid > r1->nvalid ? r0->nvalid : r1->nvalid;
   for (int64_t j = 0; j < n; j += 16) {
     __m512i pk2 = _mm512_setzero_si512(), ds2 = pk2; /* row 0 in words 0-15, row 1 in 16-31 */
     if (j < live) {
       __m512 pk0, ds0v, pk1, ds1v;
-      bwd_chunk(r0, j, vscale2, dr, &pk0, &ds0v);
-      bwd_chunk(r1, j, vscale2, dr, &pk1, &ds1v);
+      td_attn_bwd_chunk(r0, j, vscale2, dr, 3, &pk0, &ds0v); /* exp to 1e-4: p', dS go to bf16 */
+      td_attn_bwd_chunk(r1, j, vscale2, dr, 3, &pk1, &ds1v);
       pk2 = (__m512i)_mm512_cvtne2ps_pbh(pk1, pk0);
       ds2 = (__m512i)_mm512_cvtne2ps_pbh(ds1v, ds0v);
     }
@@ -401,80 +333,39 @@ size_t td_attn_amx_scratch_bytes(int64_t T, int64_t D, int backward) {
 
 /* ------------------------------------------------------------------ heads */
 
-typedef struct {
-  int64_t T, H, D;
-  const uint16_t *q, *k, *v; /* token 0 of this head; tokens 3*H*D apart */
-  const uint16_t *o, *dout;  /* token 0 of this head in out, dout; tokens H*D apart */
-  float *lse;                /* lse of this head, T */
-  uint64_t g0;               /* dropout index of element (i = 0, j = 0) */
-} head;
-
-static head head_of(const td_attention_desc *a, int64_t bh) {
-  head e = {.T = a->seq, .H = a->heads, .D = a->head_dim};
-  const int64_t b = bh / e.H, h = bh % e.H;
-  e.q = (const uint16_t *)a->qkv + (b * e.T * e.H + h) * 3 * e.D;
-  e.k = e.q + e.D, e.v = e.q + 2 * e.D;
-  e.o = (const uint16_t *)a->out + (b * e.T * e.H + h) * e.D;
-  e.dout = a->dout ? (const uint16_t *)a->dout + (b * e.T * e.H + h) * e.D : NULL;
-  e.lse = a->lse + bh * e.T;
-  e.g0 = (uint64_t)(bh * e.T * e.T);
-  return e;
-}
-
-/* Into L2: the rows [t0, t1) of a head's inputs (q, k, v; with out and dout for
- * the backward), so that the next head's packing reads them from cache while
- * this head computes (memory bandwidth is the other bound of attention). */
-static void prefetch_inputs(const head *e, int backward, int64_t t0, int64_t t1) {
-  for (int64_t t = t0; t < t1 && t < e->T; t++) {
-    const char *qkv = (const char *)(e->q + t * 3 * e->H * e->D);
-    for (int64_t b = 0; b < 6 * e->D; b += 64) _mm_prefetch(qkv + b, _MM_HINT_T1);
-    if (!backward) continue;
-    const char *o = (const char *)(e->o + t * e->H * e->D), *g = (const char *)(e->dout + t * e->H * e->D);
-    for (int64_t b = 0; b < 2 * e->D; b += 64) {
-      _mm_prefetch(o + b, _MM_HINT_T1);
-      _mm_prefetch(g + b, _MM_HINT_T1);
-    }
-  }
-}
-
-static const uint32_t *words_of(const td_attention_desc *a, const head *e, td_attn_dropout dr,
-                                int64_t i, uint32_t *buf) {
-  if (dr.thr == 0) return NULL;
-  return td_attn_rng_row_avx512(a->seed, a->stream, e->g0 + (uint64_t)(i * e->T), i + 1, buf);
-}
-
-AMX_FN void td_attn_amx_forward_head(const td_attention_desc *a, int64_t bh, int64_t next_bh,
-                                     td_attn_dropout dr, void *scratch) {
-  const head e = head_of(a, bh), next = head_of(a, next_bh >= 0 ? next_bh : bh);
-  const int64_t T = e.T, D = e.D, ld = 3 * e.H * D, nblk = (T + BQ - 1) / BQ;
+AMX_FN void td_attn_amx_forward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                                     void *scratch) {
+  const td_attn_head e = td_attn_head_of(a, bh);
+  const int64_t T = e.T, D = e.D, ld = 3 * e.H * D;
   amx_bufs m;
   layout(&m, scratch, round32(T), round32(D), 0);
   const int64_t Tp = m.Tp, Dp = m.Dp;
-  pack_head(e.q, ld, T, D, Tp, Dp, m.Qp, NULL, 0, 0, NULL);
-  pack_head(e.k, ld, T, D, Tp, Dp, NULL, m.KTv, m.p32, 0, NULL);
-  pack_head(e.v, ld, T, D, Tp, Dp, NULL, NULL, 0, 0, (uint32_t *)m.Vv);
+  pack_head((const uint16_t *)e.q, ld, T, D, Tp, Dp, m.Qp, NULL, 0, 0, NULL);
+  pack_head((const uint16_t *)e.k, ld, T, D, Tp, Dp, NULL, m.KTv, m.p32, 0, NULL);
+  pack_head((const uint16_t *)e.v, ld, T, D, Tp, Dp, NULL, NULL, 0, 0, (uint32_t *)m.Vv);
   uint16_t *out = (uint16_t *)e.o;
   tiles_configure();
   for (int64_t i0 = 0; i0 < T; i0 += BQ) {
     const int64_t rows = BQ < Tp - i0 ? BQ : Tp - i0, n = i0 + rows; /* keys [0, n) */
-    if (next_bh >= 0) prefetch_inputs(&next, 0, i0 / BQ * T / nblk, (i0 / BQ + 1) * T / nblk);
     tile_gemm(rows, n, Dp, m.Qp + i0 * Dp, Dp * 2, m.KTv, m.p32 * 4, m.S, m.p32 * 4, 0);
     for (int64_t r = 0; r < rows; r += 2) {
-      fwd_row rr[2];
+      td_attn_fwd_row rr[2];
       for (int u = 0; u < 2; u++) {
         const int64_t i = i0 + r + u;
-        rr[u] = (fwd_row){.s = m.S + (r + u) * m.p32, .p = m.P + (r + u) * m.p16};
+        rr[u] = (td_attn_fwd_row){.s = m.S + (r + u) * m.p32};
         if (i >= T) continue; /* padding: nvalid 0 gives a zero row */
         rr[u].nvalid = i + 1;
-        rr[u].words = words_of(a, &e, dr, i, u ? m.rng1 : m.rng0);
+        rr[u].words = td_attn_words(a, &e, dr, i, u ? m.rng1 : m.rng0);
       }
-      fwd_row_pair(&rr[0], &rr[1], n, a->scale, dr, m.rowm + r, m.rowl + r);
+      fwd_row_pair(&rr[0], &rr[1], n, a->scale, dr, m.P + r * m.p16, m.P + (r + 1) * m.p16,
+                   m.rowm + r, m.rowl + r);
     }
     for (int64_t r = 0; r < rows; r += 16) { /* lse = max + log l;  O's row factor keep_scale / l */
       __m512 l = _mm512_loadu_ps(m.rowl + r);
       __mmask16 real = td_attn_lanes(T - i0 - r);
       _mm512_mask_storeu_ps(e.lse + i0 + r, real,
-                            _mm512_add_ps(_mm512_loadu_ps(m.rowm + r), log16(_mm512_max_ps(l, _mm512_set1_ps(1.0f)))));
+                            _mm512_add_ps(_mm512_loadu_ps(m.rowm + r),
+                                          td_attn_log16(_mm512_max_ps(l, _mm512_set1_ps(1.0f)))));
       _mm512_storeu_ps(m.rowl + r, _mm512_div_ps(_mm512_set1_ps(dr.keep_scale), l));
     }
     tile_gemm(rows, Dp, n, m.P, m.p16 * 2, m.Vv, Dp * 4, m.Ob, Dp * 4, 0);
@@ -485,40 +376,40 @@ AMX_FN void td_attn_amx_forward_head(const td_attention_desc *a, int64_t bh, int
   _mm_sfence(); /* the streaming stores */
 }
 
-AMX_FN void td_attn_amx_backward_head(const td_attention_desc *a, int64_t bh, int64_t next_bh,
-                                      td_attn_dropout dr, void *scratch) {
-  const head e = head_of(a, bh), next = head_of(a, next_bh >= 0 ? next_bh : bh);
-  const int64_t T = e.T, D = e.D, ld = 3 * e.H * D, ldo = e.H * D, nblk = (T + BQ - 1) / BQ;
+AMX_FN void td_attn_amx_backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                                      void *scratch) {
+  const td_attn_head e = td_attn_head_of(a, bh);
+  const int64_t T = e.T, D = e.D, ld = 3 * e.H * D, ldo = e.H * D;
+  const uint16_t *O = (const uint16_t *)e.o;
   amx_bufs m;
   layout(&m, scratch, round32(T), round32(D), 1);
   const int64_t Tp = m.Tp, Dp = m.Dp, p32 = m.p32, p16 = m.p16;
-  pack_head(e.q, ld, T, D, Tp, Dp, m.Qp, m.QT, p16, 1, NULL);
-  pack_head(e.k, ld, T, D, Tp, Dp, NULL, m.KTv, p32, 0, (uint32_t *)m.Kv);
-  pack_head(e.v, ld, T, D, Tp, Dp, NULL, m.VTv, p32, 0, NULL);
-  pack_head(e.dout, ldo, T, D, Tp, Dp, m.dOp, m.dOT, p16, 1, NULL);
+  pack_head((const uint16_t *)e.q, ld, T, D, Tp, Dp, m.Qp, m.QT, p16, 1, NULL);
+  pack_head((const uint16_t *)e.k, ld, T, D, Tp, Dp, NULL, m.KTv, p32, 0, (uint32_t *)m.Kv);
+  pack_head((const uint16_t *)e.v, ld, T, D, Tp, Dp, NULL, m.VTv, p32, 0, NULL);
+  pack_head((const uint16_t *)e.dout, ldo, T, D, Tp, Dp, m.dOp, m.dOT, p16, 1, NULL);
   for (int64_t t = 0; t < T; t++) { /* D_t = rowsum(dO_t * O_t) */
-    if (t % 16 == 0) prefetch16(e.o, ldo, t + 16, T, D);
-    m.di[t] = dot_bf16(m.dOp + t * Dp, e.o + t * ldo, D);
+    if (t % 16 == 0) td_attn_prefetch_rows(O, ldo * 2, t + 16, 16, T, D * 2, _MM_HINT_T0);
+    m.di[t] = dot_bf16(m.dOp + t * Dp, O + t * ldo, D);
   }
-  uint16_t *dq = (uint16_t *)a->dqkv + (e.q - (const uint16_t *)a->qkv);
+  uint16_t *dq = (uint16_t *)((char *)a->dqkv + (e.q - (const char *)a->qkv));
   tiles_configure();
   const int64_t last = (T - 1) / BQ * BQ;
   for (int64_t i0 = last; i0 >= 0; i0 -= BQ) {
     const int64_t rows = BQ < Tp - i0 ? BQ : Tp - i0, n = i0 + rows;
     const int acc = i0 != last; /* the last block covers every key: it initialises dK^T, dV^T */
-    if (next_bh >= 0) prefetch_inputs(&next, 1, i0 / BQ * T / nblk, (i0 / BQ + 1) * T / nblk);
     tile_gemm(rows, n, Dp, m.Qp + i0 * Dp, Dp * 2, m.KTv, p32 * 4, m.S, p32 * 4, 0);
     tile_gemm(rows, n, Dp, m.dOp + i0 * Dp, Dp * 2, m.VTv, p32 * 4, m.dP, p32 * 4, 0);
     for (int64_t r = 0; r < rows; r += 2) {
-      bwd_row rr[2];
+      td_attn_bwd_row rr[2];
       for (int u = 0; u < 2; u++) {
         const int64_t i = i0 + r + u;
-        rr[u] = (bwd_row){.s = m.S + (r + u) * p32, .dp = m.dP + (r + u) * p32};
+        rr[u] = (td_attn_bwd_row){.s = m.S + (r + u) * p32, .dp = m.dP + (r + u) * p32};
         if (i >= T) continue; /* padding: nvalid 0 */
         rr[u].nvalid = i + 1;
-        rr[u].lse = e.lse[i];
+        rr[u].lse2 = e.lse[i] * TD_ATTN_LOG2E;
         rr[u].di = m.di[i];
-        rr[u].words = words_of(a, &e, dr, i, u ? m.rng1 : m.rng0);
+        rr[u].words = td_attn_words(a, &e, dr, i, u ? m.rng1 : m.rng0);
       }
       bwd_row_pair(&rr[0], &rr[1], n, a->scale, dr, m.dS + r * p16, p16,
                    (uint32_t *)m.Pv + (r / 2) * p32, (uint32_t *)m.dSv + (r / 2) * p32);

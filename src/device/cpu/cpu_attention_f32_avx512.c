@@ -1,0 +1,330 @@
+/* fp32 attention on AVX-512 FMA, one (batch, head) per call: the algorithm of
+ * cpu_attention.h with our own register-blocked GEMM on operands packed once per
+ * head (through OpenBLAS a third of the time goes to packing these small strided
+ * blocks, call after call).
+ *
+ * FMA GEMM: C[M x N] (+)= A[M x K] B[K x N], fp32 row-major, an 8 x 32 block of
+ * C in 16 registers, K in chunks of 256 (B's strip stays in L1); M a multiple of
+ * 8, N of 32. T and D are padded with zeros to Tp, Dp (multiples of 32). Packs:
+ *   Qp, Kp, Vp, dOp   row-major Tp x Dp (A of S = Q K^T and dP' = dO V^T;
+ *                     B of dQ = dS K and O = P V)
+ *   KT, VT, QT, dOT   transposed, Dp x Tp (B of S and dP'; A of dK^T = Q^T dS
+ *                     and dV^T = dO^T P')
+ * Forward rows write e_j = exp(x_j - max) * keep_j over S, and O's rows are
+ * multiplied by keep_scale / l after the P V product; backward rows write P'
+ * over S and dS over dP. dK^T, dV^T accumulate in Dp x Tp over the query blocks
+ * (last block first: it covers every key) and are transposed into dqkv at the
+ * end; scale is applied when dQ and dK are written. Rows of Tp elements are
+ * Tp + 16 apart (64 bytes of slack: rows 4 KiB apart alias in L1). */
+#include <math.h>
+#include <string.h>
+
+#include "device/cpu/cpu_attention.h"
+#include "device/cpu/cpu_attention_avx512.h"
+
+#define BQ TD_ATTN_F32_BQ
+#define KC 256 /* K chunk of the GEMM */
+
+static int64_t round32(int64_t x) { return (x + 31) & ~(int64_t)31; }
+static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+/* ------------------------------------------------------------------- GEMM */
+
+/* One row r of the 8 x 32 block: c<r>0, c<r>1 are its 32 accumulators. */
+#define ROW_FMA(r)                                 \
+  {                                                \
+    const __m512 a_ = _mm512_set1_ps(ak[(r)*lda]); \
+    c##r##0 = _mm512_fmadd_ps(a_, b0, c##r##0);    \
+    c##r##1 = _mm512_fmadd_ps(a_, b1, c##r##1);    \
+  }
+#define ROW_INIT(r)                                                          \
+  {                                                                          \
+    c##r##0 = acc ? _mm512_loadu_ps(c + (r)*ldc) : _mm512_setzero_ps();      \
+    c##r##1 = acc ? _mm512_loadu_ps(c + (r)*ldc + 16) : _mm512_setzero_ps(); \
+  }
+#define ROW_STORE(r)                             \
+  {                                              \
+    _mm512_storeu_ps(c + (r)*ldc, c##r##0);      \
+    _mm512_storeu_ps(c + (r)*ldc + 16, c##r##1); \
+  }
+#define FOR_8_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+/* C[0:8, 0:32) (+)= A[0:8, 0:K) B[0:K, 0:32) */
+static inline void block8x32(int64_t K, const float *a, int64_t lda, const float *b, int64_t ldb,
+                             float *c, int64_t ldc, int acc) {
+  __m512 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, c60, c61, c70, c71;
+  FOR_8_ROWS(ROW_INIT)
+  for (int64_t k = 0; k < K; k++) {
+    const __m512 b0 = _mm512_loadu_ps(b + k * ldb), b1 = _mm512_loadu_ps(b + k * ldb + 16);
+    const float *ak = a + k;
+    FOR_8_ROWS(ROW_FMA)
+  }
+  FOR_8_ROWS(ROW_STORE)
+}
+
+/* C[M x N] (+)= A[M x K] B[K x N]; leading dimensions in elements. */
+static void fma_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                     int64_t ldb, float *C, int64_t ldc, int accumulate) {
+  for (int64_t k0 = 0; k0 < K; k0 += KC) {
+    const int64_t kc = K - k0 < KC ? K - k0 : KC;
+    for (int64_t j = 0; j < N; j += 32)
+      for (int64_t i = 0; i < M; i += 8)
+        block8x32(kc, A + i * lda + k0, lda, B + k0 * ldb + j, ldb, C + i * ldc + j, ldc,
+                  accumulate || k0 > 0);
+  }
+}
+
+/* ---------------------------------------------------------------- packing */
+
+/* Packs of one head's matrix X (T rows of D floats, ld elements apart), zero
+ * padded to Tp x Dp; rows (row-major, Tp x Dp) and tr (X^T, Dp rows tr_pitch
+ * apart) may each be NULL. X is read once, 16 x 16 at a time. */
+static void pack_head(const float *src, int64_t ld, int64_t T, int64_t D, int64_t Tp, int64_t Dp,
+                      float *rows, float *tr, int64_t tr_pitch) {
+  td_attn_prefetch_rows(src, ld * 4, 0, 16, T, D * 4, _MM_HINT_T0);
+  for (int64_t t0 = 0; t0 < Tp; t0 += 16) {
+    td_attn_prefetch_rows(src, ld * 4, t0 + 16, 16, T, D * 4, _MM_HINT_T0);
+    for (int64_t c = 0; c < Dp; c += 16) {
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; i++)
+        r[i] = t0 + i < T ? _mm512_maskz_loadu_epi32(td_attn_lanes(D - c), src + (t0 + i) * ld + c)
+                          : _mm512_setzero_si512();
+      if (rows) {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) _mm512_storeu_si512(rows + (t0 + i) * Dp + c, r[i]);
+      }
+      if (!tr) continue;
+      td_attn_transpose16(r);
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; k++) _mm512_storeu_si512(tr + (c + k) * tr_pitch + t0, r[k]);
+    }
+  }
+}
+
+/* dst[0:D) = mult * x[0:D); full aligned 64-byte lines are streamed (no read
+ * for ownership: dst is not read again soon). */
+static inline void store_row(float *dst, const float *x, int64_t D, __m512 mult) {
+  for (int64_t d = 0; d < D; d += 16) {
+    __m512 v = _mm512_mul_ps(mult, _mm512_loadu_ps(x + d));
+    if (d + 16 <= D && ((uintptr_t)(dst + d) & 63) == 0)
+      _mm512_stream_ps(dst + d, v);
+    else
+      _mm512_mask_storeu_ps(dst + d, td_attn_lanes(D - d), v);
+  }
+}
+
+/* dst rows r < rows (ld apart) = mult * row_mult[r] * src[r][0:D) (row_mult NULL:
+ * 1); src rows Dp apart. */
+static void store_rows(float *dst, int64_t ld, const float *src, int64_t rows, int64_t D,
+                       int64_t Dp, float mult, const float *row_mult) {
+  for (int64_t r = 0; r < rows; r++)
+    store_row(dst + r * ld, src + r * Dp, D, _mm512_set1_ps(row_mult ? mult * row_mult[r] : mult));
+}
+
+/* dst[t][d] (rows ld apart) = mult * src[d][t] for t < T, d < D; src Dp rows
+ * pitch apart, transposed 16 x 16 at a time through buf (16 rows of Dp). */
+static void store_transposed(float *dst, int64_t ld, const float *src, int64_t pitch, int64_t T,
+                             int64_t D, int64_t Dp, float mult, float *buf) {
+  const __m512 vm = _mm512_set1_ps(mult);
+  for (int64_t t0 = 0; t0 < T; t0 += 16) {
+    for (int64_t d0 = 0; d0 < Dp; d0 += 16) {
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(src + (d0 + i) * pitch + t0);
+      td_attn_transpose16(r);
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; i++) _mm512_storeu_si512(buf + i * Dp + d0, r[i]);
+    }
+    for (int i = 0; i < 16 && t0 + i < T; i++) store_row(dst + (t0 + i) * ld, buf + i * Dp, D, vm);
+  }
+}
+
+/* ------------------------------------------------------------- row kernels */
+
+/* Forward rows r0, r1 (two at a time for instruction-level parallelism), n
+ * columns (a multiple of 32): e_j (td_attn_fwd_exp, exp to 9.2e-8) over the
+ * row's scores; mx = max_j scale s_j, l = sum_j exp(scale s_j - mx). */
+static void fwd_row_pair(const td_attn_fwd_row *r0, const td_attn_fwd_row *r1, int64_t n,
+                         float scale, td_attn_dropout dr, float mx[2], float l[2]) {
+  const int64_t live = r0->nvalid > r1->nvalid ? r0->nvalid : r1->nvalid;
+  __m512 ext0 = _mm512_set1_ps(scale >= 0 ? -INFINITY : INFINITY), ext1 = ext0;
+  for (int64_t j = 0; j < live; j += 16) {
+    ext0 = td_attn_fwd_extreme(r0, j, scale, ext0);
+    ext1 = td_attn_fwd_extreme(r1, j, scale, ext1);
+  }
+  mx[0] = td_attn_fwd_max(ext0, scale), mx[1] = td_attn_fwd_max(ext1, scale);
+  const __m512 vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E);
+  const __m512 vm0 = _mm512_set1_ps(r0->nvalid ? mx[0] * TD_ATTN_LOG2E : 0.0f);
+  const __m512 vm1 = _mm512_set1_ps(r1->nvalid ? mx[1] * TD_ATTN_LOG2E : 0.0f);
+  __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0;
+  for (int64_t j = 0; j < n; j += 16) {
+    __m512 e0 = td_attn_fwd_exp(r0, j, vscale2, vm0, dr, 5, &sum0);
+    __m512 e1 = td_attn_fwd_exp(r1, j, vscale2, vm1, dr, 5, &sum1);
+    _mm512_storeu_ps((float *)r0->s + j, e0);
+    _mm512_storeu_ps((float *)r1->s + j, e1);
+  }
+  l[0] = _mm512_reduce_add_ps(sum0), l[1] = _mm512_reduce_add_ps(sum1);
+}
+
+/* Backward rows r0, r1, n columns (a multiple of 16): P' over s, dS over dp. */
+static void bwd_row_pair(const td_attn_bwd_row *r0, const td_attn_bwd_row *r1, int64_t n,
+                         float scale, td_attn_dropout dr) {
+  const __m512 vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E);
+  for (int64_t j = 0; j < n; j += 16) {
+    __m512 pk0, ds0, pk1, ds1;
+    td_attn_bwd_chunk(r0, j, vscale2, dr, 5, &pk0, &ds0);
+    td_attn_bwd_chunk(r1, j, vscale2, dr, 5, &pk1, &ds1);
+    _mm512_storeu_ps((float *)r0->s + j, pk0);
+    _mm512_storeu_ps((float *)r0->dp + j, ds0);
+    _mm512_storeu_ps((float *)r1->s + j, pk1);
+    _mm512_storeu_ps((float *)r1->dp + j, ds1);
+  }
+}
+
+/* sum_d x[d] y[d] */
+static float dot(const float *x, const float *y, int64_t D) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t d = 0; d < D; d += 16) {
+    __mmask16 m = td_attn_lanes(D - d);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + d), _mm512_maskz_loadu_ps(m, y + d), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+/* ------------------------------------------------------------------ scratch */
+
+typedef struct {
+  int64_t Tp, Dp, pt; /* pt: pitch of rows up to Tp long (KT, VT, QT, dOT, S, dP, dKT, dVT) */
+  float *Qp, *Kp, *Vp, *dOp, *KT, *VT, *QT, *dOT, *S, *dP, *Ob, *dKT, *dVT, *rowm, *rowl, *di;
+  uint32_t *rng0, *rng1;
+} f32_bufs;
+
+static void *take(char *base, size_t *off, size_t bytes) {
+  void *p = base ? base + *off : NULL;
+  *off += round64(bytes);
+  return p;
+}
+
+/* Carve the scratch (base NULL: only count); returns its size. */
+static size_t layout(f32_bufs *b, char *base, int64_t Tp, int64_t Dp, int backward) {
+  memset(b, 0, sizeof *b);
+  b->Tp = Tp, b->Dp = Dp, b->pt = Tp + 16;
+  const size_t rows = (size_t)(Tp * Dp) * 4, tr = (size_t)(Dp * b->pt) * 4;
+  const size_t blk = (size_t)(BQ * b->pt) * 4, rng = (size_t)(Tp + 67) * 4;
+  size_t off = 0;
+  b->Qp = take(base, &off, rows);
+  b->KT = take(base, &off, tr);
+  b->S = take(base, &off, blk);
+  b->Ob = take(base, &off, (size_t)(BQ * Dp) * 4); /* O block, dQ block, transposes */
+  b->rng0 = take(base, &off, rng);
+  b->rng1 = take(base, &off, rng);
+  if (!backward) {
+    b->Vp = take(base, &off, rows);
+    b->rowm = take(base, &off, BQ * 4);
+    b->rowl = take(base, &off, BQ * 4);
+    return off;
+  }
+  b->Kp = take(base, &off, rows);
+  b->dOp = take(base, &off, rows);
+  b->VT = take(base, &off, tr);
+  b->QT = take(base, &off, tr);
+  b->dOT = take(base, &off, tr);
+  b->dP = take(base, &off, blk);
+  b->dKT = take(base, &off, tr);
+  b->dVT = take(base, &off, tr);
+  b->di = take(base, &off, (size_t)Tp * 4);
+  return off;
+}
+
+size_t td_attn_f32_scratch_bytes(int64_t T, int64_t D, int backward) {
+  f32_bufs b;
+  return layout(&b, NULL, round32(T), round32(D), backward);
+}
+
+/* ------------------------------------------------------------------ heads */
+
+void td_attn_f32_forward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                              void *scratch) {
+  const td_attn_head e = td_attn_head_of(a, bh);
+  const int64_t T = e.T, D = e.D, ld = 3 * e.H * D;
+  f32_bufs m;
+  layout(&m, scratch, round32(T), round32(D), 0);
+  const int64_t Tp = m.Tp, Dp = m.Dp, pt = m.pt;
+  pack_head((const float *)e.q, ld, T, D, Tp, Dp, m.Qp, NULL, 0);
+  pack_head((const float *)e.k, ld, T, D, Tp, Dp, NULL, m.KT, pt);
+  pack_head((const float *)e.v, ld, T, D, Tp, Dp, m.Vp, NULL, 0);
+  float *out = (float *)e.o;
+  for (int64_t i0 = 0; i0 < T; i0 += BQ) {
+    const int64_t rows = BQ < Tp - i0 ? BQ : Tp - i0, n = i0 + rows; /* keys [0, n) */
+    fma_gemm(rows, n, Dp, m.Qp + i0 * Dp, Dp, m.KT, pt, m.S, pt, 0);
+    for (int64_t r = 0; r < rows; r += 2) {
+      td_attn_fwd_row rr[2];
+      for (int u = 0; u < 2; u++) {
+        const int64_t i = i0 + r + u;
+        rr[u] = (td_attn_fwd_row){.s = m.S + (r + u) * pt};
+        if (i >= T) continue; /* padding: nvalid 0 gives a zero row */
+        rr[u].nvalid = i + 1;
+        rr[u].words = td_attn_words(a, &e, dr, i, u ? m.rng1 : m.rng0);
+      }
+      fwd_row_pair(&rr[0], &rr[1], n, a->scale, dr, m.rowm + r, m.rowl + r);
+    }
+    for (int64_t r = 0; r < rows; r += 16) { /* lse = max + log l;  O's row factor keep_scale / l */
+      __m512 l = _mm512_loadu_ps(m.rowl + r);
+      _mm512_mask_storeu_ps(e.lse + i0 + r, td_attn_lanes(T - i0 - r),
+                            _mm512_add_ps(_mm512_loadu_ps(m.rowm + r),
+                                          td_attn_log16(_mm512_max_ps(l, _mm512_set1_ps(1.0f)))));
+      _mm512_storeu_ps(m.rowl + r, _mm512_div_ps(_mm512_set1_ps(dr.keep_scale), l));
+    }
+    fma_gemm(rows, Dp, n, m.S, pt, m.Vp, Dp, m.Ob, Dp, 0);
+    store_rows(out + i0 * e.H * D, e.H * D, m.Ob, (T - i0 < rows ? T - i0 : rows), D, Dp, 1.0f,
+               m.rowl);
+  }
+  _mm_sfence(); /* the streaming stores */
+}
+
+void td_attn_f32_backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                               void *scratch) {
+  const td_attn_head e = td_attn_head_of(a, bh);
+  const int64_t T = e.T, D = e.D, ld = 3 * e.H * D, ldo = e.H * D;
+  const float *O = (const float *)e.o;
+  f32_bufs m;
+  layout(&m, scratch, round32(T), round32(D), 1);
+  const int64_t Tp = m.Tp, Dp = m.Dp, pt = m.pt;
+  pack_head((const float *)e.q, ld, T, D, Tp, Dp, m.Qp, m.QT, pt);
+  pack_head((const float *)e.k, ld, T, D, Tp, Dp, m.Kp, m.KT, pt);
+  pack_head((const float *)e.v, ld, T, D, Tp, Dp, NULL, m.VT, pt);
+  pack_head((const float *)e.dout, ldo, T, D, Tp, Dp, m.dOp, m.dOT, pt);
+  for (int64_t t = 0; t < T; t++) { /* D_t = rowsum(dO_t * O_t) */
+    if (t % 16 == 0) td_attn_prefetch_rows(O, ldo * 4, t + 16, 16, T, D * 4, _MM_HINT_T0);
+    m.di[t] = dot(m.dOp + t * Dp, O + t * ldo, D);
+  }
+  float *dq = (float *)((char *)a->dqkv + (e.q - (const char *)a->qkv));
+  const int64_t last = (T - 1) / BQ * BQ;
+  for (int64_t i0 = last; i0 >= 0; i0 -= BQ) {
+    const int64_t rows = BQ < Tp - i0 ? BQ : Tp - i0, n = i0 + rows;
+    const int acc = i0 != last; /* the last block covers every key: it initialises dK^T, dV^T */
+    fma_gemm(rows, n, Dp, m.Qp + i0 * Dp, Dp, m.KT, pt, m.S, pt, 0);
+    fma_gemm(rows, n, Dp, m.dOp + i0 * Dp, Dp, m.VT, pt, m.dP, pt, 0);
+    for (int64_t r = 0; r < rows; r += 2) {
+      td_attn_bwd_row rr[2];
+      for (int u = 0; u < 2; u++) {
+        const int64_t i = i0 + r + u;
+        rr[u] = (td_attn_bwd_row){.s = m.S + (r + u) * pt, .dp = m.dP + (r + u) * pt};
+        if (i >= T) continue; /* padding: nvalid 0 gives zero rows */
+        rr[u].nvalid = i + 1;
+        rr[u].lse2 = e.lse[i] * TD_ATTN_LOG2E;
+        rr[u].di = m.di[i];
+        rr[u].words = td_attn_words(a, &e, dr, i, u ? m.rng1 : m.rng0);
+      }
+      bwd_row_pair(&rr[0], &rr[1], n, a->scale, dr);
+    }
+    fma_gemm(Dp, n, rows, m.dOT + i0, pt, m.S, pt, m.dVT, pt, acc);
+    fma_gemm(Dp, n, rows, m.QT + i0, pt, m.dP, pt, m.dKT, pt, acc);
+    fma_gemm(rows, Dp, n, m.dP, pt, m.Kp, Dp, m.Ob, Dp, 0);
+    store_rows(dq + i0 * ld, ld, m.Ob, (T - i0 < rows ? T - i0 : rows), D, Dp, a->scale, NULL);
+  }
+  store_transposed(dq + D, ld, m.dKT, pt, T, D, Dp, a->scale, m.Ob);
+  store_transposed(dq + 2 * D, ld, m.dVT, pt, T, D, Dp, 1.0f, m.Ob);
+  _mm_sfence(); /* the streaming stores */
+}
