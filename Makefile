@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all deps build test demo bench clean
+.PHONY: all deps build test demo bench interop clean
 all: build
 
 deps:
@@ -23,6 +23,11 @@ demo: build
 
 bench: build
 	$(BUILD)/trident bench kernels
+
+# Opt-in (not in make test): exported checkpoints load in Hugging Face transformers
+# and back; installs transformers into a venv from PyPI.
+interop: build
+	bash scripts/check_hf_interop.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

@@ -7,6 +7,7 @@ pkgs=(
   libdnnl-dev                        # oneDNN: fp32/bf16 GEMM (AMX / AVX512-BF16 for bf16)
   libopenblas-openmp-dev             # OpenBLAS (OpenMP build): fp32 GEMM
   libcjson-dev                       # cJSON: checkpoint metadata, safetensors headers, configs
+  openmpi-bin libopenmpi-dev         # MPI: the distributed engine (mpirun, collectives)
   libpcre2-dev                       # PCRE2 (UTF + UCP, JIT): GPT-2 BPE pre-tokenizer regex
 )
 missing=()

@@ -19,9 +19,10 @@ model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32
 
 losses() { grep -oE 'iteration +[0-9]+/ +[0-9]+ .*lm loss: [^ ]+' "$1" | sed -E 's/^iteration +([0-9]+).*lm loss: ([^ ]+)/\1 \2/'; }
 
-for prec in fp32 bf16; do
+for prec in fp32 bf16 fp16; do
   extra=()
   [ "$prec" = bf16 ] && extra=(--bf16)
+  [ "$prec" = fp16 ] && extra=(--fp16 --initial-loss-scale 65536 --loss-scale-window 4)
   d="$tmp/$prec"
   mkdir -p "$d"
   "$bin" train "${model[@]}" "${extra[@]}" --train-iters 20 >"$d/straight.log" 2>&1 ||
@@ -50,7 +51,7 @@ c="$tmp/fp32/ckpt"
 # Refusals: other model shape, truncated tensor file, damaged latest file.
 "$bin" train "${model[@]}" --hidden-size 64 --train-iters 30 --load "$c" >"$tmp/out" 2>"$tmp/err"
 rc=$?
-[ $rc -eq 1 ] && grep -q "trident: error: .*embedding.word_embeddings.weight.*shape" "$tmp/err" &&
+[ $rc -eq 1 ] && grep -q "trident: error: .*--hidden-size: 32 in the checkpoint, 64 in this run" "$tmp/err" &&
   ok "a checkpoint of another shape is refused: $(head -c 200 "$tmp/err")" || fail "shape mismatch: rc $rc $(cat "$tmp/err")"
 f="$c/iter_0000020/mp_rank_00/model.safetensors"
 head -c 1000 "$f" >"$f.cut" && mv "$f.cut" "$f"

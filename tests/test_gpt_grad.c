@@ -1,8 +1,10 @@
 /* The GPT model (src/model/gpt.h) on a tiny config: parameter views and the
  * init rule, loss at init, every parameter gradient against central finite
  * differences of a double-precision re-implementation of the loss, determinism
- * (repeat, 1 vs 2 threads), bf16 against fp32, and dropout (seeded, and its
- * backward against finite differences of the model itself). */
+ * (repeat, 1 vs 2 threads), bf16 and fp16 against fp32, fp16's overflow to Inf
+ * under a loss scale too large (what the loss scaler must see) and its underflow
+ * under one too small, and dropout (seeded, and its backward against finite
+ * differences of the model itself). */
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -72,14 +74,19 @@ static double mean_loss(td_gpt *m, const batch *b, uint64_t seed, int training) 
   return sum / msum;
 }
 
-/* Gradient of the masked mean loss, copied to host (flat layout). */
-static double gradient(td_gpt *m, const batch *b, uint64_t seed, int training, float *g) {
+/* Gradient of the masked mean loss times loss_scale, copied to host (flat layout). */
+static double scaled_gradient(td_gpt *m, const batch *b, uint64_t seed, int training,
+                              double loss_scale, float *g) {
   td_device *d = tst_device();
   td_gpt_zero_grads(m);
   double msum, sum = td_gpt_forward(m, b->tokens, b->targets, b->mask, seed, training, &msum);
-  td_gpt_backward(m, (float)(1.0 / msum));
+  td_gpt_backward(m, (float)(loss_scale / msum));
   d->ops->copy_d2h(d, g, td_gpt_grads(m), (size_t)td_gpt_flat_numel(m) * sizeof(float));
   return sum / msum;
+}
+
+static double gradient(td_gpt *m, const batch *b, uint64_t seed, int training, float *g) {
+  return scaled_gradient(m, b, seed, training, 1.0, g);
 }
 
 /* ------------------------------------------------ double reference forward */
@@ -345,6 +352,92 @@ static void test_bf16(void) {
   td_gpt_destroy(m32), td_gpt_destroy(m16);
 }
 
+/* fp16 against fp32: the loss, and the gradient under a loss scale (unscaled
+ * afterwards, as the optimizer does), within fp16's precision. */
+static void test_fp16_matches_fp32(void) {
+  td_gpt_config c = tiny_config();
+  td_gpt *m32 = make(&c, TD_F32), *m16 = make(&c, TD_F16);
+  randomize(m32, 6);
+  randomize(m16, 6);
+  batch b = random_batch(7);
+  int64_t n = td_gpt_flat_numel(m32);
+  float *g32 = td_malloc((size_t)n * sizeof(float)), *g16 = td_malloc((size_t)n * sizeof(float));
+  double scale = 1024.0;
+  double l32 = gradient(m32, &b, 0, 1, g32), l16 = scaled_gradient(m16, &b, 0, 1, scale, g16);
+  CHECK(fabs(l16 - l32) < 1e-2 * l32 && l16 != l32, "fp16 loss %.6f vs fp32 %.6f (close, rounded)",
+        l16, l32);
+  for (int64_t i = 0; i < n; i++) g16[i] = (float)(g16[i] / scale);
+  double err = tst_rel_err_f(g16, g32, n);
+  CHECK(err < 1e-2, "fp16 gradient (loss scale %g, unscaled) vs fp32: normwise rel err %.3g", scale,
+        err);
+  td_gpt_memory mem = td_gpt_memory_report(m16);
+  CHECK(mem.weights_bf16 == (size_t)n * 4, "fp16 weight copy (fp16 values in fp32) %zu bytes",
+        mem.weights_bf16);
+  td_free(g32), td_free(g16);
+  td_gpt_destroy(m32), td_gpt_destroy(m16);
+}
+
+/* Sum of squares of the flat gradient, as the trainer's overflow check takes it. */
+static double grad_sumsq(td_gpt *m) {
+  td_device *d = tst_device();
+  return d->ops->sum_squares(d, td_gpt_grads(m), td_gpt_flat_numel(m));
+}
+
+/* A loss scale whose dlogits exceed fp16's 65504 makes the fp16 gradients Inf/NaN
+ * (the step the loss scaler skips) while fp32 stays finite; a scale so small that
+ * every dY is below fp16's smallest subnormal flushes the matmul weight gradients
+ * to zero where fp32 keeps them (what loss scaling exists to prevent). */
+static void test_fp16_overflow_underflow(void) {
+  td_gpt_config c = tiny_config();
+  td_gpt *m32 = make(&c, TD_F32), *m16 = make(&c, TD_F16);
+  randomize(m32, 10);
+  randomize(m16, 10);
+  batch b = random_batch(11);
+  int64_t n = td_gpt_flat_numel(m16);
+  float *g = td_malloc((size_t)n * sizeof(float));
+  double huge = 4294967296.0; /* Megatron's --initial-loss-scale 2^32 */
+  scaled_gradient(m16, &b, 0, 1, huge, g);
+  double s16 = grad_sumsq(m16);
+  scaled_gradient(m32, &b, 0, 1, huge, g);
+  double s32 = grad_sumsq(m32);
+  CHECK(!isfinite(s16) && isfinite(s32),
+        "loss scale 2^32: fp16 gradient sum of squares %g (overflow), fp32 %g", s16, s32);
+  scaled_gradient(m16, &b, 0, 1, 1024.0, g);
+  CHECK(isfinite(grad_sumsq(m16)), "loss scale 1024: fp16 gradients finite");
+
+  const char *w = "decoder.layers.0.mlp.linear_fc1.weight";
+  const td_gpt_tensor *t = td_gpt_find_tensor(m16, w);
+  double tiny = 0x1p-40, a16 = 0, a32 = 0;
+  scaled_gradient(m16, &b, 0, 1, tiny, g);
+  for (int64_t k = 0; k < t->numel; k++) a16 += fabs(g[t->offset + k]);
+  scaled_gradient(m32, &b, 0, 1, tiny, g);
+  for (int64_t k = 0; k < t->numel; k++) a32 += fabs(g[t->offset + k]);
+  CHECK(a16 == 0 && a32 > 0, "loss scale 2^-40: fp16 %s gradient underflows to 0 (fp32: %g)", w,
+        a32);
+  td_free(g);
+  td_gpt_destroy(m32), td_gpt_destroy(m16);
+}
+
+/* Forward activations beyond 65504 are Inf in fp16 (the final LayerNorm output
+ * here feeds the head matmul), finite in fp32. */
+static void test_fp16_forward_range(void) {
+  td_gpt_config c = tiny_config();
+  td_gpt *m32 = make(&c, TD_F32), *m16 = make(&c, TD_F16);
+  td_device *d = tst_device();
+  td_gpt *both[2] = {m32, m16};
+  for (int i = 0; i < 2; i++) {
+    randomize(both[i], 12);
+    const td_gpt_tensor *t = td_gpt_find_tensor(both[i], "decoder.final_layernorm.weight");
+    d->ops->fill(d, td_gpt_params(both[i]) + t->offset, TD_F32, t->numel, 70000.0f);
+    td_gpt_cast_weights(both[i]);
+  }
+  batch b = random_batch(13);
+  double l32 = mean_loss(m32, &b, 0, 0), l16 = mean_loss(m16, &b, 0, 0);
+  CHECK(isfinite(l32) && !isfinite(l16),
+        "LayerNorm weight 70000: fp32 loss %g, fp16 loss %g (activation overflow)", l32, l16);
+  td_gpt_destroy(m32), td_gpt_destroy(m16);
+}
+
 /* Dropout: reproducible per seed, off in eval, and its backward applies the
  * forward's masks (float central differences of the model itself). */
 static void test_dropout(void) {
@@ -406,7 +499,11 @@ int main(void) {
   test_gradients(&u, "untied, tanh GELU");
   test_determinism(TD_F32);
   test_determinism(TD_BF16);
+  test_determinism(TD_F16);
   test_bf16();
+  test_fp16_matches_fp32();
+  test_fp16_overflow_underflow();
+  test_fp16_forward_range();
   test_dropout();
   return tst_finish();
 }

@@ -6,6 +6,7 @@
 int td_cmd_bench(int argc, char **argv);
 int td_cmd_train(int argc, char **argv);
 int td_cmd_tokenize(int argc, char **argv);
+int td_cmd_convert(int argc, char **argv);
 int td_cmd_preprocess(int argc, char **argv);
 int td_cmd_dataset(int argc, char **argv);
 

@@ -1,6 +1,15 @@
 /* GPT forward and backward (gpt.h), each layer's forward and backward side by
  * side. Sizes as in gpt_impl.h: N = B*T tokens, C hidden, H heads, D head dim,
- * F ffn hidden, V vocabulary; cd the compute dtype (fp32 or bf16). */
+ * F ffn hidden, V vocabulary; cd the compute dtype (fp32, bf16 or fp16), md the
+ * dtype matmul inputs are stored in (bf16 for bf16, else fp32).
+ *
+ * fp16 (TD_F16) is Megatron's fp16 on fp32 GEMMs: every matmul input, forward
+ * (weights, LayerNorm and GELU outputs, qkv and attention output) and backward
+ * (each matmul's dY, the attention's dout and dqkv), is rounded to fp16 precision
+ * and range before the GEMM reads it, so a scaled gradient beyond 65504 becomes
+ * Inf exactly where fp16 storage would make it Inf, and the trainer's loss scaler
+ * sees the overflow. Accumulation, master weights, gradients and the residual
+ * stream stay fp32. */
 #include <math.h>
 #include <string.h>
 
@@ -14,10 +23,10 @@
 static const td_device_ops *OPS(const td_gpt *m) { return m->dev->ops; }
 static float *P(const td_gpt *m, int t) { return m->params + m->tensors[t].offset; }
 static float *G(const td_gpt *m, int t) { return m->grads + m->tensors[t].offset; }
-/* A weight as the matmuls read it: the fp32 master or its bf16 copy. */
+/* A weight as the matmuls read it: the fp32 master or its low-precision copy. */
 static const void *W(const td_gpt *m, int t) {
   if (m->cd == TD_F32) return P(m, t);
-  return (const uint16_t *)m->weights_bf16 + m->tensors[t].offset;
+  return (const char *)m->weights_lp + (size_t)m->tensors[t].offset * td_dtype_size(m->md);
 }
 /* Tensor i of local layer l. */
 static int LT(const td_gpt *m, int64_t l, int i) {
@@ -34,11 +43,36 @@ static uint64_t dropout_stream(const td_gpt *m, int64_t l, int site) {
   return ((uint64_t)(global + 1) << 8) | (uint64_t)site;
 }
 
-/* dy in the compute dtype: itself in fp32, else its bf16 cast in m->gh. */
+/* dst = fp16(src) as fp32 values, n elements through the fp16 scratch (dst may be
+ * src). Beyond 65504 a value becomes Inf, as in fp16 storage. */
+static void round_f16(td_gpt *m, float *dst, const float *src, int64_t n) {
+  for (int64_t i = 0; i < n; i += m->half_numel) {
+    int64_t len = n - i < m->half_numel ? n - i : m->half_numel;
+    OPS(m)->cast(m->dev, m->half, TD_F16, src + i, TD_F32, len);
+    OPS(m)->cast(m->dev, dst + i, TD_F32, m->half, TD_F16, len);
+  }
+}
+
+/* x (md, n elements) is about to be a matmul input: fp16-rounded in place for fp16. */
+static void matmul_input(td_gpt *m, void *x, int64_t n) {
+  if (m->cd == TD_F16) round_f16(m, x, x, n);
+}
+
+/* A matmul's dY as the GEMMs read it: dy itself in fp32, else its bf16 cast or
+ * fp16 rounding in m->gh (dy stays untouched: it may be the residual gradient). */
 static const void *to_compute(td_gpt *m, const float *dy, int64_t n) {
   if (m->cd == TD_F32) return dy;
-  OPS(m)->cast(m->dev, m->gh, TD_BF16, dy, TD_F32, n);
+  if (m->cd == TD_F16)
+    round_f16(m, m->gh, dy, n);
+  else
+    OPS(m)->cast(m->dev, m->gh, TD_BF16, dy, TD_F32, n);
   return m->gh;
+}
+
+/* What a bias gradient sums: the fp32 dY the GEMMs read (under fp16 the rounded
+ * values, so an overflow reaches the bias too), or under bf16 dy before its cast. */
+static const float *bias_dy(const td_gpt *m, const float *dy, const void *dy_c) {
+  return m->cd == TD_BF16 ? dy : dy_c;
 }
 
 /* Hidden dropout forward: y = x + dropout(h); h (scratch) is overwritten. */
@@ -87,30 +121,33 @@ static void embedding_backward(td_gpt *m) {
 static td_attention_desc attention_desc(const td_gpt *m, const td_gpt_layer_acts *a, int64_t l) {
   td_attention_desc ad = {0};
   ad.batch = m->B, ad.seq = m->T, ad.heads = m->H, ad.head_dim = m->D;
-  ad.dtype = m->cd;
+  ad.dtype = m->md;
   ad.scale = 1.0f / sqrtf((float)m->D);
   ad.qkv = a->qkv, ad.out = a->att, ad.lse = a->att_lse;
   ad.dropout_p = m->p_attn, ad.seed = m->seed, ad.stream = dropout_stream(m, l, SITE_ATTENTION);
   return ad;
 }
 
-/* ln1 = layernorm(x)                      [N, C] -> [N, C] cd
- * qkv = ln1 Wqkv^T + bqkv                 [N, 3C] cd, per token [H, 3, D]
- * att = attention(qkv)                    [N, C] cd, lse [B, H, T]
+/* ln1 = layernorm(x)                      [N, C] -> [N, C] md
+ * qkv = ln1 Wqkv^T + bqkv                 [N, 3C] md, per token [H, 3, D]
+ * att = attention(qkv)                    [N, C] md, lse [B, H, T]
  * mid = x + dropout(att Wproj^T + bproj)  [N, C] */
 static void attention_block_forward(td_gpt *m, int64_t l) {
   const td_device_ops *ops = OPS(m);
   td_gpt_layer_acts *a = &m->acts[l];
   int64_t N = m->N, C = m->C;
-  ops->layernorm_forward(m->dev, a->ln1, m->cd, a->ln1_mean, a->ln1_rstd, a->x,
+  ops->layernorm_forward(m->dev, a->ln1, m->md, a->ln1_mean, a->ln1_rstd, a->x,
                          P(m, LT(m, l, TD_LN1_W)), P(m, LT(m, l, TD_LN1_B)), N, C,
                          m->cfg.layernorm_eps);
-  td_linear_forward(m->dev, a->qkv, m->cd, a->ln1, W(m, LT(m, l, TD_QKV_W)),
-                    P(m, LT(m, l, TD_QKV_B)), N, C, 3 * C, m->cd);
+  matmul_input(m, a->ln1, N * C);
+  td_linear_forward(m->dev, a->qkv, m->md, a->ln1, W(m, LT(m, l, TD_QKV_W)),
+                    P(m, LT(m, l, TD_QKV_B)), N, C, 3 * C, m->md);
+  matmul_input(m, a->qkv, N * 3 * C); /* the attention's QK^T and PV read it */
   td_attention_desc ad = attention_desc(m, a, l);
   ops->attention_forward(m->dev, &ad);
+  matmul_input(m, a->att, N * C);
   td_linear_forward(m->dev, m->hidden, TD_F32, a->att, W(m, LT(m, l, TD_PROJ_W)),
-                    P(m, LT(m, l, TD_PROJ_B)), N, C, C, m->cd);
+                    P(m, LT(m, l, TD_PROJ_B)), N, C, C, m->md);
   dropout_residual(m, a->mid, a->x, m->hidden, dropout_stream(m, l, SITE_PROJ));
 }
 
@@ -120,45 +157,49 @@ static void attention_block_backward(td_gpt *m, int64_t l) {
   const td_gpt_layer_acts *a = &m->acts[l];
   int64_t N = m->N, C = m->C;
   const float *dproj = dropout_grad(m, m->dres, m->gf, dropout_stream(m, l, SITE_PROJ));
-  ops->bias_backward(m->dev, G(m, LT(m, l, TD_PROJ_B)), dproj, N, C);
   const void *dproj_c = to_compute(m, dproj, N * C);
-  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_PROJ_W)), dproj_c, a->att, N, C, C, m->cd);
-  td_linear_backward_input(m->dev, m->gatt, m->cd, dproj_c, W(m, LT(m, l, TD_PROJ_W)), N, C, C,
-                           m->cd);
+  ops->bias_backward(m->dev, G(m, LT(m, l, TD_PROJ_B)), bias_dy(m, dproj, dproj_c), N, C);
+  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_PROJ_W)), dproj_c, a->att, N, C, C, m->md);
+  td_linear_backward_input(m->dev, m->gatt, m->md, dproj_c, W(m, LT(m, l, TD_PROJ_W)), N, C, C,
+                           m->md);
+  matmul_input(m, m->gatt, N * C); /* the attention backward's matmuls read it */
   td_attention_desc ad = attention_desc(m, a, l);
   ad.dout = m->gatt, ad.dqkv = m->gh;
   ops->attention_backward(m->dev, &ad);
+  matmul_input(m, m->gh, N * 3 * C);
   const float *dqkv32 = m->gh; /* the bias gradient reads fp32 */
-  if (m->cd != TD_F32) {
-    ops->cast(m->dev, m->gf, TD_F32, m->gh, m->cd, N * 3 * C);
+  if (m->md != TD_F32) {
+    ops->cast(m->dev, m->gf, TD_F32, m->gh, m->md, N * 3 * C);
     dqkv32 = m->gf;
   }
   ops->bias_backward(m->dev, G(m, LT(m, l, TD_QKV_B)), dqkv32, N, 3 * C);
-  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_QKV_W)), m->gh, a->ln1, N, C, 3 * C, m->cd);
+  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_QKV_W)), m->gh, a->ln1, N, C, 3 * C, m->md);
   td_linear_backward_input(m->dev, m->dln, TD_F32, m->gh, W(m, LT(m, l, TD_QKV_W)), N, C, 3 * C,
-                           m->cd);
+                           m->md);
   ops->layernorm_backward(m->dev, m->dres, G(m, LT(m, l, TD_LN1_W)), G(m, LT(m, l, TD_LN1_B)),
                           m->dln, a->x, P(m, LT(m, l, TD_LN1_W)), a->ln1_mean, a->ln1_rstd, N, C);
 }
 
 /* --------------------------------------------------------------------- MLP */
 
-/* ln2 = layernorm(mid)                     [N, C] cd
+/* ln2 = layernorm(mid)                     [N, C] md
  * fc1 = ln2 Wfc1^T + bfc1                  [N, F]
- * gelu = gelu(fc1)                         [N, F] cd
+ * gelu = gelu(fc1)                         [N, F] md
  * out = mid + dropout(gelu Wfc2^T + bfc2)  [N, C] */
 static void mlp_block_forward(td_gpt *m, int64_t l) {
   const td_device_ops *ops = OPS(m);
   td_gpt_layer_acts *a = &m->acts[l];
   int64_t N = m->N, C = m->C, F = m->F;
-  ops->layernorm_forward(m->dev, a->ln2, m->cd, a->ln2_mean, a->ln2_rstd, a->mid,
+  ops->layernorm_forward(m->dev, a->ln2, m->md, a->ln2_mean, a->ln2_rstd, a->mid,
                          P(m, LT(m, l, TD_LN2_W)), P(m, LT(m, l, TD_LN2_B)), N, C,
                          m->cfg.layernorm_eps);
+  matmul_input(m, a->ln2, N * C);
   td_linear_forward(m->dev, a->fc1, TD_F32, a->ln2, W(m, LT(m, l, TD_FC1_W)),
-                    P(m, LT(m, l, TD_FC1_B)), N, C, F, m->cd);
-  ops->gelu_forward(m->dev, a->gelu, m->cd, a->fc1, N * F, gelu_kind(m));
+                    P(m, LT(m, l, TD_FC1_B)), N, C, F, m->md);
+  ops->gelu_forward(m->dev, a->gelu, m->md, a->fc1, N * F, gelu_kind(m));
+  matmul_input(m, a->gelu, N * F);
   td_linear_forward(m->dev, m->hidden, TD_F32, a->gelu, W(m, LT(m, l, TD_FC2_W)),
-                    P(m, LT(m, l, TD_FC2_B)), N, F, C, m->cd);
+                    P(m, LT(m, l, TD_FC2_B)), N, F, C, m->md);
   dropout_residual(m, a->out, a->mid, m->hidden, dropout_stream(m, l, SITE_FC2));
 }
 
@@ -168,17 +209,17 @@ static void mlp_block_backward(td_gpt *m, int64_t l) {
   const td_gpt_layer_acts *a = &m->acts[l];
   int64_t N = m->N, C = m->C, F = m->F;
   const float *dfc2 = dropout_grad(m, m->dres, m->gf, dropout_stream(m, l, SITE_FC2));
-  ops->bias_backward(m->dev, G(m, LT(m, l, TD_FC2_B)), dfc2, N, C);
   const void *dfc2_c = to_compute(m, dfc2, N * C);
-  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC2_W)), dfc2_c, a->gelu, N, F, C, m->cd);
+  ops->bias_backward(m->dev, G(m, LT(m, l, TD_FC2_B)), bias_dy(m, dfc2, dfc2_c), N, C);
+  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC2_W)), dfc2_c, a->gelu, N, F, C, m->md);
   td_linear_backward_input(m->dev, m->dff, TD_F32, dfc2_c, W(m, LT(m, l, TD_FC2_W)), N, F, C,
-                           m->cd);
+                           m->md);
   ops->gelu_backward(m->dev, m->dff, m->dff, a->fc1, N * F, gelu_kind(m));
-  ops->bias_backward(m->dev, G(m, LT(m, l, TD_FC1_B)), m->dff, N, F);
   const void *dfc1_c = to_compute(m, m->dff, N * F);
-  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC1_W)), dfc1_c, a->ln2, N, C, F, m->cd);
+  ops->bias_backward(m->dev, G(m, LT(m, l, TD_FC1_B)), bias_dy(m, m->dff, dfc1_c), N, F);
+  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC1_W)), dfc1_c, a->ln2, N, C, F, m->md);
   td_linear_backward_input(m->dev, m->dln, TD_F32, dfc1_c, W(m, LT(m, l, TD_FC1_W)), N, C, F,
-                           m->cd);
+                           m->md);
   ops->layernorm_backward(m->dev, m->dres, G(m, LT(m, l, TD_LN2_W)), G(m, LT(m, l, TD_LN2_B)),
                           m->dln, a->mid, P(m, LT(m, l, TD_LN2_W)), a->ln2_mean, a->ln2_rstd, N,
                           C);
@@ -190,15 +231,16 @@ static const float *last_hidden(const td_gpt *m) {
   return m->n_layers ? m->acts[m->n_layers - 1].out : m->emb;
 }
 
-/* lnf = layernorm(x)                      [N, C] cd
+/* lnf = layernorm(x)                      [N, C] md
  * logits = lnf Whead^T                    [N, V]
  * losses = lse(logits) - logits[target]   [N] */
 static void head_forward(td_gpt *m) {
   const td_device_ops *ops = OPS(m);
   int64_t N = m->N, C = m->C, V = m->V;
-  ops->layernorm_forward(m->dev, m->lnf, m->cd, m->lnf_mean, m->lnf_rstd, last_hidden(m),
+  ops->layernorm_forward(m->dev, m->lnf, m->md, m->lnf_mean, m->lnf_rstd, last_hidden(m),
                          P(m, m->lnf_w), P(m, m->lnf_b), N, C, m->cfg.layernorm_eps);
-  td_linear_forward(m->dev, m->logits, TD_F32, m->lnf, W(m, m->head_w), NULL, N, C, V, m->cd);
+  matmul_input(m, m->lnf, N * C);
+  td_linear_forward(m->dev, m->logits, TD_F32, m->lnf, W(m, m->head_w), NULL, N, C, V, m->md);
   ops->cross_entropy_forward(m->dev, m->losses, m->ce_lse, m->logits, m->targets, N, V);
 }
 
@@ -211,12 +253,13 @@ static void head_backward(td_gpt *m, float dloss_scale) {
   ops->cross_entropy_backward(m->dev, m->logits, m->logits, m->ce_lse, m->targets, m->dloss, N,
                               V);
   const void *dlogits = m->logits;
-  if (m->cd != TD_F32) {
-    ops->cast(m->dev, m->glogits, m->cd, m->logits, TD_F32, N * V);
+  matmul_input(m, m->logits, N * V); /* dlogits are not needed unrounded */
+  if (m->md != TD_F32) {
+    ops->cast(m->dev, m->glogits, m->md, m->logits, TD_F32, N * V);
     dlogits = m->glogits;
   }
-  td_linear_backward_weight(m->dev, G(m, m->head_w), dlogits, m->lnf, N, C, V, m->cd);
-  td_linear_backward_input(m->dev, m->dln, TD_F32, dlogits, W(m, m->head_w), N, C, V, m->cd);
+  td_linear_backward_weight(m->dev, G(m, m->head_w), dlogits, m->lnf, N, C, V, m->md);
+  td_linear_backward_input(m->dev, m->dln, TD_F32, dlogits, W(m, m->head_w), N, C, V, m->md);
   ops->fill(m->dev, m->dres, TD_F32, N * C, 0.0f);
   ops->layernorm_backward(m->dev, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, last_hidden(m),
                           P(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
@@ -281,8 +324,10 @@ void td_gpt_zero_grads(td_gpt *m) {
 }
 
 void td_gpt_cast_weights(td_gpt *m) {
-  if (m->cd == TD_F32) return;
-  OPS(m)->cast(m->dev, m->weights_bf16, m->cd, m->params, TD_F32, m->flat_numel);
+  if (m->cd == TD_F16)
+    round_f16(m, m->weights_lp, m->params, m->flat_numel);
+  else if (m->cd == TD_BF16)
+    OPS(m)->cast(m->dev, m->weights_lp, TD_BF16, m->params, TD_F32, m->flat_numel);
 }
 
 /* ------------------------------------------------------------------ arena */
@@ -302,15 +347,15 @@ static void *take(bump *b, int64_t n, td_dtype dt) {
 static void carve_layer(td_gpt *m, bump *b, td_gpt_layer_acts *a) {
   int64_t N = m->N, C = m->C, F = m->F;
   a->ln1_mean = take(b, N, TD_F32), a->ln1_rstd = take(b, N, TD_F32);
-  a->ln1 = take(b, N * C, m->cd);
-  a->qkv = take(b, N * 3 * C, m->cd);
-  a->att = take(b, N * C, m->cd);
+  a->ln1 = take(b, N * C, m->md);
+  a->qkv = take(b, N * 3 * C, m->md);
+  a->att = take(b, N * C, m->md);
   a->att_lse = take(b, m->B * m->H * m->T, TD_F32);
   a->mid = take(b, N * C, TD_F32);
   a->ln2_mean = take(b, N, TD_F32), a->ln2_rstd = take(b, N, TD_F32);
-  a->ln2 = take(b, N * C, m->cd);
+  a->ln2 = take(b, N * C, m->md);
   a->fc1 = take(b, N * F, TD_F32);
-  a->gelu = take(b, N * F, m->cd);
+  a->gelu = take(b, N * F, m->md);
   a->out = take(b, N * C, TD_F32);
 }
 
@@ -324,7 +369,7 @@ static void carve(td_gpt *m, bump *b) {
     m->acts[l].x = l ? m->acts[l - 1].out : m->emb;
   }
   m->lnf_mean = take(b, N, TD_F32), m->lnf_rstd = take(b, N, TD_F32);
-  m->lnf = take(b, N * C, m->cd);
+  m->lnf = take(b, N * C, m->md);
   m->logits = take(b, N * V, TD_F32);
   m->losses = take(b, N, TD_F32), m->ce_lse = take(b, N, TD_F32);
   m->mask = take(b, N, TD_F32), m->dloss = take(b, N, TD_F32);
@@ -332,9 +377,10 @@ static void carve(td_gpt *m, bump *b) {
   m->dres = take(b, N * C, TD_F32), m->dln = take(b, N * C, TD_F32);
   m->gf = take(b, N * 3 * C, TD_F32);
   m->dff = take(b, N * F, TD_F32);
-  m->gatt = take(b, N * C, m->cd);
-  m->gh = take(b, N * (3 * C > F ? 3 * C : F), m->cd);
-  m->glogits = m->cd == TD_F32 ? NULL : take(b, N * V, m->cd);
+  m->gatt = take(b, N * C, m->md);
+  m->gh = take(b, m->half_numel, m->md);
+  m->glogits = m->md == TD_F32 ? NULL : take(b, N * V, m->md);
+  m->half = m->cd == TD_F16 ? take(b, m->half_numel, TD_F16) : NULL;
 }
 
 /* positions[b*T + t] = t */
@@ -357,7 +403,8 @@ static void check_config(const td_gpt_config *c, const td_gpt_layout *lay, int64
   TD_CHECK(c->seq_len <= c->max_positions, "seq_len %lld > max_positions %lld",
            (long long)c->seq_len, (long long)c->max_positions);
   TD_CHECK(micro_batch > 0, "micro_batch %lld", (long long)micro_batch);
-  TD_CHECK(cd == TD_F32 || cd == TD_BF16, "compute dtype must be fp32 or bf16");
+  TD_CHECK(cd == TD_F32 || cd == TD_BF16 || cd == TD_F16,
+           "compute dtype must be fp32, bf16 or fp16");
   TD_CHECK(lay->layer_begin >= 0 && lay->layer_begin <= lay->layer_end &&
                lay->layer_end <= c->num_layers,
            "layer range [%lld, %lld) of %lld", (long long)lay->layer_begin,
@@ -378,6 +425,7 @@ static void set_sizes(td_gpt *m, int64_t micro_batch) {
   m->B = micro_batch, m->T = c->seq_len, m->N = m->B * m->T;
   m->C = c->hidden, m->H = c->heads / tp, m->D = c->hidden / c->heads;
   m->F = c->ffn_hidden / tp, m->V = c->vocab_size / tp;
+  m->half_numel = m->N * (3 * m->C > m->F ? 3 * m->C : m->F);
   m->vocab_start = m->V * m->lay.tp_rank;
   m->n_layers = m->lay.layer_end - m->lay.layer_begin;
 }
@@ -387,12 +435,14 @@ td_gpt *td_gpt_create(td_device *dev, const td_gpt_config *cfg, const td_gpt_lay
   check_config(cfg, lay, micro_batch, compute_dtype);
   td_gpt *m = td_calloc(sizeof *m);
   m->dev = dev, m->cfg = *cfg, m->lay = *lay, m->cd = compute_dtype;
+  m->md = compute_dtype == TD_BF16 ? TD_BF16 : TD_F32;
   set_sizes(m, micro_batch);
   td_gpt_build_tensors(m);
   size_t flat_bytes = (size_t)m->flat_numel * sizeof(float);
   m->params = dev->ops->alloc(dev, flat_bytes);
   m->grads = dev->ops->alloc(dev, flat_bytes);
-  if (m->cd != TD_F32) m->weights_bf16 = dev->ops->alloc(dev, (size_t)m->flat_numel * 2);
+  size_t lp_bytes = (size_t)m->flat_numel * td_dtype_size(m->md);
+  if (m->cd != TD_F32) m->weights_lp = dev->ops->alloc(dev, lp_bytes);
 
   m->acts = td_calloc((size_t)(m->n_layers ? m->n_layers : 1) * sizeof *m->acts);
   bump measure = {NULL, 0};
@@ -412,7 +462,7 @@ void td_gpt_destroy(td_gpt *m) {
   ops->free(m->dev, m->arena);
   ops->free(m->dev, m->params);
   ops->free(m->dev, m->grads);
-  if (m->weights_bf16) ops->free(m->dev, m->weights_bf16);
+  if (m->weights_lp) ops->free(m->dev, m->weights_lp);
   td_free(m->acts);
   td_free(m->tensors);
   td_free(m->h_losses);
@@ -422,7 +472,7 @@ void td_gpt_destroy(td_gpt *m) {
 td_gpt_memory td_gpt_memory_report(const td_gpt *m) {
   td_gpt_memory r;
   r.params = r.grads = (size_t)m->flat_numel * sizeof(float);
-  r.weights_bf16 = m->weights_bf16 ? (size_t)m->flat_numel * 2 : 0;
+  r.weights_bf16 = m->weights_lp ? (size_t)m->flat_numel * td_dtype_size(m->md) : 0;
   r.activations = m->arena_bytes;
   return r;
 }

@@ -23,10 +23,15 @@
  * (td_gpt_dropout_seed), one stream per (global layer, site), so the masks do not
  * depend on threads, and a resumed run draws the same ones.
  *
- * Mixed precision (compute dtype TD_BF16): matmul inputs (weights, LayerNorm and
- * GELU outputs, attention) are bf16, accumulation, master weights, gradients and
- * the residual stream fp32. The bf16 weights are a copy of the flat buffer made by
- * td_gpt_cast_weights. */
+ * Mixed precision (compute dtype TD_BF16 or TD_F16): matmul inputs (weights,
+ * LayerNorm and GELU outputs, attention) are bf16 / fp16, accumulation, master
+ * weights, gradients and the residual stream fp32. The low-precision weights are
+ * a copy of the flat buffer made by td_gpt_cast_weights. fp16 is Megatron's fp16
+ * semantics on fp32 GEMMs: every matmul input, and in backward every matmul's dY,
+ * is rounded to fp16 precision and range (beyond 65504: Inf) and held in fp32, so
+ * a loss scale too large for fp16 makes the gradients Inf/NaN where fp16 would,
+ * for the trainer's loss scaler to see (td_gpt_backward's dloss_scale carries the
+ * scale). */
 #ifndef TD_MODEL_GPT_H
 #define TD_MODEL_GPT_H
 
@@ -85,7 +90,7 @@ typedef struct td_gpt_tensor {
 typedef struct td_gpt td_gpt;
 
 /* Build this rank's model on dev for micro-batches of micro_batch x cfg->seq_len
- * tokens; compute_dtype TD_F32 or TD_BF16. Parameters start at zero: call
+ * tokens; compute_dtype TD_F32, TD_BF16 or TD_F16. Parameters start at zero: call
  * td_gpt_init_params or load them. */
 td_gpt *td_gpt_create(td_device *dev, const td_gpt_config *cfg, const td_gpt_layout *lay,
                       int64_t micro_batch, td_dtype compute_dtype);
@@ -104,9 +109,15 @@ const td_gpt_tensor *td_gpt_tensor_at(const td_gpt *m, int i);
 const td_gpt_tensor *td_gpt_find_tensor(const td_gpt *m, const char *name); /* or NULL */
 const td_gpt_config *td_gpt_get_config(const td_gpt *m);
 
+/* The parameter tensors td_gpt_create would make for cfg in the single-rank
+ * layout (same names, shapes, and offsets into a flat buffer of *flat_numel
+ * floats), without building the model: for tools that move parameters between
+ * files (trident convert). *n tensors; free with td_free. */
+td_gpt_tensor *td_gpt_single_tensors(const td_gpt_config *cfg, int *n, int64_t *flat_numel);
+
 void td_gpt_zero_grads(td_gpt *m);
-/* Refresh the bf16 weight copy from the fp32 parameters (a no-op in fp32). Call
- * after every change of the parameters: optimizer step, checkpoint load. */
+/* Refresh the bf16 / fp16 weight copy from the fp32 parameters (a no-op in fp32).
+ * Call after every change of the parameters: optimizer step, checkpoint load. */
 void td_gpt_cast_weights(td_gpt *m);
 
 /* Forward one micro-batch. tokens, targets: [micro_batch, seq_len] int32 and
@@ -121,7 +132,8 @@ double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
  * the gradients. */
 void td_gpt_backward(td_gpt *m, float dloss_scale);
 
-/* Device bytes held by the model. */
+/* Device bytes held by the model. weights_bf16: the low-precision weight copy
+ * (bf16; under TD_F16 the fp16-rounded weights, held in fp32). */
 typedef struct td_gpt_memory {
   size_t params, grads, weights_bf16, activations;
 } td_gpt_memory;

@@ -1,7 +1,10 @@
 /* Internal to src/model: the td_gpt struct shared by gpt_params.c (tensor views,
  * initialisation) and gpt.c (arena, forward, backward).
  * Sizes (this rank's): B micro-batch, T sequence, N = B*T tokens, C hidden,
- * H heads, D = C/H head dim, F ffn hidden, V vocabulary; cd the compute dtype. */
+ * H heads, D = C/H head dim, F ffn hidden, V vocabulary; cd the compute dtype,
+ * md the dtype matmul inputs are stored in ("md" in the comments below): bf16 for
+ * TD_BF16, fp32 otherwise (TD_F16 keeps fp16-rounded values in fp32, because the
+ * GEMMs here have no fp16 inputs: oneDNN 2.6 has no f16 matmul on this CPU). */
 #ifndef TD_MODEL_GPT_IMPL_H
 #define TD_MODEL_GPT_IMPL_H
 
@@ -19,15 +22,15 @@ enum {
 typedef struct {
   const float *x;              /* N x C    the layer's input (residual stream) */
   float *ln1_mean, *ln1_rstd;  /* N */
-  void *ln1;                   /* N x C    cd */
-  void *qkv;                   /* N x 3C   cd, per token [H, 3, D] */
-  void *att;                   /* N x C    cd, per token [H, D] */
+  void *ln1;                   /* N x C    md */
+  void *qkv;                   /* N x 3C   md, per token [H, 3, D] */
+  void *att;                   /* N x C    md, per token [H, D] */
   float *att_lse;              /* B x H x T */
   float *mid;                  /* N x C    residual after attention */
   float *ln2_mean, *ln2_rstd;  /* N */
-  void *ln2;                   /* N x C    cd */
+  void *ln2;                   /* N x C    md */
   float *fc1;                  /* N x F    before GELU */
-  void *gelu;                  /* N x F    cd */
+  void *gelu;                  /* N x F    md */
   float *out;                  /* N x C    residual after the MLP: the next layer's x */
 } td_gpt_layer_acts;
 
@@ -35,7 +38,7 @@ struct td_gpt {
   td_device *dev;
   td_gpt_config cfg;
   td_gpt_layout lay;
-  td_dtype cd;
+  td_dtype cd, md;
   int64_t B, T, N, C, H, D, F, V, n_layers; /* local sizes; n_layers on this rank */
   int64_t vocab_start;                      /* first vocabulary row held here */
 
@@ -45,7 +48,8 @@ struct td_gpt {
   int wte, wpe, layer_first, lnf_w, lnf_b, head_w; /* tensor indices (-1: absent) */
   int64_t flat_numel, num_params;
   float *params, *grads;
-  void *weights_bf16; /* flat bf16 copy (TD_BF16 compute), else NULL */
+  void *weights_lp; /* flat low-precision copy in md (bf16, or fp16 values for TD_F16);
+                       NULL in fp32 */
 
   /* activations: one arena */
   void *arena;
@@ -54,7 +58,7 @@ struct td_gpt {
   int32_t *tokens, *targets, *positions; /* N */
   float *emb;                        /* N x C   embedding output: layer 0's input */
   float *lnf_mean, *lnf_rstd;        /* N */
-  void *lnf;                         /* N x C   cd */
+  void *lnf;                         /* N x C   md */
   float *logits;                     /* N x V   (dlogits in backward, in place) */
   float *losses, *ce_lse, *mask, *dloss; /* N */
   float *hidden;                     /* N x C   linear output before dropout + residual */
@@ -63,9 +67,11 @@ struct td_gpt {
   float *dln;    /* N x C   gradient of a LayerNorm output */
   float *gf;     /* N x 3C  fp32 scratch: dropout-masked gradients, fp32 dqkv */
   float *dff;    /* N x F   gradient of the MLP hidden */
-  void *gatt;    /* N x C   cd: gradient of the attention output */
-  void *gh;      /* N x max(3C, F) cd: dY of a matmul in the compute dtype, dqkv */
+  void *gatt;    /* N x C   md: gradient of the attention output */
+  void *gh;      /* N x max(3C, F) md: dY of a matmul as the GEMMs read it, dqkv */
   void *glogits; /* N x V   bf16 dlogits (TD_BF16 compute only) */
+  uint16_t *half;     /* half_numel fp16 scratch of the fp16 rounding (TD_F16 only) */
+  int64_t half_numel; /* N x max(3C, F) */
   float *h_losses; /* N, host */
 
   /* the last forward, for backward */

@@ -123,6 +123,17 @@ void td_gpt_build_tensors(td_gpt *m) {
   }
 }
 
+td_gpt_tensor *td_gpt_single_tensors(const td_gpt_config *cfg, int *n, int64_t *flat_numel) {
+  td_gpt m;
+  memset(&m, 0, sizeof m);
+  m.cfg = *cfg;
+  m.lay = td_gpt_layout_single(cfg);
+  td_gpt_build_tensors(&m);
+  *n = m.n_tensors;
+  *flat_numel = m.flat_numel;
+  return m.tensors;
+}
+
 /* ------------------------------------------------------------------ init */
 
 /* This rank's slice of the global tensor drawn element by element: element

@@ -1,6 +1,7 @@
 /* A Linear layer stored as PyTorch's and Megatron's: w is [out, in], y = x w^T + b.
- * x, w and dy share one dtype (TD_F32 or TD_BF16: the compute dtype); weight
- * gradients and the accumulation are fp32. n is the number of rows (tokens). */
+ * x, w and dy share one dtype (TD_F32 or TD_BF16: the model's matmul input
+ * dtype); weight gradients and the accumulation are fp32. n is the number of rows
+ * (tokens). */
 #ifndef TD_MODEL_LINEAR_H
 #define TD_MODEL_LINEAR_H
 

@@ -225,6 +225,19 @@ static char *read_state(const char *iterdir, char *err, size_t errlen) {
   return out;
 }
 
+int td_checkpoint_has_optimizer_state(const char *dir, int64_t iteration) {
+  char iterdir[CK_PATH], p[CK_PATH], err[256];
+  iter_dir(iterdir, sizeof iterdir, dir, iteration);
+  path_join(p, sizeof p, iterdir, "metadata.json");
+  char *text = td_read_file(p, NULL, err, sizeof err);
+  cJSON *root = text ? cJSON_Parse(text) : NULL;
+  td_free(text);
+  const cJSON *layout = cJSON_GetObjectItemCaseSensitive(root, "layout");
+  int has = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(layout, "has_optimizer_state"));
+  cJSON_Delete(root);
+  return has;
+}
+
 int td_checkpoint_load(td_device *dev, const char *dir, int64_t iteration,
                        const td_ckpt_contents *c, char **state_json, char *err, size_t errlen) {
   char iterdir[CK_PATH], p[CK_PATH], po[CK_PATH];

@@ -50,6 +50,11 @@ int td_checkpoint_save(td_device *dev, const char *dir, const td_ckpt_contents *
  * checkpoint in dir (no such file), -2 with err set when the file is malformed. */
 int64_t td_checkpoint_latest(const char *dir, char *err, size_t errlen);
 
+/* Whether iteration `iteration` in dir holds Adam state (metadata.json's
+ * layout.has_optimizer_state; a checkpoint made by `trident convert` has none).
+ * 0 also when the metadata cannot be read: td_checkpoint_load then says why. */
+int td_checkpoint_has_optimizer_state(const char *dir, int64_t iteration);
+
 /* Load iteration `iteration` from dir into c's tensors (params always; Adam state
  * when c->exp_avg is not NULL). Every file and tensor is checked before any is
  * copied, so a refused checkpoint leaves the caller's tensors untouched. Returns 0

@@ -17,6 +17,7 @@
 #include "data/sampler.h"
 #include "device/device.h"
 #include "model/gpt.h"
+#include "model/gpt_config.h"
 #include "optim/adamw.h"
 #include "train/checkpoint.h"
 #include "train/train_log.h"
@@ -28,6 +29,7 @@ typedef struct {
   td_device *dev;
   td_gpt *model;
   td_gpt_config cfg;
+  int64_t true_vocab; /* the tokenizer's vocabulary, before padding */
   td_dtype compute;
   td_adamw opt;
   td_lr_schedule lr;
@@ -167,9 +169,9 @@ static void print_summary(const trainer *t) {
          "device %s, %d threads, %s compute\n",
          t->dev->ops->name, omp_get_max_threads(), td_dtype_name(t->compute));
   printf(" > memory per rank (MiB): parameters %.1f | gradients %.1f | optimizer state %.1f | "
-         "bf16 weights %.1f | activations %.1f\n",
+         "%s weights %.1f | activations %.1f\n",
          mem.params / 1048576.0, mem.grads / 1048576.0, optim / 1048576.0,
-         mem.weights_bf16 / 1048576.0, mem.activations / 1048576.0);
+         td_dtype_name(t->compute), mem.weights_bf16 / 1048576.0, mem.activations / 1048576.0);
   printf(" > global batch %lld = micro batch %lld x %lld micro-batches x data-parallel 1; "
          "padded vocab %lld\n",
          (long long)a->global_batch_size, (long long)a->micro_batch_size,
@@ -288,7 +290,9 @@ static void print_validation(trainer *t, const char *prefix, int split, int64_t 
 
 static char *state_json(const trainer *t) {
   cJSON *s = cJSON_CreateObject();
-  cJSON_AddItemToObject(s, "args", td_args_to_json(t->a));
+  cJSON *args = td_args_to_json(t->a);
+  td_gpt_config_to_args(&t->cfg, t->true_vocab, args); /* padded and true vocabulary */
+  cJSON_AddItemToObject(s, "args", args);
   cJSON_AddNumberToObject(s, "iteration", (double)t->iteration);
   cJSON_AddNumberToObject(s, "consumed_train_samples", (double)t->consumed_train);
   cJSON_AddNumberToObject(s, "consumed_valid_samples", (double)t->consumed_valid);
@@ -325,15 +329,16 @@ static double json_number(const cJSON *o, const char *key, const char *what) {
   return v->valuedouble;
 }
 
-/* Restore the trainer state saved by state_json. */
-static void restore_state(trainer *t, const char *text, const char *dir) {
+/* Restore the trainer state saved by state_json (the optimizer step only with
+ * the optimizer state). */
+static void restore_state(trainer *t, const char *text, const char *dir, int with_optim) {
   cJSON *s = cJSON_Parse(text);
   if (!s) td_fail("checkpoint %s: metadata.json state is not valid JSON", dir);
   t->iteration = (int64_t)json_number(s, "iteration", dir);
   t->consumed_train = (int64_t)json_number(s, "consumed_train_samples", dir);
   t->consumed_valid = (int64_t)json_number(s, "consumed_valid_samples", dir);
   t->lr_steps = (int64_t)json_number(s, "lr_scheduler_num_steps", dir);
-  if (!t->a->no_load_optim) t->opt.step = (int64_t)json_number(s, "optimizer_step", dir);
+  if (with_optim) t->opt.step = (int64_t)json_number(s, "optimizer_step", dir);
   const cJSON *ls = cJSON_GetObjectItemCaseSensitive(s, "loss_scaler");
   if (cJSON_IsObject(ls) && t->scaler.dynamic) {
     t->scaler.scale = (float)json_number(ls, "scale", dir);
@@ -346,6 +351,21 @@ static void restore_state(trainer *t, const char *text, const char *dir) {
   cJSON_Delete(s);
 }
 
+/* The checkpoint's model (its args) must be this run's: a flag that keeps every
+ * shape (heads, GELU, epsilon) would otherwise load into a different model. */
+static void check_model_args(trainer *t, int64_t it) {
+  char err[1024], *state = NULL;
+  td_ckpt_contents probe = {.iteration = it}; /* no tensors: the state only */
+  if (td_checkpoint_load(t->dev, t->a->load, it, &probe, &state, err, sizeof err))
+    td_fail("--load %s: %s", t->a->load, err);
+  cJSON *s = cJSON_Parse(state);
+  td_free(state);
+  int rc = td_gpt_config_check_args(&t->cfg, cJSON_GetObjectItemCaseSensitive(s, "args"), err,
+                                    sizeof err);
+  cJSON_Delete(s);
+  if (rc) td_fail("--load %s: %s", t->a->load, err);
+}
+
 static void load_checkpoint(trainer *t) {
   const td_args *a = t->a;
   char err[1024];
@@ -356,7 +376,12 @@ static void load_checkpoint(trainer *t) {
            "    will not load any checkpoints and will start from random\n", a->load);
     return;
   }
-  int with_optim = !a->no_load_optim && !a->finetune;
+  check_model_args(t, it);
+  int has_optim = td_checkpoint_has_optimizer_state(a->load, it);
+  int with_optim = !a->no_load_optim && !a->finetune && has_optim;
+  if (!has_optim && !a->no_load_optim && !a->finetune)
+    printf("  checkpoint %s has no optimizer state (made by trident convert?): loading the "
+           "parameters and starting a fresh optimizer\n", a->load);
   td_ckpt_contents c = {.iteration = it, .params = t->ck_params,
                         .n_params = td_gpt_num_tensors(t->model),
                         .exp_avg = with_optim ? t->ck_m : NULL,
@@ -364,7 +389,7 @@ static void load_checkpoint(trainer *t) {
   char *state = NULL;
   if (td_checkpoint_load(t->dev, a->load, it, &c, &state, err, sizeof err))
     td_fail("--load %s: %s", a->load, err);
-  if (!a->finetune) restore_state(t, state, a->load);
+  if (!a->finetune) restore_state(t, state, a->load, with_optim);
   td_free(state);
   td_gpt_cast_weights(t->model);
   printf("  successfully loaded checkpoint from %s [ t 1/1, p 1/1 ] at iteration %lld\n", a->load,
@@ -449,14 +474,11 @@ static void trainer_free(trainer *t) {
 
 int td_train(td_args *a) {
   trainer t = {.a = a, .seed = (uint64_t)a->seed};
-  t.compute = a->bf16 ? TD_BF16 : TD_F32;
-  if (a->fp16)
-    td_fail("--fp16 is not available yet (fp16 matmul semantics land with the mixed-precision "
-            "work); use --bf16 or fp32");
+  t.compute = a->bf16 ? TD_BF16 : a->fp16 ? TD_F16 : TD_F32;
   if (a->reset_position_ids || a->reset_attention_mask)
     td_fail("--reset-position-ids / --reset-attention-mask are not supported by trident's GPT yet");
-  int64_t vocab = tokenizer_vocab(a, &t.eod);
-  t.cfg = model_config(a, td_args_padded_vocab_size(a, vocab));
+  t.true_vocab = tokenizer_vocab(a, &t.eod);
+  t.cfg = model_config(a, td_args_padded_vocab_size(a, t.true_vocab));
   t.dev = td_device_open("cpu");
   td_gpt_layout lay = td_gpt_layout_single(&t.cfg);
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);

@@ -17,9 +17,17 @@ float64:
 It also runs the loss and gradients in float32 and prints how far they are from
 float64: the accuracy a float32 implementation can be held to.
 
+For the Hugging Face interchange (tests/test_hf_convert.c) it also writes the same
+weights in transformers' GPT-2 names and layouts (Conv1D weights [in, out],
+c_attn's outputs [q | k | v] over all heads), re-laid out with numpy reshapes,
+and checks that a GPT-2 forward written as transformers' modeling_gpt2 computes it
+(x @ W + b, qkv.split, heads split from each part) gives the same float64 loss.
+
 Output: tests/parity/gpt2_tiny_ref.safetensors (written without the safetensors
 package: 8-byte little-endian header length, JSON header, raw data)
   <trident name>        F32  the weights, in trident's naming and layout
+  hf.<HF name>          F32  the same weights in Hugging Face GPT-2's names and layouts
+                             (no "transformer." prefix; tied: no lm_head)
   grad.<trident name>   F32  float64 gradient of the masked mean loss, rounded
   tokens, targets       I32  [batch, seq]
   loss_mask             F32  [batch, seq]
@@ -107,6 +115,55 @@ def gpt_loss(p, tokens, targets, mask, cfg):
     return (losses * m).sum() / m.sum()
 
 
+def to_hf(w, cfg):
+    """trident (Megatron) weights -> Hugging Face GPT-2 names and layouts."""
+    C, H = cfg["hidden"], cfg["heads"]
+    D = C // H
+    hf = {"wte.weight": w["embedding.word_embeddings.weight"],
+          "wpe.weight": w["embedding.position_embeddings.weight"],
+          "ln_f.weight": w["decoder.final_layernorm.weight"],
+          "ln_f.bias": w["decoder.final_layernorm.bias"]}
+    for i in range(cfg["num_layers"]):
+        t = lambda s: w[f"decoder.layers.{i}.{s}"]
+        qkv_w = t("self_attention.linear_qkv.weight").reshape(H, 3, D, C)  # rows [H, 3, D]
+        qkv_b = t("self_attention.linear_qkv.bias").reshape(H, 3, D)
+        layer = {"ln_1.weight": t("input_layernorm.weight"), "ln_1.bias": t("input_layernorm.bias"),
+                 # rows [3, H, D] = [q | k | v], then Conv1D's [in, out]
+                 "attn.c_attn.weight": qkv_w.transpose(1, 0, 2, 3).reshape(3 * C, C).T,
+                 "attn.c_attn.bias": qkv_b.transpose(1, 0, 2).reshape(3 * C),
+                 "attn.c_proj.weight": t("self_attention.linear_proj.weight").T,
+                 "attn.c_proj.bias": t("self_attention.linear_proj.bias"),
+                 "ln_2.weight": t("pre_mlp_layernorm.weight"), "ln_2.bias": t("pre_mlp_layernorm.bias"),
+                 "mlp.c_fc.weight": t("mlp.linear_fc1.weight").T, "mlp.c_fc.bias": t("mlp.linear_fc1.bias"),
+                 "mlp.c_proj.weight": t("mlp.linear_fc2.weight").T,
+                 "mlp.c_proj.bias": t("mlp.linear_fc2.bias")}
+        hf.update({f"h.{i}.{k}": np.ascontiguousarray(v) for k, v in layer.items()})
+    return hf
+
+
+def hf_gpt2_loss(p, tokens, targets, mask, cfg):
+    """Masked mean loss of GPT-2 computed as transformers' modeling_gpt2 does."""
+    B, T = tokens.shape
+    C, H, eps = cfg["hidden"], cfg["heads"], cfg["layernorm_eps"]
+    conv1d = lambda x, name: x @ p[name + ".weight"] + p[name + ".bias"]
+    heads = lambda x: x.view(B, T, H, C // H).transpose(1, 2)
+    x = p["wte.weight"][tokens] + p["wpe.weight"][:T]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    for i in range(cfg["num_layers"]):
+        ln = lambda x, n: F.layer_norm(x, (C,), p[f"h.{i}.{n}.weight"], p[f"h.{i}.{n}.bias"], eps)
+        q, k, v = conv1d(ln(x, "ln_1"), f"h.{i}.attn.c_attn").split(C, dim=2)
+        q, k, v = heads(q), heads(k), heads(v)
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(C // H)
+        a = torch.softmax(s.masked_fill(~causal, float("-inf")), dim=-1)
+        x = x + conv1d((a @ v).transpose(1, 2).reshape(B, T, C), f"h.{i}.attn.c_proj")
+        x = x + conv1d(F.gelu(conv1d(ln(x, "ln_2"), f"h.{i}.mlp.c_fc")), f"h.{i}.mlp.c_proj")
+    x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], eps)
+    logits = x @ p["wte.weight"].T  # tied lm_head
+    losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
+    m = mask.reshape(-1)
+    return (losses * m).sum() / m.sum()
+
+
 def loss_and_grads(weights, batch, dtype):
     p = {k: torch.tensor(v, dtype=dtype, requires_grad=True) for k, v in weights.items()}
     tokens, targets, mask = batch
@@ -168,12 +225,18 @@ def main():
     loss64, grads64 = loss_and_grads(weights, batch, torch.float64)
     loss32, grads32 = loss_and_grads(weights, batch, torch.float32)
     steps = adamw_trajectory(weights, batch)
+    hf = to_hf(weights, CFG)
+    hf_loss = hf_gpt2_loss({k: torch.tensor(v, dtype=torch.float64) for k, v in hf.items()},
+                           batch[0], batch[1], batch[2].to(torch.float64), CFG).item()
+    assert abs(hf_loss - loss64) <= 1e-12 * loss64, (hf_loss, loss64)
+    print(f"Hugging Face layout: loss {hf_loss:.17g} (same as trident's layout)")
     worst = max(rel_err(grads32[k], grads64[k]) for k in grads64)
     print(f"loss float64 {loss64:.17g}, float32 rel err {abs(loss32 - loss64) / loss64:.3g}")
     print(f"gradients: float32 worst normwise rel err {worst:.3g}")
     print("losses after AdamW steps:", ", ".join(f"{x:.17g}" for x in steps))
 
     tensors = [(k, weights[k]) for k, _ in param_shapes(CFG)]
+    tensors += [("hf." + k, v) for k, v in hf.items()]
     tensors += [("grad." + k, grads64[k].astype(np.float32)) for k, _ in param_shapes(CFG)]
     tensors += [("tokens", tokens), ("targets", targets), ("loss_mask", mask)]
     meta = {k: repr(v) for k, v in CFG.items()}

@@ -1,0 +1,153 @@
+#include "model/gpt_config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+typedef enum { F_INT, F_FLOAT, F_BOOL } field_kind;
+
+/* One key: where it lives in td_gpt_config, the flag that sets it, whether it is
+ * architecture (compared on --load) and required by td_gpt_config_from_args. */
+typedef struct {
+  const char *key, *flag;
+  field_kind kind;
+  size_t offset;
+  int arch, required;
+} field;
+
+#define CFG(f) offsetof(td_gpt_config, f)
+static const field k_fields[] = {
+    {"num_layers", "--num-layers", F_INT, CFG(num_layers), 1, 1},
+    {"hidden_size", "--hidden-size", F_INT, CFG(hidden), 1, 1},
+    {"num_attention_heads", "--num-attention-heads", F_INT, CFG(heads), 1, 1},
+    {"ffn_hidden_size", "--ffn-hidden-size", F_INT, CFG(ffn_hidden), 1, 1},
+    {"max_position_embeddings", "--max-position-embeddings", F_INT, CFG(max_positions), 1, 1},
+    {"padded_vocab_size",
+     "padded vocabulary (the tokenizer's size, --vocab-size, --make-vocab-size-divisible-by)",
+     F_INT, CFG(vocab_size), 1, 0},
+    {"layernorm_epsilon", "--layernorm-epsilon", F_FLOAT, CFG(layernorm_eps), 1, 1},
+    {"openai_gelu", "--openai-gelu", F_BOOL, CFG(openai_gelu), 1, 1},
+    {"untie_embeddings_and_output_weights", "--untie-embeddings-and-output-weights", F_BOOL,
+     CFG(untie_embeddings), 1, 1},
+    {"init_method_std", "--init-method-std", F_FLOAT, CFG(init_std), 0, 0},
+    {"hidden_dropout", "--hidden-dropout", F_FLOAT, CFG(hidden_dropout), 0, 0},
+    {"attention_dropout", "--attention-dropout", F_FLOAT, CFG(attention_dropout), 0, 0},
+};
+#undef CFG
+#define N_FIELDS (sizeof k_fields / sizeof *k_fields)
+
+static void *at(const td_gpt_config *c, const field *f) { return (char *)c + f->offset; }
+
+double td_float_shortest(float v) {
+  char buf[32];
+  for (int digits = 6; digits < 9; digits++) {
+    snprintf(buf, sizeof buf, "%.*g", digits, (double)v);
+    if ((float)strtod(buf, NULL) == v) return strtod(buf, NULL);
+  }
+  return (double)v;
+}
+
+static void set_item(cJSON *o, const char *key, cJSON *item) {
+  cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+  cJSON_AddItemToObject(o, key, item);
+}
+
+static cJSON *field_json(const td_gpt_config *c, const field *f) {
+  switch (f->kind) {
+    case F_INT:
+      return cJSON_CreateNumber((double)*(const int64_t *)at(c, f));
+    case F_FLOAT:
+      return cJSON_CreateNumber(td_float_shortest(*(const float *)at(c, f)));
+    case F_BOOL:
+      return cJSON_CreateBool(*(const int *)at(c, f));
+  }
+  return NULL;
+}
+
+void td_gpt_config_to_args(const td_gpt_config *c, int64_t true_vocab, cJSON *args) {
+  for (size_t i = 0; i < N_FIELDS; i++)
+    set_item(args, k_fields[i].key, field_json(c, &k_fields[i]));
+  if (true_vocab > 0) set_item(args, "true_vocab_size", cJSON_CreateNumber((double)true_vocab));
+}
+
+/* Read one field of args into c: 0, 1 when absent, -1 when of the wrong type. */
+static int read_field(const cJSON *args, const field *f, td_gpt_config *c) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(args, f->key);
+  if (!v || cJSON_IsNull(v)) return 1;
+  if (f->kind == F_BOOL) {
+    if (!cJSON_IsBool(v)) return -1;
+    *(int *)at(c, f) = cJSON_IsTrue(v);
+  } else if (!cJSON_IsNumber(v)) {
+    return -1;
+  } else if (f->kind == F_INT) {
+    *(int64_t *)at(c, f) = (int64_t)v->valuedouble;
+  } else {
+    *(float *)at(c, f) = (float)v->valuedouble;
+  }
+  return 0;
+}
+
+int td_gpt_config_from_args(const cJSON *args, td_gpt_config *c, int64_t *true_vocab, char *err,
+                            size_t errlen) {
+  memset(c, 0, sizeof *c);
+  if (!cJSON_IsObject(args)) return td_errorf(err, errlen, "the checkpoint has no \"args\" object");
+  for (size_t i = 0; i < N_FIELDS; i++) {
+    int rc = read_field(args, &k_fields[i], c);
+    if (rc < 0 || (rc > 0 && k_fields[i].required))
+      return td_errorf(err, errlen, "the checkpoint's args %s \"%s\"",
+                       rc < 0 ? "have a malformed" : "lack", k_fields[i].key);
+  }
+  const cJSON *tv = cJSON_GetObjectItemCaseSensitive(args, "true_vocab_size");
+  *true_vocab = cJSON_IsNumber(tv) ? (int64_t)tv->valuedouble : 0;
+  c->seq_len = c->max_positions;
+  return 0;
+}
+
+static void value_text(char *out, size_t n, const td_gpt_config *c, const field *f) {
+  switch (f->kind) {
+    case F_INT:
+      snprintf(out, n, "%lld", (long long)*(const int64_t *)at(c, f));
+      break;
+    case F_FLOAT:
+      snprintf(out, n, "%g", td_float_shortest(*(const float *)at(c, f)));
+      break;
+    case F_BOOL:
+      snprintf(out, n, "%s", *(const int *)at(c, f) ? "on" : "off");
+      break;
+  }
+}
+
+static int same(const td_gpt_config *a, const td_gpt_config *b, const field *f) {
+  switch (f->kind) {
+    case F_INT:
+      return *(const int64_t *)at(a, f) == *(const int64_t *)at(b, f);
+    case F_FLOAT:
+      return *(const float *)at(a, f) == *(const float *)at(b, f);
+    case F_BOOL:
+      return !*(const int *)at(a, f) == !*(const int *)at(b, f);
+  }
+  return 0;
+}
+
+int td_gpt_config_check_args(const td_gpt_config *run, const cJSON *saved_args, char *err,
+                             size_t errlen) {
+  td_gpt_config saved = *run;
+  char list[1024] = "", a[48], b[48];
+  size_t len = 0;
+  for (size_t i = 0; i < N_FIELDS; i++) {
+    const field *f = &k_fields[i];
+    if (!f->arch || read_field(saved_args, f, &saved) || same(&saved, run, f)) continue;
+    value_text(a, sizeof a, &saved, f);
+    value_text(b, sizeof b, run, f);
+    int w = snprintf(list + len, sizeof list - len, "%s%s: %s in the checkpoint, %s in this run",
+                     len ? "; " : "", f->flag, a, b);
+    if (w > 0) len = len + (size_t)w < sizeof list ? len + (size_t)w : sizeof list - 1;
+  }
+  if (!len) return 0;
+  return td_errorf(err, errlen,
+                   "the checkpoint's model differs from this run's flags: %s (pass the flags the "
+                   "checkpoint was made with)",
+                   list);
+}
