@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "base/error.h"
+#include "comm/comm.h"
 #include "commands.h"
 #include "train/args.h"
 #include "train/trainer.h"
@@ -15,9 +16,15 @@ int td_cmd_train(int argc, char **argv) {
     td_args_free(&a);
     return 0;
   }
-  if (td_args_validate(&a, 1, err, sizeof err)) td_fail("%s", err);
+  /* MPI first: its exit hook makes any later failure abort every rank. */
+  int world = td_comm_size(td_comm_init());
+  if (world > 1)
+    td_fail("launched with %d ranks: data, tensor and pipeline parallel training are not in "
+            "this build of `trident train` yet; run one process", world);
+  if (td_args_validate(&a, world, err, sizeof err)) td_fail("%s", err);
   td_args_print_notes(&a, stderr);
   int rc = td_train(&a);
   td_args_free(&a);
+  td_comm_finalize();
   return rc;
 }
