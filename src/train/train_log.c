@@ -42,7 +42,7 @@ int td_format_train_log(char *buf, size_t n, const td_train_log *l, const td_log
            l->flops_per_iteration / (sec_per_iter * 1e12 * l->world_size));
   append(buf, n, &len, " learning rate: %.6E | global batch size: %5lld |", l->learning_rate,
          (long long)l->global_batch_size);
-  if (loss >= 0.0) append(buf, n, &len, " lm loss: %.6E |", loss);
+  if (loss > 0.0) append(buf, n, &len, " lm loss: %.6E |", loss); /* as Megatron: avg > 0 */
   append(buf, n, &len, " loss scale: %.1f |", l->loss_scale);
   if (l->has_grad_norm) append(buf, n, &len, " grad norm: %.3f |", l->grad_norm);
   append(buf, n, &len, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",

@@ -9,7 +9,7 @@
  *   number of nan iterations:   0 |"   (one line)
  * Throughput only with --log-throughput; grad norm only when gradients are clipped
  * (--clip-grad > 0: Megatron computes the norm there); lm loss only when its mean
- * is >= 0 (a NaN mean is left out, as Megatron does); loss scale always (1.0
+ * is > 0 (a NaN mean, or an interval of only skipped iterations, is left out, as Megatron does); loss scale always (1.0
  * without fp16). Iteration time and loss are averaged over the interval:
  * time over all its iterations, loss over the ones not skipped. */
 #ifndef TD_TRAIN_TRAIN_LOG_H
