@@ -102,6 +102,20 @@ static void test_fill(void) {
   td_free(buf);
 }
 
+/* a zero fill large enough for non-temporal stores, from an unaligned start: every
+ * element zero, the neighbours untouched */
+static void test_fill_large(void) {
+  const int64_t n = (16 << 20) / 4 + 1001;
+  uint32_t *buf = td_malloc((size_t)(n + 3) * 4);
+  for (int64_t i = 0; i < n + 3; i++) buf[i] = 0xdeadbeefu;
+  OPS->fill(DEV, buf + 1, TD_F32, n, 0.0f);
+  int64_t bad = (buf[0] != 0xdeadbeefu) + (buf[n + 1] != 0xdeadbeefu);
+  for (int64_t i = 1; i <= n; i++) bad += buf[i] != 0;
+  CHECK(bad == 0, "fill fp32 zero, %lld elements from an unaligned start (%lld wrong)",
+        (long long)n, (long long)bad);
+  td_free(buf);
+}
+
 int main(void) {
   for (int odd = 0; odd < 2; odd++) {
     test_from_half(TD_BF16, odd);
@@ -114,5 +128,6 @@ int main(void) {
   }
   test_same_dtype();
   test_fill();
+  test_fill_large();
   return tst_finish();
 }

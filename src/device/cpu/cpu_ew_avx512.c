@@ -3,12 +3,23 @@
  * cpu_ew_avx512_math.h, Philox on 16 blocks at once for dropout. Same math as
  * cpu_ew_generic.c; row sums are in fp32 lanes reduced in a fixed order. */
 #include <math.h>
+#include <string.h>
 
 #include "base/rng.h"
 #include "device/cpu/cpu_ew.h"
 #include "device/cpu/cpu_ew_avx512_math.h"
 
 #define INV_SQRT_2PI 0.3989422804014327f
+
+/* Streams are prefetched this far ahead: the hardware prefetcher alone leaves these
+ * loops waiting on memory (GELU forward from DRAM: 1.27 -> 0.58 ns per element on
+ * one core). Prefetches past the end of a buffer do not fault. */
+#define PF_BYTES 2048
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+static ALWAYS_INLINE void prefetch_ahead(const void *p) {
+  _mm_prefetch((const char *)p + PF_BYTES, _MM_HINT_T0);
+}
 #define GELU_TANH_K0 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_TANH_K1 0.044715f
 
@@ -16,8 +27,10 @@
 
 static float row_mean(const float *x, int64_t cols) {
   __m512 s = _mm512_setzero_ps();
-  for (int64_t c = 0; c < cols; c += 16)
+  for (int64_t c = 0; c < cols; c += 16) {
+    prefetch_ahead(x + c);
     s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(v_mask(cols - c), x + c));
+  }
   return _mm512_reduce_add_ps(s) / (float)cols;
 }
 
@@ -57,6 +70,7 @@ static void layernorm_backward_row(float *dx, float *dw_acc, float *db_acc, cons
   __m512 m = V1(mean), r = V1(rstd), s_dy = _mm512_setzero_ps(), s_dyx = _mm512_setzero_ps();
   for (int64_t c = 0; c < cols; c += 16) {
     __mmask16 k = v_mask(cols - c);
+    prefetch_ahead(x + c), prefetch_ahead(dout + c), prefetch_ahead(dx + c);
     __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + c), m), r);
     __m512 dyw = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dout + c), _mm512_maskz_loadu_ps(k, w + c));
     s_dy = _mm512_add_ps(s_dy, dyw);
@@ -84,11 +98,11 @@ static void layernorm_backward_row(float *dx, float *dw_acc, float *db_acc, cons
 /* The math is cpu_ew_generic.c's: erf form through Phi(x) = 1 - q (x > 0) or q,
  * q = Phi(-|x|) (x clamped to [-16, 16], where only the then exact 0 / 1 limits
  * are affected); tanh form as x sigmoid(z), z = 2u. */
-static __m512 clamp16(__m512 x) {
+static ALWAYS_INLINE __m512 clamp16(__m512 x) {
   return _mm512_min_ps(V1(16.0f), _mm512_max_ps(V1(-16.0f), x));
 }
 
-static __m512 gelu_erf_phi(__m512 x, __m512 *gauss) {
+static ALWAYS_INLINE __m512 gelu_erf_phi(__m512 x, __m512 *gauss) {
   __m512 q = v_normal_tail(clamp16(x), gauss);
   __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
   return _mm512_mask_sub_ps(q, pos, V1(1.0f), q);
@@ -96,7 +110,7 @@ static __m512 gelu_erf_phi(__m512 x, __m512 *gauss) {
 
 /* s = sigmoid(z) and *s1 = 1 - s for z = 2u = 2 K0 x (1 + K1 x^2): with
  * e = exp(-|z|), they are 1 / (1 + e) and e / (1 + e) (no overflow). */
-static __m512 gelu_tanh_sigmoid(__m512 x, __m512 x2, __m512 *s1) {
+static ALWAYS_INLINE __m512 gelu_tanh_sigmoid(__m512 x, __m512 x2, __m512 *s1) {
   __m512 z = _mm512_mul_ps(_mm512_mul_ps(V1(2.0f * GELU_TANH_K0), x),
                            _mm512_fmadd_ps(V1(GELU_TANH_K1), x2, V1(1.0f)));
   __m512 e = v_exp(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(z)));
@@ -107,7 +121,7 @@ static __m512 gelu_tanh_sigmoid(__m512 x, __m512 x2, __m512 *s1) {
   return _mm512_mask_blend_ps(pos, small, big);
 }
 
-static __m512 gelu_value(__m512 x, td_gelu_kind kind) {
+static ALWAYS_INLINE __m512 gelu_value(__m512 x, td_gelu_kind kind) {
   if (kind == TD_GELU_ERF) {
     __m512 g;
     return _mm512_mul_ps(x, gelu_erf_phi(x, &g));
@@ -116,7 +130,7 @@ static __m512 gelu_value(__m512 x, td_gelu_kind kind) {
   return _mm512_mul_ps(x, gelu_tanh_sigmoid(x, _mm512_mul_ps(x, x), &s1));
 }
 
-static __m512 gelu_grad(__m512 x, td_gelu_kind kind) {
+static ALWAYS_INLINE __m512 gelu_grad(__m512 x, td_gelu_kind kind) {
   if (kind == TD_GELU_ERF) {
     __m512 g, phi = gelu_erf_phi(x, &g);
     return _mm512_fmadd_ps(_mm512_mul_ps(clamp16(x), g), V1(INV_SQRT_2PI), phi);
@@ -127,21 +141,49 @@ static __m512 gelu_grad(__m512 x, td_gelu_kind kind) {
   return _mm512_fmadd_ps(t, V1(2.0f * GELU_TANH_K0), s);
 }
 
+/* Lanes k of elements [i, i + 16): the forward and backward steps. */
+static ALWAYS_INLINE void gelu_forward_step(void *out, td_dtype out_dtype, const float *x,
+                                            int64_t i, __mmask16 k, td_gelu_kind kind) {
+  v_store_f32_or_bf16(out, out_dtype, i, gelu_value(_mm512_maskz_loadu_ps(k, x + i), kind), k);
+}
+
+static ALWAYS_INLINE void gelu_backward_step(float *dx, const float *dout, const float *x,
+                                             int64_t i, __mmask16 k, td_gelu_kind kind) {
+  __m512 g = gelu_grad(_mm512_maskz_loadu_ps(k, x + i), kind);
+  _mm512_mask_storeu_ps(dx + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dout + i), g));
+}
+
+/* One loop per kind (each fully inlined); whole vectors, then the masked tail. */
 static void gelu_forward(void *out, td_dtype out_dtype, const float *x, int64_t n,
                          td_gelu_kind kind) {
-  for (int64_t i = 0; i < n; i += 16) {
-    __mmask16 k = v_mask(n - i);
-    v_store_f32_or_bf16(out, out_dtype, i, gelu_value(_mm512_maskz_loadu_ps(k, x + i), kind), k);
-  }
+  int64_t i = 0;
+  if (kind == TD_GELU_ERF)
+    for (; i + 16 <= n; i += 16) {
+      prefetch_ahead(x + i);
+      gelu_forward_step(out, out_dtype, x, i, 0xffff, TD_GELU_ERF);
+    }
+  else
+    for (; i + 16 <= n; i += 16) {
+      prefetch_ahead(x + i);
+      gelu_forward_step(out, out_dtype, x, i, 0xffff, TD_GELU_TANH);
+    }
+  if (i < n) gelu_forward_step(out, out_dtype, x, i, v_mask(n - i), kind);
 }
 
 static void gelu_backward(float *dx, const float *dout, const float *x, int64_t n,
                           td_gelu_kind kind) {
-  for (int64_t i = 0; i < n; i += 16) {
-    __mmask16 k = v_mask(n - i);
-    __m512 g = gelu_grad(_mm512_maskz_loadu_ps(k, x + i), kind);
-    _mm512_mask_storeu_ps(dx + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dout + i), g));
-  }
+  int64_t i = 0;
+  if (kind == TD_GELU_ERF)
+    for (; i + 16 <= n; i += 16) {
+      prefetch_ahead(x + i), prefetch_ahead(dout + i);
+      gelu_backward_step(dx, dout, x, i, 0xffff, TD_GELU_ERF);
+    }
+  else
+    for (; i + 16 <= n; i += 16) {
+      prefetch_ahead(x + i), prefetch_ahead(dout + i);
+      gelu_backward_step(dx, dout, x, i, 0xffff, TD_GELU_TANH);
+    }
+  if (i < n) gelu_backward_step(dx, dout, x, i, v_mask(n - i), kind);
 }
 
 /* ------------------------------------------------------------ add, scale */
@@ -149,6 +191,7 @@ static void gelu_backward(float *dx, const float *dout, const float *x, int64_t 
 static void add(float *out, const float *a, const float *b, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     __mmask16 k = v_mask(n - i);
+    prefetch_ahead(a + i), prefetch_ahead(b + i);
     __m512 s = _mm512_add_ps(_mm512_maskz_loadu_ps(k, a + i), _mm512_maskz_loadu_ps(k, b + i));
     _mm512_mask_storeu_ps(out + i, k, s);
   }
@@ -157,6 +200,7 @@ static void add(float *out, const float *a, const float *b, int64_t n) {
 static void scale(float *x, int64_t n, float alpha) {
   for (int64_t i = 0; i < n; i += 16) {
     __mmask16 k = v_mask(n - i);
+    prefetch_ahead(x + i);
     _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), V1(alpha)));
   }
 }
@@ -225,8 +269,10 @@ static void dropout(float *x, int64_t k0, int64_t k1, float p, uint64_t seed, ui
 
 static float row_max(const float *x, int64_t n) {
   __m512 m = V1(-INFINITY);
-  for (int64_t j = 0; j < n; j += 16)
+  for (int64_t j = 0; j < n; j += 16) {
+    prefetch_ahead(x + j);
     m = _mm512_max_ps(m, _mm512_mask_loadu_ps(V1(-INFINITY), v_mask(n - j), x + j));
+  }
   return _mm512_reduce_max_ps(m);
 }
 
@@ -255,6 +301,7 @@ static void softmax_grad_row(float *dlogits, const float *logits, float lse, flo
                              int64_t vocab) {
   for (int64_t j = 0; j < vocab; j += 16) {
     __mmask16 k = v_mask(vocab - j);
+    prefetch_ahead(logits + j);
     __m512 e = v_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, logits + j), V1(lse)));
     _mm512_mask_storeu_ps(dlogits + j, k, _mm512_mul_ps(e, V1(dloss)));
   }
@@ -268,6 +315,8 @@ static void adamw(float *param, const float *grad, float *m, float *v, int64_t n
   const __m512 a2 = V1(1.0f - c->beta2), ib1 = V1(c->inv_bc1), ib2 = V1(c->inv_bc2);
   for (int64_t i = 0; i < n; i += 16) {
     __mmask16 k = v_mask(n - i);
+    prefetch_ahead(param + i), prefetch_ahead(grad + i);
+    prefetch_ahead(m + i), prefetch_ahead(v + i);
     __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, grad + i), V1(c->grad_scale));
     __m512 mi = _mm512_fmadd_ps(b1, _mm512_maskz_loadu_ps(k, m + i), _mm512_mul_ps(a1, g));
     __m512 vi = _mm512_fmadd_ps(b2, _mm512_maskz_loadu_ps(k, v + i),
@@ -311,12 +360,28 @@ static void store16(void *dst, td_dtype dt, int64_t i, __m512 y, __mmask16 k) {
 }
 
 /* Through fp32; vcvtps2ph rounds to nearest even and keeps subnormals and NaN
- * payloads exactly as td_f32_to_f16 (checked on all 2^32 inputs). */
+ * payloads exactly as td_f32_to_f16 (checked on all 2^32 inputs). (Streaming
+ * stores measured slower here: 27.6 -> 30.2 ms for the 124M-weight bf16 copy.) */
 static void cast(void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dtype, int64_t n) {
+  size_t es = td_dtype_size(src_dtype);
   for (int64_t i = 0; i < n; i += 16) {
     __mmask16 k = v_mask(n - i);
+    prefetch_ahead((const char *)src + (size_t)i * es);
     store16(dst, dst_dtype, i, load16(src, src_dtype, i, k), k);
   }
+}
+
+/* Plain stores up to a 64-byte boundary, streaming stores of whole lines, plain
+ * stores for the tail. */
+static void zero(void *dst, size_t bytes, int stream) {
+  char *d = dst;
+  size_t head = stream ? (64 - (uintptr_t)d % 64) % 64 : bytes;
+  if (head > bytes) head = bytes;
+  memset(d, 0, head);
+  size_t i = head;
+  for (; i + 64 <= bytes; i += 64) _mm512_stream_si512((void *)(d + i), _mm512_setzero_si512());
+  memset(d + i, 0, bytes - i);
+  if (stream) _mm_sfence();
 }
 
 /* ------------------------------------------------------------- sum_squares */
@@ -325,6 +390,7 @@ static void cast(void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dt
 static double sum_squares(const float *x, int64_t n) {
   __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
   for (int64_t i = 0; i < n; i += 16) {
+    prefetch_ahead(x + i);
     __m512 v = _mm512_maskz_loadu_ps(v_mask(n - i), x + i);
     __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
     __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1));
@@ -346,5 +412,6 @@ const td_ew_isa td_cpu_ew_avx512 = {
     .softmax_grad_row = softmax_grad_row,
     .adamw = adamw,
     .cast = cast,
+    .zero = zero,
     .sum_squares = sum_squares,
 };

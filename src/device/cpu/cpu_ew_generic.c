@@ -202,6 +202,11 @@ static void cast(void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dt
   }
 }
 
+static void zero(void *dst, size_t bytes, int stream) {
+  (void)stream; /* portable C has no non-temporal stores */
+  memset(dst, 0, bytes);
+}
+
 /* ------------------------------------------------------------- sum_squares */
 
 /* four interleaved double accumulators, combined as (a0 + a1) + (a2 + a3) */
@@ -226,5 +231,6 @@ const td_ew_isa td_cpu_ew_generic = {
     .softmax_grad_row = softmax_grad_row,
     .adamw = adamw,
     .cast = cast,
+    .zero = zero,
     .sum_squares = sum_squares,
 };

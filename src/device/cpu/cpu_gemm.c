@@ -1,10 +1,16 @@
-/* GEMM for the CPU backend through a vendor library: oneDNN's matmul primitive
- * (brgemm kernels; bf16 runs on AMX / AVX512-BF16 where the CPU has them) or
- * OpenBLAS (cblas_sgemm; Debian's OpenBLAS is built without its bf16 GEMM, so
- * bf16 is oneDNN's alone). fp32 goes to OpenBLAS: measured at the GPT-2 124M
+/* GEMM for the CPU backend: oneDNN's matmul primitive (brgemm kernels; bf16 runs
+ * on AMX / AVX512-BF16 where the CPU has them), OpenBLAS (cblas_sgemm; Debian's
+ * OpenBLAS is built without its bf16 GEMM) or trident's own AMX GEMM for bf16
+ * (cpu_gemm_amx_avx512.c). fp32 goes to OpenBLAS: measured at the GPT-2 124M
  * shapes (bench/RESULTS.md, `trident bench kernels`) it is as fast as oneDNN on
  * most and up to 2x faster where oneDNN 2.6 falls back to slow kernels (n = 3072,
- * transposed A). TRIDENT_GEMM_FP32=onednn|openblas overrides the choice.
+ * transposed A). bf16 goes to the AMX GEMM where the CPU has AMX: at the same
+ * shapes on 2 cores it is 1.3-1.4x faster than oneDNN 2.6's AMX brgemm on the
+ * weight gradients (transposed A) and up to 3x on the lm_head products, within
+ * 10% of it on the small attention projection (bench/RESULTS.md). Calls made from
+ * inside parallel regions (the attention's fallback) stay with oneDNN.
+ * TRIDENT_GEMM_FP32=onednn|openblas and TRIDENT_GEMM_BF16=onednn|amx override
+ * the choices.
  *
  * oneDNN primitives are created once per distinct (shape, strides, dtypes,
  * alpha, beta, bias?) and cached; each thread has its own stream and scratchpad,
@@ -19,27 +25,48 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "device/cpu/cpu_gemm.h"
+#include "device/cpu/cpu_gemm_amx.h"
 #include "device/cpu/cpu_kernels.h"
 
 /* ------------------------------------------------------------------ choice */
 
-static td_gemm_library library_from_env(const char *var, td_gemm_library dflt) {
+static const char *const k_library_names[TD_GEMM_LIBRARIES] = {"onednn", "openblas", "amx"};
+
+/* The library named by environment variable var (one that serves dt), else dflt. */
+static td_gemm_library library_from_env(const char *var, td_dtype dt, td_gemm_library dflt) {
   const char *e = getenv(var);
   if (!e || !*e) return dflt;
-  if (!strcmp(e, "onednn")) return TD_GEMM_ONEDNN;
-  if (!strcmp(e, "openblas")) return TD_GEMM_OPENBLAS;
-  td_fail("%s='%s' is not known; expected 'onednn' or 'openblas'", var, e);
+  for (int lib = 0; lib < TD_GEMM_LIBRARIES; lib++)
+    if (!strcmp(e, k_library_names[lib]) && td_cpu_gemm_library_serves((td_gemm_library)lib, dt))
+      return (td_gemm_library)lib;
+  td_fail("%s='%s' is not known here; expected %s", var, e,
+          dt == TD_F32 ? "'onednn' or 'openblas'" : "'onednn' or 'amx' (on a CPU with AMX-BF16)");
+}
+
+int td_cpu_gemm_library_serves(td_gemm_library lib, td_dtype ab_dtype) {
+  switch (lib) {
+    case TD_GEMM_ONEDNN: return ab_dtype == TD_F32 || ab_dtype == TD_BF16;
+    case TD_GEMM_OPENBLAS: return ab_dtype == TD_F32;
+    case TD_GEMM_AMX: return ab_dtype == TD_BF16 && td_cpu_gemm_amx_usable();
+    default: return 0;
+  }
 }
 
 td_gemm_library td_cpu_gemm_library(td_dtype ab_dtype) {
-  static int f32 = -1;
-  if (ab_dtype == TD_BF16) return TD_GEMM_ONEDNN;
-  if (f32 < 0) f32 = (int)library_from_env("TRIDENT_GEMM_FP32", TD_GEMM_OPENBLAS);
+  static int f32 = -1, bf16 = -1;
+  if (ab_dtype == TD_BF16) {
+    if (bf16 < 0)
+      bf16 = (int)library_from_env("TRIDENT_GEMM_BF16", TD_BF16,
+                                   td_cpu_gemm_amx_usable() ? TD_GEMM_AMX : TD_GEMM_ONEDNN);
+    return (td_gemm_library)bf16;
+  }
+  if (f32 < 0) f32 = (int)library_from_env("TRIDENT_GEMM_FP32", TD_F32, TD_GEMM_OPENBLAS);
   return (td_gemm_library)f32;
 }
 
 const char *td_gemm_library_name(td_gemm_library lib) {
-  return lib == TD_GEMM_ONEDNN ? "onednn" : "openblas";
+  TD_CHECK(lib >= 0 && lib < TD_GEMM_LIBRARIES, "GEMM library %d", (int)lib);
+  return k_library_names[lib];
 }
 
 /* ---------------------------------------------------------------- OpenBLAS */
@@ -216,16 +243,25 @@ static void check_desc(const td_matmul_desc *g) {
 
 void td_cpu_gemm_with(const td_matmul_desc *g, td_gemm_library lib) {
   check_desc(g);
+  if (!td_cpu_gemm_library_serves(lib, g->ab_dtype)) lib = TD_GEMM_ONEDNN;
+  if (lib == TD_GEMM_AMX && !omp_in_parallel() &&
+      (g->c_dtype == TD_F32 || g->k <= TD_GEMM_AMX_KMAX))
+    td_cpu_gemm_amx(g);
   /* oneDNN adds the bias before the output scale; keep alpha * AB + bias exact. */
-  if (g->ab_dtype == TD_BF16 || (lib == TD_GEMM_ONEDNN && !(g->bias && g->alpha != 1.0f)))
-    gemm_onednn(g);
-  else
+  else if (lib == TD_GEMM_OPENBLAS || (g->bias && g->alpha != 1.0f && g->ab_dtype == TD_F32))
     gemm_openblas(g);
+  else
+    gemm_onednn(g);
 }
 
 void td_cpu_gemm(const td_matmul_desc *g, int threads) {
-  (void)threads; /* both libraries run on the calling thread inside a parallel region */
-  td_cpu_gemm_with(g, td_cpu_gemm_library(g->ab_dtype));
+  td_gemm_library lib = td_cpu_gemm_library(g->ab_dtype);
+  /* oneDNN and OpenBLAS run on the calling thread inside a parallel region. The AMX
+   * GEMM keeps shared packing buffers, so calls made from parallel regions (threads
+   * = 1) go to oneDNN even when the team has one thread and the region is not
+   * active: the library, and so the bits, must not depend on the thread count. */
+  if (threads == 1 && lib == TD_GEMM_AMX) lib = TD_GEMM_ONEDNN;
+  td_cpu_gemm_with(g, lib);
 }
 
 static void cpu_matmul(td_device *d, const td_matmul_desc *g) {

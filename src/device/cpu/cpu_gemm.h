@@ -5,14 +5,25 @@
 
 #include "device/device.h"
 
-typedef enum { TD_GEMM_ONEDNN = 0, TD_GEMM_OPENBLAS = 1 } td_gemm_library;
+/* TD_GEMM_AMX is trident's own bf16 GEMM on AMX tiles (cpu_gemm_amx.h). */
+typedef enum {
+  TD_GEMM_ONEDNN = 0,
+  TD_GEMM_OPENBLAS = 1,
+  TD_GEMM_AMX = 2,
+  TD_GEMM_LIBRARIES = 3
+} td_gemm_library;
 
-/* The library used for inputs of this dtype: bf16 always oneDNN; fp32 OpenBLAS unless
- * TRIDENT_GEMM_FP32=onednn. */
+/* The library used for inputs of this dtype: fp32 OpenBLAS unless
+ * TRIDENT_GEMM_FP32=onednn; bf16 AMX where it can run, else oneDNN, unless
+ * TRIDENT_GEMM_BF16=onednn. */
 td_gemm_library td_cpu_gemm_library(td_dtype ab_dtype);
 const char *td_gemm_library_name(td_gemm_library lib);
-/* Run a matmul through a given library (same semantics as ops->matmul; bf16 inputs
- * always go to oneDNN). */
+/* 1 when lib can run inputs of this dtype here (OpenBLAS: fp32 only; AMX: bf16
+ * only, on a CPU with AMX-BF16). */
+int td_cpu_gemm_library_serves(td_gemm_library lib, td_dtype ab_dtype);
+/* Run a matmul through a given library (same semantics as ops->matmul). A library
+ * that cannot serve the dtype (td_cpu_gemm_library_serves), and AMX inside a
+ * parallel region, leave the call to oneDNN. */
 void td_cpu_gemm_with(const td_matmul_desc *desc, td_gemm_library lib);
 
 #endif

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# trident vs PyTorch side by side on the same GPT (default GPT-2 124M, seq 256,
+# micro-batch 4): `trident bench train` and ../shared/bench/run_peer_torch.sh (plain
+# PyTorch GPT-2 in its fastest setting here), alternated for several rounds in one
+# session; prints each run's median step time and tokens/s, then the medians over
+# the rounds and the ratio trident / PyTorch in tokens/s.
+#
+# Usage: bench/compare_torch.sh [--trident BIN] [--rounds R] [--dtype fp32|bf16]
+#          [--seq-len T] [--micro-batch B] [--threads P] [--steps N] [--warmup W]
+#          [--wait-idle]
+#   --wait-idle   before each run, wait until the machine has been idle (less than 15% of
+#                 one CPU busy) for 3 s (shared machines: a neighbour's job skews a run)
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+trident=$here/../build/trident
+peer=$here/../../shared/bench/run_peer_torch.sh
+rounds=3 dtype=fp32 seq=256 mb=4 threads=2 steps=6 warmup=2 wait_idle=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --trident) trident=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --dtype) dtype=$2; shift 2 ;;
+    --seq-len) seq=$2; shift 2 ;;
+    --micro-batch) mb=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --wait-idle) wait_idle=1; shift ;;
+    *) echo "compare_torch.sh: unknown flag '$1' (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+[ -x "$trident" ] || { echo "compare_torch.sh: no trident binary at $trident (--trident BIN)" >&2; exit 2; }
+
+# CPU time (all CPUs, in clock ticks) spent busy and in total, from /proc/stat
+cpu_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8}' /proc/stat; }
+
+wait_for_idle() {
+  local quiet=0 b0 t0 b1 t1 ncpu
+  ncpu=$(nproc)
+  while [ $quiet -lt 3 ]; do
+    read -r b0 t0 < <(cpu_ticks)
+    sleep 1
+    read -r b1 t1 < <(cpu_ticks)
+    if awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) -v n="$ncpu" 'BEGIN {exit !(t > 0 && b / t * n < 0.15)}'; then
+      quiet=$((quiet + 1))
+    else
+      quiet=0
+    fi
+  done
+}
+
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+tps() { awk -v n="$tokens" -v ms="$1" 'BEGIN {printf "%.1f", n / ms * 1000}'; }
+
+tokens=$((seq * mb))
+echo "GPT-2 124M (12 x 768, 12 heads, vocab 50257), seq $seq, micro-batch $mb, $dtype, $threads threads, $rounds rounds"
+t_ms=() p_ms=()
+for r in $(seq 1 "$rounds"); do
+  [ $wait_idle = 1 ] && wait_for_idle
+  p=$("$peer" --n-layer 12 --n-head 12 --n-embd 768 --seq-len "$seq" --micro-batch "$mb" \
+        --vocab 50257 --steps $((steps + warmup)) --warmup "$warmup" --dtype "$dtype" \
+        --threads "$threads" | sed -n 's/^RESULT median over [0-9]* steps.*: \([0-9.]*\) ms\/step.*/\1/p')
+  [ $wait_idle = 1 ] && wait_for_idle
+  t=$("$trident" bench train --dtype "$dtype" --seq-len "$seq" --micro-batch "$mb" \
+        --threads "$threads" --steps "$steps" --warmup "$warmup" --json |
+      sed -n 's/.*"event": "summary".*"median_step_ms": \([0-9.]*\),.*/\1/p')
+  [ -n "$p" ] && [ -n "$t" ] || { echo "compare_torch.sh: a run printed no result" >&2; exit 1; }
+  p_ms+=("$p") t_ms+=("$t")
+  printf "round %d: PyTorch %8.1f ms/step (%6s tokens/s) | trident %8.1f ms/step (%6s tokens/s)\n" \
+    "$r" "$p" "$(tps "$p")" "$t" "$(tps "$t")"
+done
+pm=$(printf '%s\n' "${p_ms[@]}" | median)
+tm=$(printf '%s\n' "${t_ms[@]}" | median)
+printf "median: PyTorch %.1f ms/step (%s tokens/s) | trident %.1f ms/step (%s tokens/s) | trident / PyTorch = %sx\n" \
+  "$pm" "$(tps "$pm")" "$tm" "$(tps "$tm")" "$(awk -v p="$pm" -v t="$tm" 'BEGIN {printf "%.2f", p / t}')"

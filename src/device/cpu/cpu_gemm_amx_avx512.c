@@ -1,0 +1,420 @@
+/* bf16 GEMM on AMX tiles (TDPBF16PS, fp32 accumulation), Goto-style:
+ *
+ *   A (m x k) is packed once per call into 16 x 32 tiles (1 KiB each, rows of 64
+ *   bytes): tile (g, kb) holds rows 16g..16g+15, columns 32kb..32kb+31, at
+ *   A_p + (g KB + kb) 512 elements (KB = k / 32, padded). Transposed A (the weight
+ *   gradient's dY^T) is transposed while packing.
+ *   B (k x n) is packed per thread, one block of NC columns at a time, into AMX's
+ *   pair layout: for each 16-column panel, row p holds (B[2p][j], B[2p+1][j]) for
+ *   its 16 columns j, so tile (panel, kb) is 16 rows of 64 bytes, contiguous.
+ *   The microkernel computes a 32 x 32 block of C in tiles 0-3 from two A tiles
+ *   (4, 5) and two B tiles (6, 7) per 32-deep step, over KC-deep chunks of k, the
+ *   accumulators going through a per-thread fp32 buffer between chunks; an AVX-512
+ *   epilogue then writes alpha acc + beta C + bias as fp32 or bf16.
+ *
+ * Threads split the columns of C (whole 32-column blocks; the rows when there are
+ * fewer blocks than threads); each packs only the B blocks it uses. Every output
+ * element is one chain of tile products in k order, whatever the split, so results
+ * do not depend on the number of threads. k beyond KMAX is cut into passes of
+ * KMAX accumulated through C (which must then be fp32).
+ *
+ * Zero padding: rows of A beyond m, columns of B beyond n, and k beyond k in both
+ * are packed as zeros (a NaN or Inf there could otherwise leak into real rows). */
+#include <immintrin.h>
+#include <omp.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "device/cpu/cpu_ew_avx512_math.h"
+#include "device/cpu/cpu_gemm_amx.h"
+#include "device/cpu/cpu_isa.h"
+
+#define AMX_FN __attribute__((target("amx-tile,amx-bf16")))
+/* The tile intrinsics do not tell the compiler which memory they read or write. */
+#define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
+
+/* Blocking, measured at the GPT-2 124M shapes (2 cores, bench/RESULTS.md): KC 256
+ * beat 128, 512 and whole-k; 1 MiB B blocks beat 256 KiB, 512 KiB and 2 MiB. */
+enum {
+  KC = 256,               /* k chunk of the microkernel: A chunk 16 KiB, B chunk 16 KiB */
+  B_BLOCK_BYTES = 1 << 20 /* packed B block per thread, about half of L2 */
+};
+#define KMAX TD_GEMM_AMX_KMAX
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ------------------------------------------------------------ availability */
+
+int td_cpu_gemm_amx_usable(void) {
+  static int usable = -1;
+#pragma omp critical(td_gemm_amx_probe)
+  if (usable < 0)
+    usable = td_cpu_isa_get() == TD_ISA_AVX512 && td_cpu_has_avx512_bf16() &&
+             td_cpu_has_amx_bf16() &&
+             syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+  return usable;
+}
+
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tile_config;
+
+/* Tiles 0-7: 16 rows of 64 bytes. */
+AMX_FN static void tiles_configure(void) {
+  tile_config c;
+  memset(&c, 0, sizeof c);
+  c.palette = 1;
+  for (int i = 0; i < 8; i++) c.rows[i] = 16, c.colsb[i] = 64;
+  MEMORY_BARRIER();
+  _tile_loadconfig(&c);
+}
+
+/* ----------------------------------------------------------------- packing */
+
+/* 16 x 16 transpose of 32-bit words: r[i] word j -> r[j] word i. */
+static void transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  /* r[4G + w], 128-bit lane L, now holds word 4L + w of rows 4G..4G+3: a 4 x 4
+   * transpose of lanes among r[w], r[4 + w], r[8 + w], r[12 + w] finishes */
+  for (int i = 0; i < 4; i++) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 4; i++) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+    r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+  }
+}
+
+/* 16 bf16 of a row: elements [0, left) of src (zeros beyond). */
+static __m256i load16_bf16(const uint16_t *src, int64_t left) {
+  if (left <= 0) return _mm256_setzero_si256();
+  return _mm256_maskz_loadu_epi16(v_mask(left), src);
+}
+
+/* Elements [0, left) of a 32-element step (none when left <= 0). */
+static __mmask32 k_mask32(int64_t left) {
+  if (left <= 0) return 0;
+  return left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1u);
+}
+
+/* Words (lo[j], hi[j]) for j < 16: the pair layout of two rows. */
+static __m512i interleave_pairs(__m256i lo, __m256i hi) {
+  return _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
+                         _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+}
+
+/* A not transposed (element (i, p) at a[i lda + p]): tiles of row group g. */
+static void pack_a_rows(uint16_t *dst, const uint16_t *a, int64_t lda, int64_t m, int64_t k,
+                        int64_t g, int64_t kb_count) {
+  for (int64_t kb = 0; kb < kb_count; kb++) {
+    uint16_t *t = dst + kb * 512;
+    int64_t p0 = kb * 32;
+    __mmask32 km = k_mask32(k - p0);
+    for (int r = 0; r < 16; r++) {
+      int64_t i = g * 16 + r;
+      __m512i v =
+          i < m && km ? _mm512_maskz_loadu_epi16(km, a + i * lda + p0) : _mm512_setzero_si512();
+      _mm512_store_si512(t + r * 32, v);
+    }
+  }
+}
+
+/* A transposed (element (i, p) at a[p lda + i]): tiles of row groups [g0, g1),
+ * group g's at dst + (g - g0) kb_count 512. Row r of a tile is the words
+ * (A[i][2j], A[i][2j+1]), j < 16: the pair layout of source rows 2j, 2j+1,
+ * transposed. Steps outer, groups inner: each source row is read left to right. */
+static void pack_a_cols(uint16_t *dst, const uint16_t *a, int64_t lda, int64_t m, int64_t k,
+                        int64_t g0, int64_t g1, int64_t kb_count) {
+  for (int64_t kb = 0; kb < kb_count; kb++)
+    for (int64_t g = g0; g < g1; g++) {
+      int64_t i0 = g * 16, left = m - i0;
+      __m512i r[16];
+      for (int j = 0; j < 16; j++) {
+        int64_t p = kb * 32 + 2 * j;
+        __m256i lo = p < k ? load16_bf16(a + p * lda + i0, left) : _mm256_setzero_si256();
+        __m256i hi = p + 1 < k ? load16_bf16(a + (p + 1) * lda + i0, left) : _mm256_setzero_si256();
+        r[j] = interleave_pairs(lo, hi);
+      }
+      transpose16x16(r);
+      uint16_t *t = dst + ((g - g0) * kb_count + kb) * 512;
+      for (int i = 0; i < 16; i++) _mm512_store_si512(t + i * 32, r[i]);
+    }
+}
+
+/* B not transposed (element (p, j) at b[p ldb + j]): the panels of columns j0 +
+ * 16q.. (q < panels), panel q at dst + q kpad 16, pair rows 0..kpad/2. Pair rows
+ * outer: each source row is read left to right. */
+static void pack_b_rows(uint16_t *dst, const uint16_t *b, int64_t ldb, int64_t n, int64_t k,
+                        int64_t kpad, int64_t j0, int64_t panels) {
+  for (int64_t p = 0; p < kpad; p += 2)
+    for (int64_t q = 0; q < panels; q++) {
+      int64_t j = j0 + q * 16, left = n - j;
+      __m256i lo = p < k ? load16_bf16(b + p * ldb + j, left) : _mm256_setzero_si256();
+      __m256i hi = p + 1 < k ? load16_bf16(b + (p + 1) * ldb + j, left) : _mm256_setzero_si256();
+      _mm512_store_si512(dst + q * kpad * 16 + p * 16, interleave_pairs(lo, hi));
+    }
+}
+
+/* B transposed (element (p, j) at b[j ldb + p]): the same panel. Word (pair row q,
+ * column j) is the 32-bit word q of source row j: 16 x 16 word transposes. */
+static void pack_b_cols(uint16_t *dst, const uint16_t *b, int64_t ldb, int64_t n, int64_t k,
+                        int64_t kpad, int64_t j0) {
+  for (int64_t p0 = 0; p0 < kpad; p0 += 32) {
+    __mmask32 km = k_mask32(k - p0);
+    __m512i r[16];
+    for (int jj = 0; jj < 16; jj++) {
+      int64_t j = j0 + jj;
+      r[jj] = j < n && km ? _mm512_maskz_loadu_epi16(km, b + j * ldb + p0) : _mm512_setzero_si512();
+    }
+    transpose16x16(r);
+    for (int q = 0; q < 16; q++) _mm512_store_si512(dst + (p0 / 2 + q) * 32, r[q]);
+  }
+}
+
+/* --------------------------------------------------------------- compute */
+
+/* Where the A tiles of a 32-row block live: packed tiles (1 KiB apart per step,
+ * rows 64 bytes apart), or A itself when it is row-major with k a multiple of 32
+ * (rows lda apart, 32 elements per step). */
+typedef struct {
+  const uint16_t *t0, *t1; /* the tiles of rows 0-15 and 16-31 at step 0 */
+  int64_t stride;          /* bytes between tile rows */
+  int64_t step;            /* elements between consecutive k steps */
+} a_tiles;
+
+/* acc[32 x 32] (+)= A block times two B panels (at b0, b0 + b_panel; 512 elements
+ * per step), steps kb0..kb1; acc rows acc_ld bytes apart. */
+AMX_FN static void micro_32x32(const a_tiles *a, const uint16_t *b0, int64_t b_panel, int64_t kb0,
+                               int64_t kb1, float *acc, int64_t acc_ld, int load_acc) {
+  char *c = (char *)acc;
+  MEMORY_BARRIER();
+  if (load_acc) {
+    _tile_loadd(0, c, acc_ld);
+    _tile_loadd(1, c + 64, acc_ld);
+    _tile_loadd(2, c + 16 * acc_ld, acc_ld);
+    _tile_loadd(3, c + 16 * acc_ld + 64, acc_ld);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  const uint16_t *a0 = a->t0, *a1 = a->t1, *b1 = b0 + b_panel;
+  const int64_t as = a->stride, ak = a->step;
+  for (int64_t kb = kb0; kb < kb1; kb++) {
+    _tile_loadd(4, a0 + kb * ak, as);
+    _tile_loadd(6, b0 + kb * 512, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, b1 + kb * 512, 64);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(5, a1 + kb * ak, as);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, acc_ld);
+  _tile_stored(1, c + 64, acc_ld);
+  _tile_stored(2, c + 16 * acc_ld, acc_ld);
+  _tile_stored(3, c + 16 * acc_ld + 64, acc_ld);
+  MEMORY_BARRIER();
+}
+
+/* C[rows x cols] = alpha acc + beta C + bias (cols masked per 16), as c_dtype. */
+static void epilogue(const td_matmul_desc *g, void *c, int64_t i0, int64_t j0, int64_t rows,
+                     int64_t cols, const float *acc, int64_t acc_ld_floats) {
+  const __m512 alpha = V1(g->alpha), beta = V1(g->beta);
+  size_t es = g->c_dtype == TD_BF16 ? 2 : 4;
+  for (int64_t r = 0; r < rows; r++) {
+    char *crow = (char *)c + (size_t)((i0 + r) * g->ldc + j0) * es;
+    const float *arow = acc + r * acc_ld_floats;
+    for (int64_t j = 0; j < cols; j += 16) {
+      __mmask16 k = v_mask(cols - j);
+      __m512 v = _mm512_mul_ps(alpha, _mm512_load_ps(arow + j));
+      if (g->beta != 0.0f)
+        v = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(k, (const float *)crow + j), v);
+      if (g->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, g->bias + j0 + j));
+      v_store_f32_or_bf16(crow, g->c_dtype, j, v, k);
+    }
+  }
+}
+
+/* The same for a pass computing C^T (transpose_c): acc element (r, c) is C[j0 + c]
+ * [i0 + r]; 16 x 16 blocks are transposed in registers so C is written by rows. */
+static void epilogue_transposed(const td_matmul_desc *g, void *c, int64_t i0, int64_t j0,
+                                int64_t rows, int64_t cols, const float *acc,
+                                int64_t acc_ld_floats) {
+  const __m512 alpha = V1(g->alpha), beta = V1(g->beta);
+  size_t es = g->c_dtype == TD_BF16 ? 2 : 4;
+  for (int64_t r0 = 0; r0 < rows; r0 += 16)
+    for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+      __m512i t[16];
+      for (int r = 0; r < 16; r++)
+        t[r] = _mm512_castps_si512(_mm512_load_ps(acc + (r0 + r) * acc_ld_floats + c0));
+      transpose16x16(t);
+      __mmask16 k = v_mask(rows - r0);
+      for (int64_t cc = 0; cc < 16 && c0 + cc < cols; cc++) {
+        char *crow = (char *)c + (size_t)((j0 + c0 + cc) * g->ldc + i0 + r0) * es;
+        __m512 v = _mm512_mul_ps(alpha, _mm512_castsi512_ps(t[cc]));
+        if (g->beta != 0.0f) v = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(k, crow), v);
+        v_store_f32_or_bf16(crow, g->c_dtype, 0, v, k);
+      }
+    }
+}
+
+/* Per-thread buffers that only grow. */
+static __thread uint16_t *t_bpack;
+static __thread size_t t_bpack_bytes;
+static __thread float *t_acc;
+static __thread size_t t_acc_bytes;
+
+static void *grow(void *p, size_t *have, size_t need) {
+  if (need <= *have) return p;
+  td_free(p);
+  *have = need;
+  return td_malloc(need);
+}
+
+/* The shared packed A. */
+static uint16_t *g_apack;
+static size_t g_apack_bytes;
+
+typedef struct {
+  const td_matmul_desc *g;
+  const uint16_t *a, *b; /* this batch item */
+  void *c;
+  int64_t k, kpad, kb_count, groups; /* groups: 16-row groups of A (m padded to 32) */
+  int64_t direct_groups;             /* groups read from A itself (the rest are packed) */
+  int64_t nc;                        /* columns per packed B block */
+  int transpose_c;                   /* g is the transposed problem: write C^T */
+} pass;
+
+/* The A tiles of the 32-row block at row i. */
+static a_tiles a_block(const pass *s, int64_t i) {
+  a_tiles t;
+  if (i / 16 < s->direct_groups) {
+    t.t0 = s->a + i * s->g->lda, t.t1 = t.t0 + 16 * s->g->lda;
+    t.stride = s->g->lda * 2, t.step = 32;
+  } else {
+    t.t0 = g_apack + (i / 16 - s->direct_groups) * s->kb_count * 512;
+    t.t1 = t.t0 + s->kb_count * 512;
+    t.stride = 64, t.step = 512;
+  }
+  return t;
+}
+
+/* Columns [j0, j1) of rows [i0, i1) (i0, j0 multiples of 32) by this thread. */
+AMX_FN static void compute_range(const pass *s, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const td_matmul_desc *g = s->g;
+  const int64_t kpad = s->kpad, acc_ld = s->nc + 16; /* +64 bytes: rows 4 KiB apart alias */
+  t_bpack = grow(t_bpack, &t_bpack_bytes, (size_t)(kpad * s->nc) * 2);
+  t_acc = grow(t_acc, &t_acc_bytes, (size_t)(32 * acc_ld) * 4);
+  tiles_configure();
+  for (int64_t jb = j0; jb < j1; jb += s->nc) {
+    int64_t cols = min64(s->nc, j1 - jb), panels = round_up(cols, 32) / 16;
+    if (g->trans_b)
+      for (int64_t q = 0; q < panels; q++)
+        pack_b_cols(t_bpack + q * kpad * 16, s->b, g->ldb, g->n, s->k, kpad, jb + q * 16);
+    else
+      pack_b_rows(t_bpack, s->b, g->ldb, g->n, s->k, kpad, jb, panels);
+    for (int64_t i = i0; i < i1; i += 32) {
+      a_tiles at = a_block(s, i);
+      for (int64_t kb0 = 0; kb0 < s->kb_count; kb0 += KC / 32) {
+        int64_t kb1 = min64(s->kb_count, kb0 + KC / 32);
+        for (int64_t q = 0; q < panels; q += 2)
+          micro_32x32(&at, t_bpack + q * kpad * 16, kpad * 16, kb0, kb1, t_acc + q * 16, acc_ld * 4,
+                      kb0 > 0);
+      }
+      (s->transpose_c ? epilogue_transposed : epilogue)(g, s->c, i, jb, min64(32, g->m - i),
+                                                        min64(cols, g->n - jb), t_acc, acc_ld);
+    }
+  }
+  _tile_release();
+}
+
+static void run_pass(const pass *s) {
+  const td_matmul_desc *g = s->g;
+#pragma omp parallel
+  {
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    int64_t packed = s->groups - s->direct_groups;
+    int64_t g0 = s->direct_groups + packed * t / nt, g1 = s->direct_groups + packed * (t + 1) / nt;
+    uint16_t *dst = g_apack + (g0 - s->direct_groups) * s->kb_count * 512;
+    if (g->trans_a)
+      pack_a_cols(dst, s->a, g->lda, g->m, s->k, g0, g1, s->kb_count);
+    else
+      for (int64_t q = g0; q < g1; q++)
+        pack_a_rows(dst + (q - g0) * s->kb_count * 512, s->a, g->lda, g->m, s->k, q, s->kb_count);
+#pragma omp barrier
+    int64_t mblocks = s->groups / 2, nblocks = round_up(g->n, 32) / 32;
+    if (nblocks >= nt) {
+      int64_t b0 = nblocks * t / nt, b1 = nblocks * (t + 1) / nt;
+      if (b1 > b0) compute_range(s, 0, mblocks * 32, b0 * 32, min64(b1 * 32, g->n));
+    } else {
+      int64_t b0 = mblocks * t / nt, b1 = mblocks * (t + 1) / nt;
+      if (b1 > b0) compute_range(s, b0 * 32, min64(b1 * 32, g->m), 0, g->n);
+    }
+  }
+}
+
+/* One batch item: k cut into passes of at most KMAX, each accumulating into C
+ * (the first with the caller's beta and bias, the later ones with beta = 1).
+ * A weight gradient (transposed A, plain B: both operands k-major) packs its A
+ * with transposes; when n < m it is cheaper to compute C^T = B^T A, whose packed
+ * A is the smaller B^T, and write C^T transposed (no bias: it would be per row). */
+static void gemm_one(const td_matmul_desc *g, const uint16_t *a, const uint16_t *b, void *c) {
+  td_matmul_desc piece = *g;
+  int transpose_c = g->trans_a && !g->trans_b && !g->bias && g->n < g->m;
+  if (transpose_c) {
+    const uint16_t *t = a;
+    a = b, b = t;
+    piece.m = g->n, piece.n = g->m;
+    piece.lda = g->ldb, piece.ldb = g->lda;
+  }
+  for (int64_t p0 = 0; p0 < piece.k; p0 += KMAX) {
+    pass s = {.g = &piece, .c = c, .transpose_c = transpose_c};
+    s.k = min64(KMAX, piece.k - p0);
+    s.kpad = round_up(s.k, 32), s.kb_count = s.kpad / 32;
+    s.groups = round_up(piece.m, 32) / 16;
+    s.a = a + (piece.trans_a ? p0 * piece.lda : p0);
+    s.b = b + (piece.trans_b ? p0 : p0 * piece.ldb);
+    /* row-major A with whole steps is read in place, but for a last partial 32-row
+     * block (packed, zero-padded: tile loads must not read past A) */
+    s.direct_groups = !piece.trans_a && s.k % 32 == 0 ? piece.m / 32 * 2 : 0;
+    s.nc = min64(round_up(piece.n, 32), (B_BLOCK_BYTES / (s.kpad * 2)) / 32 * 32);
+    if (s.nc < 32) s.nc = 32;
+    g_apack =
+        grow(g_apack, &g_apack_bytes, (size_t)((s.groups - s.direct_groups) * s.kb_count) * 1024);
+    run_pass(&s);
+    piece.beta = 1.0f, piece.bias = NULL;
+  }
+}
+
+void td_cpu_gemm_amx(const td_matmul_desc *g) {
+  TD_CHECK(g->ab_dtype == TD_BF16, "the AMX GEMM takes bf16 inputs");
+  TD_CHECK(g->k <= KMAX || g->c_dtype == TD_F32,
+           "the AMX GEMM accumulates k > %d through C, which must be fp32", KMAX);
+  size_t es = g->c_dtype == TD_BF16 ? 2 : 4;
+  for (int64_t q = 0; q < g->batch; q++)
+    gemm_one(g, (const uint16_t *)g->a + q * g->stride_a, (const uint16_t *)g->b + q * g->stride_b,
+             (char *)g->c + (size_t)(q * g->stride_c) * es);
+}

@@ -1,0 +1,283 @@
+#include "device/profile_device.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+
+#define MAX_ENTRIES 1024
+
+typedef struct {
+  td_device_ops ops; /* this wrapper's table (its name says what it wraps) */
+  char name[64];
+  td_device *inner;
+  const char *region;
+  td_profile_entry *entries;
+  int n_entries;
+} profiler;
+
+static profiler *PR(td_device *d) { return d->impl; }
+static td_device *IN(td_device *d) { return PR(d)->inner; }
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static td_profile_entry *entry(profiler *p, const char *op, const char *name, td_prof_kind kind) {
+  for (int i = p->n_entries - 1; i >= 0; i--) {
+    td_profile_entry *e = &p->entries[i];
+    if (!strcmp(e->name, name) && !strcmp(e->region, p->region)) return e;
+  }
+  TD_CHECK(p->n_entries < MAX_ENTRIES, "more than %d distinct profiled ops", MAX_ENTRIES);
+  td_profile_entry *e = &p->entries[p->n_entries++];
+  memset(e, 0, sizeof *e);
+  e->region = p->region, e->op = op, e->kind = kind;
+  snprintf(e->name, sizeof e->name, "%s", name);
+  return e;
+}
+
+/* Wait for the inner device, then account the time since t0. */
+static void done(td_device *d, double t0, const char *op, const char *name, td_prof_kind kind,
+                 double flops) {
+  profiler *p = PR(d);
+  p->inner->ops->synchronize(p->inner);
+  double dt = now_seconds() - t0;
+  td_profile_entry *e = entry(p, op, name, kind);
+  e->calls++, e->seconds += dt, e->flops += flops;
+}
+
+static void kernel_done(td_device *d, double t0, const char *op) {
+  done(d, t0, op, op, TD_PROF_KERNEL, 0);
+}
+
+/* ------------------------------------------------------------------ memory */
+
+static void *p_alloc(td_device *d, size_t bytes) { return IN(d)->ops->alloc(IN(d), bytes); }
+static void p_free(td_device *d, void *ptr) { IN(d)->ops->free(IN(d), ptr); }
+static void p_synchronize(td_device *d) { IN(d)->ops->synchronize(IN(d)); }
+
+static void p_copy_h2d(td_device *d, void *dst, const void *src, size_t bytes) {
+  double t0 = now_seconds();
+  IN(d)->ops->copy_h2d(IN(d), dst, src, bytes);
+  kernel_done(d, t0, "copy_h2d");
+}
+static void p_copy_d2h(td_device *d, void *dst, const void *src, size_t bytes) {
+  double t0 = now_seconds();
+  IN(d)->ops->copy_d2h(IN(d), dst, src, bytes);
+  kernel_done(d, t0, "copy_d2h");
+}
+static void p_copy_d2d(td_device *d, void *dst, const void *src, size_t bytes) {
+  double t0 = now_seconds();
+  IN(d)->ops->copy_d2d(IN(d), dst, src, bytes);
+  kernel_done(d, t0, "copy_d2d");
+}
+static void p_fill(td_device *d, void *dst, td_dtype dt, int64_t n, float value) {
+  double t0 = now_seconds();
+  IN(d)->ops->fill(IN(d), dst, dt, n, value);
+  kernel_done(d, t0, "fill");
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+static void p_matmul(td_device *d, const td_matmul_desc *g) {
+  double t0 = now_seconds();
+  IN(d)->ops->matmul(IN(d), g);
+  char name[TD_PROF_NAME_MAX], batch[32] = "";
+  if (g->batch > 1) snprintf(batch, sizeof batch, " batch=%lld", (long long)g->batch);
+  snprintf(name, sizeof name, "matmul %s->%s m=%lld n=%lld k=%lld %c%c%s%s%s",
+           td_dtype_name(g->ab_dtype), td_dtype_name(g->c_dtype), (long long)g->m, (long long)g->n,
+           (long long)g->k, g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N', g->bias ? " +bias" : "",
+           g->beta != 0.0f ? " +=C" : "", batch);
+  done(d, t0, "matmul", name, TD_PROF_MATMUL,
+       2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch);
+}
+
+static void p_bias_backward(td_device *d, float *dbias, const float *dout, int64_t rows,
+                            int64_t cols) {
+  double t0 = now_seconds();
+  IN(d)->ops->bias_backward(IN(d), dbias, dout, rows, cols);
+  kernel_done(d, t0, "bias_backward");
+}
+
+/* --------------------------------------------------------- norm, activation */
+
+static void p_layernorm_forward(td_device *d, void *out, td_dtype out_dtype, float *mean,
+                                float *rstd, const float *x, const float *w, const float *b,
+                                int64_t rows, int64_t cols, float eps) {
+  double t0 = now_seconds();
+  IN(d)->ops->layernorm_forward(IN(d), out, out_dtype, mean, rstd, x, w, b, rows, cols, eps);
+  kernel_done(d, t0, "layernorm_forward");
+}
+static void p_layernorm_backward(td_device *d, float *dx, float *dw, float *db, const float *dout,
+                                 const float *x, const float *w, const float *mean,
+                                 const float *rstd, int64_t rows, int64_t cols) {
+  double t0 = now_seconds();
+  IN(d)->ops->layernorm_backward(IN(d), dx, dw, db, dout, x, w, mean, rstd, rows, cols);
+  kernel_done(d, t0, "layernorm_backward");
+}
+static void p_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const float *x, int64_t n,
+                           td_gelu_kind kind) {
+  double t0 = now_seconds();
+  IN(d)->ops->gelu_forward(IN(d), out, out_dtype, x, n, kind);
+  kernel_done(d, t0, "gelu_forward");
+}
+static void p_gelu_backward(td_device *d, float *dx, const float *dout, const float *x, int64_t n,
+                            td_gelu_kind kind) {
+  double t0 = now_seconds();
+  IN(d)->ops->gelu_backward(IN(d), dx, dout, x, n, kind);
+  kernel_done(d, t0, "gelu_backward");
+}
+static void p_add(td_device *d, float *out, const float *a, const float *b, int64_t n) {
+  double t0 = now_seconds();
+  IN(d)->ops->add(IN(d), out, a, b, n);
+  kernel_done(d, t0, "add");
+}
+static void p_dropout(td_device *d, float *x, int64_t n, float p, uint64_t seed, uint64_t stream) {
+  double t0 = now_seconds();
+  IN(d)->ops->dropout(IN(d), x, n, p, seed, stream);
+  kernel_done(d, t0, "dropout");
+}
+
+/* --------------------------------------------------------------- attention */
+
+static double attention_flops(const td_attention_desc *a, double factor) {
+  return factor * 2.0 * (double)a->batch * (double)a->heads * (double)a->seq * (double)a->seq *
+         (double)a->head_dim;
+}
+
+static void attention_name(char *name, const char *op, const td_attention_desc *a) {
+  snprintf(name, TD_PROF_NAME_MAX, "%s %s B=%lld T=%lld H=%lld D=%lld", op, td_dtype_name(a->dtype),
+           (long long)a->batch, (long long)a->seq, (long long)a->heads, (long long)a->head_dim);
+}
+
+/* FLOPs as FlashAttention counts them: forward 4 B H T^2 D / 2 (causal), backward 2.5x. */
+static void p_attention_forward(td_device *d, const td_attention_desc *a) {
+  double t0 = now_seconds();
+  IN(d)->ops->attention_forward(IN(d), a);
+  char name[TD_PROF_NAME_MAX];
+  attention_name(name, "attention_forward", a);
+  done(d, t0, "attention_forward", name, TD_PROF_ATTENTION, attention_flops(a, 1.0));
+}
+static void p_attention_backward(td_device *d, const td_attention_desc *a) {
+  double t0 = now_seconds();
+  IN(d)->ops->attention_backward(IN(d), a);
+  char name[TD_PROF_NAME_MAX];
+  attention_name(name, "attention_backward", a);
+  done(d, t0, "attention_backward", name, TD_PROF_ATTENTION, attention_flops(a, 2.5));
+}
+
+/* --------------------------------------------------------- embedding, loss */
+
+static void p_embedding_forward(td_device *d, float *out, const int32_t *ids, int64_t n,
+                                const float *table, int64_t vocab_start, int64_t rows_in_table,
+                                int64_t cols, int accumulate) {
+  double t0 = now_seconds();
+  IN(d)->ops->embedding_forward(IN(d), out, ids, n, table, vocab_start, rows_in_table, cols,
+                                accumulate);
+  kernel_done(d, t0, "embedding_forward");
+}
+static void p_embedding_backward(td_device *d, float *dtable, const float *dout, const int32_t *ids,
+                                 int64_t n, int64_t vocab_start, int64_t rows_in_table,
+                                 int64_t cols) {
+  double t0 = now_seconds();
+  IN(d)->ops->embedding_backward(IN(d), dtable, dout, ids, n, vocab_start, rows_in_table, cols);
+  kernel_done(d, t0, "embedding_backward");
+}
+static void p_cross_entropy_forward(td_device *d, float *losses, float *lse, const float *logits,
+                                    const int32_t *targets, int64_t n, int64_t vocab) {
+  double t0 = now_seconds();
+  IN(d)->ops->cross_entropy_forward(IN(d), losses, lse, logits, targets, n, vocab);
+  kernel_done(d, t0, "cross_entropy_forward");
+}
+static void p_cross_entropy_backward(td_device *d, float *dlogits, const float *logits,
+                                     const float *lse, const int32_t *targets, const float *dloss,
+                                     int64_t n, int64_t vocab) {
+  double t0 = now_seconds();
+  IN(d)->ops->cross_entropy_backward(IN(d), dlogits, logits, lse, targets, dloss, n, vocab);
+  kernel_done(d, t0, "cross_entropy_backward");
+}
+
+/* --------------------------------------------------------------- optimizer */
+
+static void p_adamw(td_device *d, float *param, const float *grad, float *m, float *v, int64_t n,
+                    float lr, float beta1, float beta2, float eps, float weight_decay,
+                    float grad_scale, int64_t step) {
+  double t0 = now_seconds();
+  IN(d)->ops->adamw(IN(d), param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale,
+                    step);
+  kernel_done(d, t0, "adamw");
+}
+static void p_cast(td_device *d, void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dtype,
+                   int64_t n) {
+  double t0 = now_seconds();
+  IN(d)->ops->cast(IN(d), dst, dst_dtype, src, src_dtype, n);
+  char name[TD_PROF_NAME_MAX];
+  snprintf(name, sizeof name, "cast %s->%s", td_dtype_name(src_dtype), td_dtype_name(dst_dtype));
+  done(d, t0, "cast", name, TD_PROF_KERNEL, 0);
+}
+static void p_scale(td_device *d, float *x, int64_t n, float alpha) {
+  double t0 = now_seconds();
+  IN(d)->ops->scale(IN(d), x, n, alpha);
+  kernel_done(d, t0, "scale");
+}
+static double p_sum_squares(td_device *d, const float *x, int64_t n) {
+  double t0 = now_seconds();
+  double s = IN(d)->ops->sum_squares(IN(d), x, n);
+  kernel_done(d, t0, "sum_squares");
+  return s;
+}
+
+/* ------------------------------------------------------------------ public */
+
+td_device *td_profile_device_open(td_device *inner) {
+  profiler *p = td_calloc(sizeof *p);
+  p->inner = inner;
+  p->region = "";
+  p->entries = td_calloc(sizeof *p->entries * MAX_ENTRIES);
+  snprintf(p->name, sizeof p->name, "profile(%s)", inner->ops->name);
+  td_device_ops *o = &p->ops;
+  o->name = p->name;
+  o->alloc = p_alloc, o->free = p_free, o->synchronize = p_synchronize;
+  o->copy_h2d = p_copy_h2d, o->copy_d2h = p_copy_d2h, o->copy_d2d = p_copy_d2d, o->fill = p_fill;
+  o->matmul = p_matmul, o->bias_backward = p_bias_backward;
+  o->layernorm_forward = p_layernorm_forward, o->layernorm_backward = p_layernorm_backward;
+  o->gelu_forward = p_gelu_forward, o->gelu_backward = p_gelu_backward;
+  o->add = p_add, o->dropout = p_dropout;
+  o->attention_forward = p_attention_forward, o->attention_backward = p_attention_backward;
+  o->embedding_forward = p_embedding_forward, o->embedding_backward = p_embedding_backward;
+  o->cross_entropy_forward = p_cross_entropy_forward;
+  o->cross_entropy_backward = p_cross_entropy_backward;
+  o->adamw = p_adamw, o->cast = p_cast, o->scale = p_scale, o->sum_squares = p_sum_squares;
+  td_device *d = td_calloc(sizeof *d);
+  d->ops = o, d->impl = p;
+  return d;
+}
+
+void td_profile_device_close(td_device *prof) {
+  if (!prof) return;
+  td_free(PR(prof)->entries);
+  td_free(prof->impl);
+  td_free(prof);
+}
+
+void td_profile_set_region(td_device *prof, const char *region) { PR(prof)->region = region; }
+
+void td_profile_reset(td_device *prof) { PR(prof)->n_entries = 0; }
+
+int td_profile_count(const td_device *prof) { return ((const profiler *)prof->impl)->n_entries; }
+
+const td_profile_entry *td_profile_entry_at(const td_device *prof, int i) {
+  const profiler *p = prof->impl;
+  TD_CHECK(i >= 0 && i < p->n_entries, "profile entry %d of %d", i, p->n_entries);
+  return &p->entries[i];
+}
+
+const char *td_prof_kind_name(td_prof_kind kind) {
+  static const char *names[TD_PROF_KINDS] = {"matmul", "attention", "kernel"};
+  TD_CHECK(kind >= 0 && kind < TD_PROF_KINDS, "profile kind %d", (int)kind);
+  return names[kind];
+}
