@@ -85,11 +85,13 @@ static void run_case(const mm_case *c, td_gemm_library lib, uint64_t stream) {
 int main(void) {
   static const int64_t shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 771, 48}, {130, 96, 257}};
   uint64_t stream = 1;
-  for (int lib = -1; lib <= (int)TD_GEMM_OPENBLAS; lib++) /* -1: through the device */
+  for (int lib = -1; lib < (int)TD_GEMM_LIBRARIES; lib++) /* -1: through the device */
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
       for (int ab = 0; ab < 2; ab++)
         for (int t = 0; t < 4; t++) {
-          if (lib == TD_GEMM_OPENBLAS && ab) continue; /* OpenBLAS has no bf16 GEMM here */
+          /* OpenBLAS has no bf16 GEMM here; AMX is bf16 only, where the CPU has it */
+          if (lib >= 0 && !td_cpu_gemm_library_serves((td_gemm_library)lib, ab ? TD_BF16 : TD_F32))
+            continue;
           mm_case c = {.m = shapes[s][0], .n = shapes[s][1], .k = shapes[s][2], .batch = 1,
                        .ta = t & 1, .tb = t >> 1, .ab = ab ? TD_BF16 : TD_F32, .alpha = 1};
           run_case(&c, (td_gemm_library)lib, stream += 4);
@@ -100,5 +102,12 @@ int main(void) {
           c.beta = 0, c.alpha = 1, c.batch = 1, c.c_bf16 = 1, c.bias = 1; /* bf16 output */
           if (ab) run_case(&c, (td_gemm_library)lib, stream += 4);
         }
+  /* bf16 deeper than one pass of the AMX GEMM (TD_GEMM_AMX_KMAX = 4096): accumulated
+   * through C in passes, the first with the caller's beta and bias */
+  for (int t = 0; t < 4; t++) {
+    mm_case c = {.m = 40, .n = 70, .k = 4200, .batch = 1, .ta = t & 1, .tb = t >> 1,
+                 .bias = 1, .ab = TD_BF16, .alpha = 1, .beta = 1};
+    run_case(&c, (td_gemm_library)-1, stream += 4);
+  }
   return tst_finish();
 }
