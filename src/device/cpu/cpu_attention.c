@@ -12,8 +12,6 @@
 
 #include <math.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "base/dtype.h"
 #include "base/error.h"
@@ -120,14 +118,6 @@ static int g_head_kernels = 1;
 
 void td_cpu_attention_use_kernels(int enable) { g_head_kernels = enable != 0; }
 
-static int amx_usable(void) {
-  static int usable = -1;
-#pragma omp critical(td_attn_amx_probe)
-  if (usable < 0)
-    usable = td_cpu_has_avx512_bf16() && td_cpu_has_amx_bf16() &&
-             syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-  return usable;
-}
 
 static head_kernels head_kernels_get(td_dtype dt) {
   head_kernels none = {NULL, NULL, NULL};
@@ -135,7 +125,7 @@ static head_kernels head_kernels_get(td_dtype dt) {
   if (dt == TD_F32)
     return (head_kernels){td_attn_f32_scratch_bytes, td_attn_f32_forward_head,
                           td_attn_f32_backward_head};
-  if (amx_usable())
+  if (td_cpu_amx_usable())
     return (head_kernels){td_attn_amx_scratch_bytes, td_attn_amx_forward_head,
                           td_attn_amx_backward_head};
   return none;

@@ -23,8 +23,6 @@
 #include <immintrin.h>
 #include <omp.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "base/error.h"
 #include "base/mem.h"
@@ -49,15 +47,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ------------------------------------------------------------ availability */
 
-int td_cpu_gemm_amx_usable(void) {
-  static int usable = -1;
-#pragma omp critical(td_gemm_amx_probe)
-  if (usable < 0)
-    usable = td_cpu_isa_get() == TD_ISA_AVX512 && td_cpu_has_avx512_bf16() &&
-             td_cpu_has_amx_bf16() &&
-             syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
-  return usable;
-}
+int td_cpu_gemm_amx_usable(void) { return td_cpu_amx_usable(); }
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];

@@ -3,6 +3,8 @@
 #include <cpuid.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "base/error.h"
 
@@ -22,6 +24,16 @@ int td_cpu_has_amx_bf16(void) {
   unsigned a, b, c, d;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
   return (d >> 22) & 1u; /* CPUID.(EAX=7,ECX=0):EDX[22] = AMX-BF16 */
+}
+
+int td_cpu_amx_usable(void) {
+  static int usable = -1;
+#pragma omp critical(td_amx_probe)
+  if (usable < 0)
+    usable = td_cpu_isa_get() == TD_ISA_AVX512 && td_cpu_has_avx512_bf16() &&
+             td_cpu_has_amx_bf16() &&
+             syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+  return usable;
 }
 
 static td_cpu_isa detect(void) {

@@ -12,6 +12,10 @@ typedef enum {
 td_cpu_isa td_cpu_isa_get(void);
 const char *td_cpu_isa_name(td_cpu_isa isa);
 int td_cpu_has_avx512_bf16(void); /* vdpbf16ps / vcvtne2ps2bf16 */
-int td_cpu_has_amx_bf16(void);    /* AMX tiles with bf16 (used through oneDNN) */
+int td_cpu_has_amx_bf16(void);    /* AMX tiles with bf16 (cpuid only) */
+/* AMX bf16 kernels may run: AVX-512 dispatch on, AMX-BF16 and AVX512-BF16 present,
+ * and Linux granted this process the tile data state (arch_prctl
+ * ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). Probed once. */
+int td_cpu_amx_usable(void);
 
 #endif
