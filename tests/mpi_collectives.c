@@ -37,10 +37,12 @@ static void expect(int ok, const char *fmt, ...) {
 
 /* ---- values in any dtype ---- */
 
-static const td_dtype k_dtypes[] = {TD_F32, TD_BF16, TD_F16, TD_I32, TD_I64};
-enum { N_DTYPES = 5 };
+static const td_dtype k_dtypes[] = {TD_F32, TD_BF16, TD_F16, TD_I32, TD_I64, TD_F64};
+enum { N_DTYPES = 6 };
 
-static int is_float(td_dtype dt) { return dt == TD_F32 || dt == TD_BF16 || dt == TD_F16; }
+static int is_float(td_dtype dt) {
+  return dt == TD_F32 || dt == TD_BF16 || dt == TD_F16 || dt == TD_F64;
+}
 
 /* Small multiples of 1/2 (floats) or integers: exact in every dtype, and so are
  * their sums over 8 ranks. */
@@ -56,6 +58,7 @@ static void put(void *buf, int64_t i, td_dtype dt, double v) {
   case TD_F16: ((uint16_t *)buf)[i] = td_f32_to_f16((float)v); break;
   case TD_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
   case TD_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case TD_F64: ((double *)buf)[i] = v; break;
   }
 }
 
@@ -66,6 +69,7 @@ static double get(const void *buf, int64_t i, td_dtype dt) {
   case TD_F16: return td_f16_to_f32(((const uint16_t *)buf)[i]);
   case TD_I32: return ((const int32_t *)buf)[i];
   case TD_I64: return (double)((const int64_t *)buf)[i];
+  case TD_F64: return ((const double *)buf)[i];
   }
   return NAN;
 }

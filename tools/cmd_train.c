@@ -17,12 +17,9 @@ int td_cmd_train(int argc, char **argv) {
     return 0;
   }
   /* MPI first: its exit hook makes any later failure abort every rank. */
-  int world = td_comm_size(td_comm_init());
-  if (world > 1)
-    td_fail("launched with %d ranks: data, tensor and pipeline parallel training are not in "
-            "this build of `trident train` yet; run one process", world);
-  if (td_args_validate(&a, world, err, sizeof err)) td_fail("%s", err);
-  td_args_print_notes(&a, stderr);
+  td_comm *w = td_comm_init();
+  if (td_args_validate(&a, td_comm_size(w), err, sizeof err)) td_fail("%s", err);
+  if (td_comm_rank(w) == 0) td_args_print_notes(&a, stderr);
   int rc = td_train(&a);
   td_args_free(&a);
   td_comm_finalize();

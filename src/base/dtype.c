@@ -9,11 +9,12 @@ size_t td_dtype_size(td_dtype dt) {
   case TD_F16: return 2;
   case TD_I32: return 4;
   case TD_I64: return 8;
+  case TD_F64: return 8;
   }
   return 0;
 }
 
-static const char *const k_names[] = {"fp32", "bf16", "fp16", "int32", "int64"};
+static const char *const k_names[] = {"fp32", "bf16", "fp16", "int32", "int64", "fp64"};
 
 const char *td_dtype_name(td_dtype dt) {
   return (unsigned)dt < sizeof k_names / sizeof *k_names ? k_names[dt] : "?";

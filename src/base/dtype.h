@@ -8,10 +8,10 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef enum { TD_F32 = 0, TD_BF16 = 1, TD_F16 = 2, TD_I32 = 3, TD_I64 = 4 } td_dtype;
+typedef enum { TD_F32 = 0, TD_BF16 = 1, TD_F16 = 2, TD_I32 = 3, TD_I64 = 4, TD_F64 = 5 } td_dtype;
 
 size_t td_dtype_size(td_dtype dt);
-const char *td_dtype_name(td_dtype dt);        /* "fp32", "bf16", "fp16", "int32", "int64" */
+const char *td_dtype_name(td_dtype dt);        /* "fp32", "bf16", "fp16", "int32", "int64", "fp64" */
 int td_dtype_from_name(const char *name, td_dtype *out); /* 0 on success */
 
 static inline uint32_t td_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }

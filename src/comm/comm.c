@@ -155,6 +155,7 @@ static MPI_Datatype mpi_type(td_dtype dt) {
   case TD_F16: return MPI_UINT16_T; /* moved as bits; reductions go through fp32 */
   case TD_I32: return MPI_INT32_T;
   case TD_I64: return MPI_INT64_T;
+  case TD_F64: return MPI_DOUBLE;
   }
   td_check_failed(__FILE__, __LINE__, "dtype", "unknown dtype %d", (int)dt);
 }

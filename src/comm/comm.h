@@ -1,5 +1,5 @@
 /* Communicator over MPI: the world, sub-groups (split), collectives and
- * point-to-point, blocking and non-blocking, for fp32, bf16, fp16, int32, int64.
+ * point-to-point, blocking and non-blocking, for fp32, bf16, fp16, int32, int64 and fp64 (for statistics).
  *
  * Launch. Under a launcher (mpirun / mpiexec, srun with PMI or PMIx: the
  * environment has OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK or PMI_SIZE)

@@ -308,15 +308,30 @@ double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
   return sum;
 }
 
+void td_gpt_set_grads_ready_hook(td_gpt *m, td_gpt_grads_ready_fn fn, void *ctx) {
+  m->grads_ready = fn;
+  m->grads_ready_ctx = ctx;
+}
+
+static void grads_ready(td_gpt *m, int first, int count) {
+  if (m->grads_ready && count > 0) m->grads_ready(m->grads_ready_ctx, first, count);
+}
+
+/* Tensors are ordered embeddings, layers, final LayerNorm (+ untied output layer):
+ * each phase of backward finishes a contiguous run of them. */
 void td_gpt_backward(td_gpt *m, float dloss_scale) {
   TD_CHECK(m->pending_backward, "td_gpt_backward needs a forward first (once per forward)");
   m->pending_backward = 0;
+  int after_layers = m->layer_first + (int)m->n_layers * TD_GPT_LAYER_TENSORS;
   head_backward(m, dloss_scale);
+  grads_ready(m, after_layers, m->n_tensors - after_layers);
   for (int64_t l = m->n_layers - 1; l >= 0; l--) {
     mlp_block_backward(m, l);
     attention_block_backward(m, l);
+    grads_ready(m, LT(m, l, 0), TD_GPT_LAYER_TENSORS);
   }
   embedding_backward(m);
+  grads_ready(m, 0, m->layer_first);
 }
 
 void td_gpt_zero_grads(td_gpt *m) {

@@ -132,6 +132,14 @@ double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
  * the gradients. */
 void td_gpt_backward(td_gpt *m, float dloss_scale);
 
+/* Called by td_gpt_backward each time the gradients of tensors [first, first +
+ * count) (indices of td_gpt_tensor_at) are final for this backward, in backward
+ * order: the final LayerNorm and an untied output layer, each layer from the last
+ * to the first, then the embeddings (the tied word embedding is final only
+ * there). The data-parallel all-reduce starts buckets from it. NULL: no hook. */
+typedef void (*td_gpt_grads_ready_fn)(void *ctx, int first, int count);
+void td_gpt_set_grads_ready_hook(td_gpt *m, td_gpt_grads_ready_fn fn, void *ctx);
+
 /* Device bytes held by the model. weights_bf16: the low-precision weight copy
  * (bf16; under TD_F16 the fp16-rounded weights, held in fp32). */
 typedef struct td_gpt_memory {

@@ -74,6 +74,9 @@ struct td_gpt {
   int64_t half_numel; /* N x max(3C, F) */
   float *h_losses; /* N, host */
 
+  td_gpt_grads_ready_fn grads_ready; /* td_gpt_set_grads_ready_hook */
+  void *grads_ready_ctx;
+
   /* the last forward, for backward */
   int pending_backward;
   uint64_t seed;

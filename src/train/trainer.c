@@ -11,6 +11,8 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "comm/comm.h"
+#include "comm/topology.h"
 #include "data/bpe_tokenizer.h"
 #include "data/gpt_dataset.h"
 #include "data/mock_data.h"
@@ -20,12 +22,18 @@
 #include "model/gpt_config.h"
 #include "optim/adamw.h"
 #include "train/checkpoint.h"
+#include "train/ddp.h"
 #include "train/train_log.h"
 
 enum { SPLIT_TRAIN = 0, SPLIT_VALID = 1, SPLIT_TEST = 2 };
 
 typedef struct {
   td_args *a;
+  td_topology topo;
+  td_comm *dp;      /* the data-parallel group */
+  int dp_rank, dp_size;
+  int is_logger;    /* rank 0 prints the log and writes checkpoints */
+  td_ddp ddp;       /* bucketed gradient all-reduce over dp */
   td_device *dev;
   td_gpt *model;
   td_gpt_config cfg;
@@ -116,12 +124,15 @@ static void setup_data(trainer *t) {
   if (a->mock_data) {
     for (int s = 0; s < 3; s++)
       td_mock_data_init(&t->mock[s], a->seq_length, t->eod, (uint64_t)a->seed, (uint64_t)s);
-  } else {
+  } else { /* rank 0 builds the index caches first, the others then read them (as Megatron) */
+    if (t->topo.rank != 0) td_comm_barrier(t->topo.world);
     open_datasets(t);
+    if (t->topo.rank == 0) td_comm_barrier(t->topo.world);
   }
   for (int s = 0; s < 3; s++) {
     int64_t len = a->mock_data ? INT64_MAX / 2 : t->split[s] ? td_gpt_dataset_len(t->split[s]) : 0;
-    if (len > 0 && td_sampler_init(&t->sampler[s], len, a->micro_batch_size, 0, 1, err, sizeof err))
+    if (len > 0 && td_sampler_init(&t->sampler[s], len, a->micro_batch_size, t->dp_rank,
+                                   t->dp_size, err, sizeof err))
       td_fail("%s split: %s", td_split_name((td_split)s), err);
   }
 }
@@ -159,23 +170,62 @@ static void setup_optimizer(trainer *t) {
   td_free(r);
 }
 
+static int64_t ddp_bucket_size(const trainer *t) {
+  int64_t s = t->a->ddp_bucket_size;
+  return s > 0 ? s : td_ddp_default_bucket_size(t->dp_size);
+}
+
+/* This rank's place (Megatron's topology) and the data-parallel group. Tensor and
+ * pipeline parallel layouts are refused until the model splits. */
+static void setup_topology(trainer *t) {
+  const td_args *a = t->a;
+  if (a->tensor_model_parallel_size > 1 || a->pipeline_model_parallel_size > 1)
+    td_fail("--tensor-model-parallel-size %lld / --pipeline-model-parallel-size %lld: this build "
+            "of trident trains data-parallel only (both must be 1)",
+            (long long)a->tensor_model_parallel_size, (long long)a->pipeline_model_parallel_size);
+  td_topology_init(&t->topo, td_comm_world(), (int)a->tensor_model_parallel_size,
+                   (int)a->pipeline_model_parallel_size);
+  t->dp = t->topo.group[TD_GROUP_DP];
+  t->dp_rank = t->topo.coord.dp;
+  t->dp_size = t->topo.layout.dp;
+  t->is_logger = t->topo.rank == 0;
+}
+
+static void setup_ddp(trainer *t) {
+  int n = td_gpt_num_tensors(t->model);
+  td_ddp_tensor *ts = td_malloc(sizeof *ts * (size_t)n);
+  for (int i = 0; i < n; i++) {
+    const td_gpt_tensor *v = td_gpt_tensor_at(t->model, i);
+    ts[i] = (td_ddp_tensor){.offset = v->offset, .numel = v->numel};
+  }
+  td_ddp_init(&t->ddp, t->dp, td_gpt_grads(t->model), ts, n, ddp_bucket_size(t));
+  td_free(ts);
+}
+
 static void print_summary(const trainer *t) {
   const td_args *a = t->a;
+  if (!t->is_logger) return;
   td_gpt_memory mem = td_gpt_memory_report(t->model);
   size_t optim = 2 * (size_t)t->opt.numel * sizeof(float);
   printf(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %lld\n",
          (long long)td_gpt_num_params(t->model));
-  printf(" > layout: world size 1 = tensor-parallel 1 x pipeline-parallel 1 x data-parallel 1; "
-         "device %s, %d threads, %s compute\n",
-         t->dev->ops->name, omp_get_max_threads(), td_dtype_name(t->compute));
+  const td_layout *l = &t->topo.layout;
+  printf(" > layout: world size %d = tensor-parallel %d x pipeline-parallel %d x data-parallel %d; "
+         "device %s, %d threads per rank, %s compute\n",
+         l->world, l->tp, l->pp, l->dp, t->dev->ops->name, omp_get_max_threads(),
+         td_dtype_name(t->compute));
+  if (t->dp_size > 1)
+    printf(" > data-parallel gradient all-reduce: %d buckets of at most %lld elements, "
+           "overlapped with backward\n",
+           t->ddp.n_buckets, (long long)ddp_bucket_size(t));
   printf(" > memory per rank (MiB): parameters %.1f | gradients %.1f | optimizer state %.1f | "
          "%s weights %.1f | activations %.1f\n",
          mem.params / 1048576.0, mem.grads / 1048576.0, optim / 1048576.0,
          td_dtype_name(t->compute), mem.weights_bf16 / 1048576.0, mem.activations / 1048576.0);
-  printf(" > global batch %lld = micro batch %lld x %lld micro-batches x data-parallel 1; "
+  printf(" > global batch %lld = micro batch %lld x %lld micro-batches x data-parallel %d; "
          "padded vocab %lld\n",
          (long long)a->global_batch_size, (long long)a->micro_batch_size,
-         (long long)a->num_micro_batches, (long long)t->cfg.vocab_size);
+         (long long)a->num_micro_batches, t->dp_size, (long long)t->cfg.vocab_size);
   fflush(stdout);
 }
 
@@ -221,11 +271,25 @@ typedef struct {
   int skipped;
 } step_result;
 
+/* Sum of a double over the data-parallel group. */
+static double dp_sum(trainer *t, double x) {
+  td_comm_all_reduce(t->dp, &x, &x, 1, TD_F64, TD_OP_SUM);
+  return x;
+}
+
+static void on_grads_ready(void *ddp, int first, int count) { td_ddp_grads_ready(ddp, first, count); }
+
+/* This rank's micro-batch m is the (m * dp + dp_rank)-th of the global batch (the
+ * sampler's order), whose dropout seed it takes: masks do not depend on dp. */
+static uint64_t micro_batch_seed(const trainer *t, int64_t m) {
+  return td_gpt_dropout_seed(t->seed, t->iteration, m * t->dp_size + t->dp_rank);
+}
+
 static step_result train_step(trainer *t) {
   const td_args *a = t->a;
   const int64_t mb = a->micro_batch_size, s = a->seq_length, gb = a->global_batch_size;
   step_result r = {0};
-  double mask_total = fill_batch(t, SPLIT_TRAIN, t->consumed_train);
+  double mask_total = dp_sum(t, fill_batch(t, SPLIT_TRAIN, t->consumed_train));
   double denom = mask_total > 0 ? mask_total : 1;
   float scale = t->scaler.scale;
   td_gpt_zero_grads(t->model);
@@ -234,10 +298,15 @@ static step_result train_step(trainer *t) {
     double ms;
     int64_t o = m * mb * s;
     loss_sum += td_gpt_forward(t->model, t->tokens + o, t->targets + o, t->mask + o,
-                               td_gpt_dropout_seed(t->seed, t->iteration, m), 1, &ms);
+                               micro_batch_seed(t, m), 1, &ms);
+    /* the last micro-batch's backward all-reduces finished buckets as it goes */
+    int last = m == a->num_micro_batches - 1 && t->dp_size > 1;
+    if (last) td_gpt_set_grads_ready_hook(t->model, on_grads_ready, &t->ddp);
     td_gpt_backward(t->model, (float)(scale / denom));
+    if (last) td_gpt_set_grads_ready_hook(t->model, NULL, NULL);
   }
-  r.lm_loss = loss_sum / denom;
+  if (t->dp_size > 1) td_ddp_finish(&t->ddp);
+  r.lm_loss = dp_sum(t, loss_sum) / denom;
   double sumsq = t->dev->ops->sum_squares(t->dev, td_gpt_grads(t->model), td_gpt_flat_numel(t->model));
   r.grad_norm = sqrt(sumsq) / scale;
   int found_inf = !isfinite(r.grad_norm);
@@ -275,6 +344,7 @@ static double evaluate(trainer *t, int split, int64_t *consumed) {
       mask += ms;
     }
   }
+  loss = dp_sum(t, loss), mask = dp_sum(t, mask);
   return loss / (mask > 0 ? mask : 1);
 }
 
@@ -282,6 +352,7 @@ static void print_validation(trainer *t, const char *prefix, int split, int64_t 
   char buf[1024];
   if (!t->a->mock_data && !t->split[split]) return; /* no such split (e.g. --split 100,0,0) */
   td_format_validation(buf, sizeof buf, prefix, evaluate(t, split, consumed));
+  if (!t->is_logger) return;
   fputs(buf, stdout);
   fflush(stdout);
 }
@@ -307,7 +378,12 @@ static char *state_json(const trainer *t) {
   return text;
 }
 
+/* Every data-parallel rank holds the same state: rank 0 writes it, the others wait. */
 static void save_checkpoint(trainer *t) {
+  if (!t->is_logger) {
+    td_comm_barrier(t->topo.world);
+    return;
+  }
   char *state = state_json(t), rng[128], err[1024];
   snprintf(rng, sizeof rng, "{\"seed\": %llu, \"iteration\": %lld}", (unsigned long long)t->seed,
            (long long)t->iteration);
@@ -321,6 +397,7 @@ static void save_checkpoint(trainer *t) {
   printf("  successfully saved checkpoint at iteration %7lld to %s [ t %.3fs ]\n",
          (long long)t->iteration, t->a->save, now_seconds() - t0);
   fflush(stdout);
+  td_comm_barrier(t->topo.world);
 }
 
 static double json_number(const cJSON *o, const char *key, const char *what) {
@@ -372,14 +449,15 @@ static void load_checkpoint(trainer *t) {
   int64_t it = td_checkpoint_latest(a->load, err, sizeof err);
   if (it == -2) td_fail("--load %s: %s", a->load, err);
   if (it == -1) {
-    printf("WARNING: could not find the metadata file %s/latest_checkpointed_iteration.txt\n"
+    if (t->is_logger)
+      printf("WARNING: could not find the metadata file %s/latest_checkpointed_iteration.txt\n"
            "    will not load any checkpoints and will start from random\n", a->load);
     return;
   }
   check_model_args(t, it);
   int has_optim = td_checkpoint_has_optimizer_state(a->load, it);
   int with_optim = !a->no_load_optim && !a->finetune && has_optim;
-  if (!has_optim && !a->no_load_optim && !a->finetune)
+  if (!has_optim && !a->no_load_optim && !a->finetune && t->is_logger)
     printf("  checkpoint %s has no optimizer state (made by trident convert?): loading the "
            "parameters and starting a fresh optimizer\n", a->load);
   td_ckpt_contents c = {.iteration = it, .params = t->ck_params,
@@ -392,6 +470,7 @@ static void load_checkpoint(trainer *t) {
   if (!a->finetune) restore_state(t, state, a->load, with_optim);
   td_free(state);
   td_gpt_cast_weights(t->model);
+  if (!t->is_logger) return;
   printf("  successfully loaded checkpoint from %s [ t 1/1, p 1/1 ] at iteration %lld\n", a->load,
          (long long)(a->finetune ? 0 : t->iteration));
   fflush(stdout);
@@ -408,14 +487,21 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
                     .flops_per_iteration = td_gpt_flops_per_iteration(
                         a->global_batch_size, a->seq_length, a->num_layers, a->hidden_size,
                         a->ffn_hidden_size, t->cfg.vocab_size),
-                    .world_size = 1, .learning_rate = td_lr_at(&t->lr, (double)t->lr_steps),
+                    .world_size = t->topo.layout.world, .learning_rate = td_lr_at(&t->lr, (double)t->lr_steps),
                     .loss_scale = t->scaler.scale, .has_grad_norm = a->clip_grad > 0 && !r->skipped,
                     .grad_norm = r->grad_norm};
   localtime_r(&now, &l.when);
   char buf[1024];
   td_format_train_log(buf, sizeof buf, &l, w);
-  puts(buf);
-  fflush(stdout);
+  if (t->is_logger) {
+    puts(buf);
+    if (t->dp_size > 1)
+      printf("  data-parallel all-reduce not hidden behind backward: %.1f ms per iteration "
+             "(%.1f%% of the iteration)\n",
+             1e3 * t->ddp.comm_seconds / (double)(w->advanced + w->skipped), 100 * t->ddp.comm_seconds / seconds);
+    fflush(stdout);
+  }
+  t->ddp.comm_seconds = 0;
   *w = (td_log_interval){0};
 }
 
@@ -447,7 +533,7 @@ static void train_loop(trainer *t) {
     }
     if (a->exit_interval > 0 && t->iteration % a->exit_interval == 0) {
       if (a->save && !saved_last) save_checkpoint(t);
-      printf("exiting program at iteration %lld\n", (long long)t->iteration);
+      if (t->is_logger) printf("exiting program at iteration %lld\n", (long long)t->iteration);
       return;
     }
   }
@@ -463,6 +549,7 @@ static void train_loop(trainer *t) {
 }
 
 static void trainer_free(trainer *t) {
+  td_ddp_free(&t->ddp);
   for (int s = 0; s < 3; s++) td_mock_data_free(&t->mock[s]);
   td_gpt_datasets_close(t->datasets);
   td_free(t->tokens), td_free(t->targets), td_free(t->sample), td_free(t->mask);
@@ -470,6 +557,7 @@ static void trainer_free(trainer *t) {
   td_adamw_free(&t->opt);
   td_gpt_destroy(t->model);
   td_device_close(t->dev);
+  td_topology_free(&t->topo);
 }
 
 int td_train(td_args *a) {
@@ -479,12 +567,14 @@ int td_train(td_args *a) {
     td_fail("--reset-position-ids / --reset-attention-mask are not supported by trident's GPT yet");
   t.true_vocab = tokenizer_vocab(a, &t.eod);
   t.cfg = model_config(a, td_args_padded_vocab_size(a, t.true_vocab));
+  setup_topology(&t);
   t.dev = td_device_open("cpu");
   td_gpt_layout lay = td_gpt_layout_single(&t.cfg);
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);
   td_gpt_init_params(t.model, (uint64_t)a->seed);
   setup_optimizer(&t);
   setup_checkpoint_views(&t);
+  setup_ddp(&t);
   td_args_lr_schedule(a, &t.lr);
   td_args_loss_scaler(a, &t.scaler);
   setup_data(&t);

@@ -90,6 +90,11 @@ static void cpu_fill(td_device *d, void *dst, td_dtype dt, int64_t n, float valu
     case TD_F16: pattern = td_f32_to_f16(value); break;
     case TD_I32: pattern = (uint32_t)(int32_t)value; break;
     case TD_I64: pattern = (uint64_t)(int64_t)value; break;
+    case TD_F64: {
+      double v = value;
+      memcpy(&pattern, &v, sizeof v);
+      break;
+    }
     default: td_fail("fill: unknown dtype %d", (int)dt);
   }
   size_t es = td_dtype_size(dt);
