@@ -104,14 +104,65 @@ static void test_xent(int64_t N, int64_t V, uint64_t s) {
   double el = tst_rel_err(loss, lref, N), es = tst_rel_err(lse, sref, N);
   CHECK(el < 1e-5 && es < 1e-5, "cross-entropy forward %lldx%lld: rel err loss %.2g lse %.2g",
         (long long)N, (long long)V, el, es);
-  OPS->cross_entropy_backward(DEV, g, x, lse, t, dloss, N, V);
+  OPS->cross_entropy_backward(DEV, g, x, lse, t, dloss, N, V, 0);
   double worst = xent_grad_err(g, gref, t, dloss, N, V);
-  OPS->cross_entropy_backward(DEV, x, x, lse, t, dloss, N, V); /* dlogits aliases logits */
+  OPS->cross_entropy_backward(DEV, x, x, lse, t, dloss, N, V, 0); /* dlogits aliases logits */
   CHECK(worst < 1e-5 && memcmp(x, g, (size_t)n * 4) == 0,
         "cross-entropy backward %lldx%lld: rel err %.2g, in place equal", (long long)N,
         (long long)V, worst);
   td_free(x), td_free(g), td_free(loss), td_free(lse), td_free(dloss), td_free(xd);
   td_free(lref), td_free(sref), td_free(gref), td_free(t);
+}
+
+/* Vocabulary-parallel cross-entropy: the vocabulary in `parts` slices (the last
+ * one shorter when parts does not divide V); the slices' lse and target logits
+ * combine (logsumexp of the lse's, sum of the target logits) into the loss of the
+ * whole row, and each slice's backward with the whole row's lse is its columns
+ * of the whole gradient. */
+static void test_xent_slices(int64_t N, int64_t V, int parts, uint64_t s) {
+  float *x = falloc(N * V), *dloss = falloc(N), *slice = falloc(N * V), *g = falloc(N * V);
+  float *lse = falloc(N), *tl = falloc(N), *lse_all = falloc(N * parts), *tl_sum = falloc(N);
+  double *xd = dalloc(V), *lref = dalloc(N), *sref = dalloc(N), *gref = dalloc(N * V);
+  float *glse = falloc(N);
+  int32_t *t = random_ids(N, V, s);
+  tst_fill_normal(x, N * V, s + 1, 3.0f);
+  tst_fill_uniform(dloss, N, s + 2, 0.0f, 1.0f);
+  for (int64_t r = 0; r < N; r++) {
+    for (int64_t j = 0; j < V; j++) xd[j] = x[r * V + j];
+    lref[r] = xent_ref(xd, V, t[r], &sref[r]);
+    xent_grad_ref(xd, V, t[r], dloss[r], gref + r * V);
+    tl_sum[r] = 0;
+  }
+  int64_t width = (V + parts - 1) / parts;
+  for (int p = 0; p < parts; p++) {
+    int64_t v0 = p * width, w = V - v0 < width ? V - v0 : width;
+    for (int64_t r = 0; r < N; r++) memcpy(slice + r * w, x + r * V + v0, (size_t)w * 4);
+    OPS->cross_entropy_slice(DEV, lse, tl, slice, t, N, w, v0);
+    for (int64_t r = 0; r < N; r++) lse_all[p * N + r] = lse[r], tl_sum[r] += tl[r];
+  }
+  float *loss = falloc(N);
+  for (int64_t r = 0; r < N; r++) {
+    double mx = -INFINITY, sum = 0;
+    for (int p = 0; p < parts; p++) mx = fmax(mx, lse_all[p * N + r]);
+    for (int p = 0; p < parts; p++) sum += exp(lse_all[p * N + r] - mx);
+    glse[r] = (float)(mx + log(sum));
+    loss[r] = glse[r] - tl_sum[r];
+  }
+  double el = tst_rel_err(loss, lref, N), es = tst_rel_err(glse, sref, N);
+  CHECK(el < 1e-5 && es < 1e-5, "cross-entropy over %d vocabulary slices %lldx%lld: rel err loss %.2g lse %.2g",
+        parts, (long long)N, (long long)V, el, es);
+  for (int p = 0; p < parts; p++) {
+    int64_t v0 = p * width, w = V - v0 < width ? V - v0 : width;
+    for (int64_t r = 0; r < N; r++) memcpy(slice + r * w, x + r * V + v0, (size_t)w * 4);
+    OPS->cross_entropy_backward(DEV, slice, slice, glse, t, dloss, N, w, v0);
+    for (int64_t r = 0; r < N; r++) memcpy(g + r * V + v0, slice + r * w, (size_t)w * 4);
+  }
+  double worst = xent_grad_err(g, gref, t, dloss, N, V);
+  CHECK(worst < 1e-5, "cross-entropy backward over %d vocabulary slices %lldx%lld: rel err %.2g", parts,
+        (long long)N, (long long)V, worst);
+  td_free(x), td_free(dloss), td_free(slice), td_free(g), td_free(lse), td_free(tl);
+  td_free(lse_all), td_free(tl_sum), td_free(xd), td_free(lref), td_free(sref), td_free(gref);
+  td_free(glse), td_free(t), td_free(loss);
 }
 
 /* ----------------------------------------------------------------- embedding */
@@ -269,6 +320,9 @@ int main(void) {
   test_xent_fd();
   static const int64_t xs[][2] = {{1, 1}, {7, 5}, {33, 17}, {5, 771}, {70, 1000}, {3, 50304}};
   for (size_t i = 0; i < sizeof xs / sizeof *xs; i++) test_xent(xs[i][0], xs[i][1], 600 + 10 * i);
+  test_xent_slices(7, 203, 2, 700);
+  test_xent_slices(5, 1000, 4, 710);
+  test_xent_slices(3, 97, 3, 720);
   static const int64_t es[][2] = {{1, 1}, {7, 5}, {33, 17}, {65, 771}};
   for (size_t i = 0; i < sizeof es / sizeof *es; i++)
     test_embedding(es[i][0], es[i][1], 700 + 10 * i);

@@ -199,7 +199,7 @@ static void k_xent_fwd(void *p) { /* rows = tokens, cols = vocab */
 static void k_xent_bwd(void *p) {
   kargs *a = p;
   a->dev->ops->cross_entropy_backward(a->dev, a->z, a->x, a->rstd, a->ids, a->mean, a->rows,
-                                      a->cols);
+                                      a->cols, 0);
 }
 static void k_adamw(void *p) { /* rows x cols = parameter count */
   kargs *a = p;

@@ -59,8 +59,11 @@ typedef enum {
  *   out: [B, T, H, D] (dtype)   lse: [B, H, T] fp32 log-sum-exp of each row of S
  * Backward reads qkv, out, dout, lse and WRITES dqkv (same layout as qkv; dtype).
  * Dropout: element (b, h, i, j) is kept with prob 1 - dropout_p using
- * td_rng_u32(seed, stream, ((b*H + h)*T + i)*T + j), kept values scaled by
- * 1/(1 - dropout_p); the same decision in backward. Memory beyond inputs and
+ * td_rng_u32(seed, stream, ((b*Ht + h0 + h)*T + i)*T + j), kept values scaled by
+ * 1/(1 - dropout_p); the same decision in backward. Ht = heads_total and h0 =
+ * head_start place these heads among the model's (tensor parallelism gives each
+ * rank a range of heads: its masks are the ones the unsplit model draws for
+ * them); 0 / 0 mean all heads (Ht = heads, h0 = 0). Memory beyond inputs and
  * outputs is O(T) per head (blocked over queries, flash-attention style). */
 typedef struct td_attention_desc {
   int64_t batch, seq, heads, head_dim;
@@ -73,6 +76,7 @@ typedef struct td_attention_desc {
   void *dqkv;
   float dropout_p;
   uint64_t seed, stream;
+  int64_t head_start, heads_total; /* the dropout counter's head numbering, above */
 } td_attention_desc;
 
 typedef struct td_device_ops {
@@ -133,11 +137,22 @@ typedef struct td_device_ops {
    * losses[r] = lse[r] - logits[r, targets[r]]. */
   void (*cross_entropy_forward)(td_device *d, float *losses, float *lse, const float *logits,
                                 const int32_t *targets, int64_t n, int64_t vocab);
-  /* dlogits[r] = (softmax(logits[r]) - onehot(targets[r])) * dloss[r]
-   * (dloss carries the loss mask and the 1/num_tokens of the mean; dlogits may alias logits) */
+  /* Vocabulary-parallel pieces (Megatron's VocabParallelCrossEntropy): logits
+   * (n x vocab) is this rank's slice of the vocabulary, ids [vocab_start,
+   * vocab_start + vocab). Per row r: lse[r] = logsumexp(logits[r]) over the slice;
+   * target_logit[r] = logits[r, targets[r] - vocab_start] when targets[r] is in the
+   * slice, else 0. The ranks' pieces combine into the loss: logsumexp of the lse's
+   * minus the sum of the target logits. */
+  void (*cross_entropy_slice)(td_device *d, float *lse, float *target_logit, const float *logits,
+                              const int32_t *targets, int64_t n, int64_t vocab,
+                              int64_t vocab_start);
+  /* dlogits[r] = (exp(logits[r] - lse[r]) - onehot(targets[r] - vocab_start)) * dloss[r]
+   * over a slice of the vocabulary as above (vocab_start 0: all of it; lse: the
+   * whole vocabulary's; a target outside the slice has no one-hot here). dloss
+   * carries the loss mask and the 1/num_tokens of the mean; dlogits may alias logits. */
   void (*cross_entropy_backward)(td_device *d, float *dlogits, const float *logits,
                                  const float *lse, const int32_t *targets, const float *dloss,
-                                 int64_t n, int64_t vocab);
+                                 int64_t n, int64_t vocab, int64_t vocab_start);
 
   /* ---- optimizer and utilities ---- */
   /* AdamW (PyTorch's, decoupled weight decay) on flat fp32 buffers, step t >= 1:

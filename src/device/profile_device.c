@@ -193,11 +193,19 @@ static void p_cross_entropy_forward(td_device *d, float *losses, float *lse, con
   IN(d)->ops->cross_entropy_forward(IN(d), losses, lse, logits, targets, n, vocab);
   kernel_done(d, t0, "cross_entropy_forward");
 }
+static void p_cross_entropy_slice(td_device *d, float *lse, float *target_logit,
+                                  const float *logits, const int32_t *targets, int64_t n,
+                                  int64_t vocab, int64_t vocab_start) {
+  double t0 = now_seconds();
+  IN(d)->ops->cross_entropy_slice(IN(d), lse, target_logit, logits, targets, n, vocab, vocab_start);
+  kernel_done(d, t0, "cross_entropy_slice");
+}
 static void p_cross_entropy_backward(td_device *d, float *dlogits, const float *logits,
                                      const float *lse, const int32_t *targets, const float *dloss,
-                                     int64_t n, int64_t vocab) {
+                                     int64_t n, int64_t vocab, int64_t vocab_start) {
   double t0 = now_seconds();
-  IN(d)->ops->cross_entropy_backward(IN(d), dlogits, logits, lse, targets, dloss, n, vocab);
+  IN(d)->ops->cross_entropy_backward(IN(d), dlogits, logits, lse, targets, dloss, n, vocab,
+                                     vocab_start);
   kernel_done(d, t0, "cross_entropy_backward");
 }
 
@@ -250,6 +258,7 @@ td_device *td_profile_device_open(td_device *inner) {
   o->attention_forward = p_attention_forward, o->attention_backward = p_attention_backward;
   o->embedding_forward = p_embedding_forward, o->embedding_backward = p_embedding_backward;
   o->cross_entropy_forward = p_cross_entropy_forward;
+  o->cross_entropy_slice = p_cross_entropy_slice;
   o->cross_entropy_backward = p_cross_entropy_backward;
   o->adamw = p_adamw, o->cast = p_cast, o->scale = p_scale, o->sum_squares = p_sum_squares;
   td_device *d = td_calloc(sizeof *d);

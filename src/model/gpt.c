@@ -250,8 +250,8 @@ static void head_backward(td_gpt *m, float dloss_scale) {
   int64_t N = m->N, C = m->C, V = m->V;
   ops->copy_d2d(m->dev, m->dloss, m->mask, (size_t)N * sizeof(float));
   ops->scale(m->dev, m->dloss, N, dloss_scale);
-  ops->cross_entropy_backward(m->dev, m->logits, m->logits, m->ce_lse, m->targets, m->dloss, N,
-                              V);
+  ops->cross_entropy_backward(m->dev, m->logits, m->logits, m->ce_lse, m->targets, m->dloss, N, V,
+                              m->vocab_start);
   const void *dlogits = m->logits;
   matmul_input(m, m->logits, N * V); /* dlogits are not needed unrounded */
   if (m->md != TD_F32) {

@@ -190,6 +190,10 @@ static attn_shape shape_of(const td_attention_desc *a) {
   TD_CHECK(a->dtype == TD_F32 || a->dtype == TD_BF16, "attention dtype must be fp32 or bf16");
   TD_CHECK(a->dropout_p >= 0.0f && a->dropout_p < 1.0f, "attention dropout p = %g not in [0, 1)",
            (double)a->dropout_p);
+  TD_CHECK(a->head_start >= 0 && (a->heads_total ? a->head_start + a->heads <= a->heads_total
+                                                 : a->head_start == 0),
+           "attention heads [%lld, %lld) of %lld", (long long)a->head_start,
+           (long long)(a->head_start + a->heads), (long long)a->heads_total);
   attn_shape s = {.B = a->batch,
                   .T = a->seq,
                   .H = a->heads,
@@ -227,7 +231,8 @@ static float load(const void *p, td_dtype dt, int64_t i) {
 static const uint32_t *row_words(const attn_shape *s, const td_attention_desc *a, int64_t b,
                                  int64_t h, int64_t i, int64_t n, uint32_t *buf) {
   if (s->dr.thr == 0) return NULL;
-  return s->rk.rng_row(a->seed, a->stream, (uint64_t)(((b * s->H + h) * s->T + i) * s->T), n, buf);
+  int64_t heads = a->heads_total ? a->heads_total : s->H, head = a->head_start + h;
+  return s->rk.rng_row(a->seed, a->stream, (uint64_t)(((b * heads + head) * s->T + i) * s->T), n, buf);
 }
 
 /* ------------------------------------------------------------------ forward */

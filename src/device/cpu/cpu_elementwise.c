@@ -309,18 +309,36 @@ static void cpu_cross_entropy_forward(td_device *d, float *losses, float *lse,
   }
 }
 
-/* dlogits[r, j] = (exp(logits[r, j] - lse[r]) - [j == targets[r]]) dloss[r]
- * (dlogits may alias logits: the target term is applied after the row). */
-static void cpu_cross_entropy_backward(td_device *d, float *dlogits, const float *logits,
-                                       const float *lse, const int32_t *targets,
-                                       const float *dloss, int64_t n, int64_t vocab) {
+/* The vocabulary-parallel pieces (device.h): lse of the slice, the target's logit
+ * where the slice holds it. */
+static void cpu_cross_entropy_slice(td_device *d, float *lse, float *target_logit,
+                                    const float *logits, const int32_t *targets, int64_t n,
+                                    int64_t vocab, int64_t vocab_start) {
   (void)d;
   const td_ew_isa *isa = ew_isa();
 #pragma omp parallel for schedule(static) if (n * vocab > EW_PAR_MIN)
   for (int64_t r = 0; r < n; r++) {
-    int32_t t = checked_target(targets, r, vocab);
+    const float *row = logits + r * vocab;
+    int64_t t = (int64_t)targets[r] - vocab_start;
+    lse[r] = isa->logsumexp_row(row, vocab);
+    target_logit[r] = t >= 0 && t < vocab ? row[t] : 0.0f;
+  }
+}
+
+/* dlogits[r, j] = (exp(logits[r, j] - lse[r]) - [j + vocab_start == targets[r]]) dloss[r]
+ * (dlogits may alias logits: the target term is applied after the row). Targets
+ * are the model's, checked against the vocabulary at its input. */
+static void cpu_cross_entropy_backward(td_device *d, float *dlogits, const float *logits,
+                                       const float *lse, const int32_t *targets,
+                                       const float *dloss, int64_t n, int64_t vocab,
+                                       int64_t vocab_start) {
+  (void)d;
+  const td_ew_isa *isa = ew_isa();
+#pragma omp parallel for schedule(static) if (n * vocab > EW_PAR_MIN)
+  for (int64_t r = 0; r < n; r++) {
+    int64_t t = (int64_t)targets[r] - vocab_start;
     isa->softmax_grad_row(dlogits + r * vocab, logits + r * vocab, lse[r], dloss[r], vocab);
-    dlogits[r * vocab + t] -= dloss[r];
+    if (t >= 0 && t < vocab) dlogits[r * vocab + t] -= dloss[r];
   }
 }
 
@@ -390,6 +408,7 @@ void td_cpu_register_elementwise(td_device_ops *ops) {
   ops->embedding_forward = cpu_embedding_forward;
   ops->embedding_backward = cpu_embedding_backward;
   ops->cross_entropy_forward = cpu_cross_entropy_forward;
+  ops->cross_entropy_slice = cpu_cross_entropy_slice;
   ops->cross_entropy_backward = cpu_cross_entropy_backward;
   ops->adamw = cpu_adamw;
   ops->cast = cpu_cast;
