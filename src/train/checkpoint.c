@@ -10,9 +10,10 @@
 #include "base/files.h"
 #include "base/mem.h"
 
-#define MODEL_FILE "mp_rank_00/model.safetensors"
-#define OPTIM_FILE "mp_rank_00/optim_dp000.safetensors"
-#define RNG_FILE "mp_rank_00/rng_dp000.json"
+#define MODEL_NAME "model.safetensors"
+#define OPTIM_NAME "optim_dp000.safetensors"
+#define RNG_NAME "rng_dp000.json"
+#define SLICES_NAME "slices.json"
 #define LATEST_FILE "latest_checkpointed_iteration.txt"
 
 /* Paths are at most CK_PATH bytes; a longer checkpoint directory is refused. */
@@ -31,10 +32,173 @@ static void with_suffix(char *out, size_t n, const char *a, const char *suffix) 
   if ((size_t)snprintf(out, n, "%s%s", a, suffix) >= n) td_fail("checkpoint path too long: %s", a);
 }
 
-static size_t tensor_bytes(const td_ckpt_tensor *t) {
+/* "mp_rank_RR": Megatron's shard directory of TP rank r (pipeline parallel 1). */
+static void shard_name(char *out, size_t n, int r) { snprintf(out, n, "mp_rank_%02d", r); }
+
+static int tp_size_of(const td_ckpt_contents *c) { return c->tp_size > 0 ? c->tp_size : 1; }
+
+static int64_t numel(int ndim, const int64_t *shape) {
   int64_t n = 1;
-  for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
-  return (size_t)n * sizeof(float);
+  for (int d = 0; d < ndim; d++) n *= shape[d];
+  return n;
+}
+
+static size_t tensor_bytes(const td_ckpt_tensor *t) {
+  return (size_t)numel(t->ndim, t->shape) * sizeof(float);
+}
+
+/* "3, 4" */
+static void dims_text(char *out, size_t n, int ndim, const int64_t *shape) {
+  out[0] = 0;
+  for (int d = 0; d < ndim; d++)
+    snprintf(out + strlen(out), n - strlen(out), "%s%lld", d ? ", " : "", (long long)shape[d]);
+}
+
+/* A box inside a global tensor: where it starts and its shape. */
+typedef struct {
+  int64_t off[TD_ST_MAX_DIMS], shape[TD_ST_MAX_DIMS];
+} box;
+
+/* The global shape and the box of a caller's slice (the convention: global_shape
+ * all zero = the whole tensor). */
+static void slice_of(const td_ckpt_tensor *t, int64_t *gshape, box *b) {
+  int whole = 1;
+  for (int d = 0; d < t->ndim; d++) whole &= t->global_shape[d] == 0;
+  memset(b, 0, sizeof *b);
+  for (int d = 0; d < t->ndim; d++) {
+    gshape[d] = whole ? t->shape[d] : t->global_shape[d];
+    b->off[d] = whole ? 0 : t->offset[d];
+    b->shape[d] = t->shape[d];
+  }
+}
+
+static int box_inside(int ndim, const box *b, const int64_t *gshape) {
+  for (int d = 0; d < ndim; d++)
+    if (b->off[d] < 0 || b->shape[d] < 0 || b->off[d] + b->shape[d] > gshape[d]) return 0;
+  return 1;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Which of the n boxes s are needed to cover region r: the region is cut into
+ * cells at every box boundary, and each cell takes the first box that contains
+ * it (used[i] = 1). Returns 0 when every cell is covered; -1 with the start of
+ * the first uncovered cell in hole[] otherwise. */
+static int plan_cover(int ndim, const box *r, const box *s, int n, unsigned char *used,
+                      int64_t *hole) {
+  memset(used, 0, (size_t)n);
+  for (int d = 0; d < ndim; d++)
+    if (r->shape[d] == 0) return 0; /* empty region */
+  int64_t *bp[TD_ST_MAX_DIMS];
+  int nb[TD_ST_MAX_DIMS], idx[TD_ST_MAX_DIMS] = {0}, rc = 0;
+  for (int d = 0; d < ndim; d++) {
+    int64_t lo = r->off[d], hi = r->off[d] + r->shape[d];
+    bp[d] = td_malloc(sizeof(int64_t) * (size_t)(2 * n + 2));
+    int k = 0;
+    bp[d][k++] = lo, bp[d][k++] = hi;
+    for (int i = 0; i < n; i++) {
+      int64_t a = s[i].off[d], b = s[i].off[d] + s[i].shape[d];
+      if (a > lo && a < hi) bp[d][k++] = a;
+      if (b > lo && b < hi) bp[d][k++] = b;
+    }
+    qsort(bp[d], (size_t)k, sizeof(int64_t), cmp_i64);
+    int u = 0;
+    for (int j = 0; j < k; j++)
+      if (!u || bp[d][j] != bp[d][u - 1]) bp[d][u++] = bp[d][j];
+    nb[d] = u - 1; /* cells along d */
+  }
+  for (;;) {
+    int found = -1;
+    for (int i = 0; i < n && found < 0; i++) {
+      int in = 1;
+      for (int d = 0; d < ndim && in; d++)
+        in = s[i].off[d] <= bp[d][idx[d]] && bp[d][idx[d] + 1] <= s[i].off[d] + s[i].shape[d];
+      if (in) found = i;
+    }
+    if (found < 0) {
+      for (int d = 0; d < ndim; d++) hole[d] = bp[d][idx[d]];
+      rc = -1;
+      break;
+    }
+    used[found] = 1;
+    int d = ndim - 1;
+    while (d >= 0 && ++idx[d] == nb[d]) idx[d--] = 0;
+    if (d < 0) break;
+  }
+  for (int d = 0; d < ndim; d++) td_free(bp[d]);
+  return rc;
+}
+
+/* Copy the part of box s (its data at src, row-major) that lies in box r into
+ * dst (r's data, row-major). */
+static void copy_box(int ndim, const float *src, const box *s, float *dst, const box *r) {
+  if (ndim == 0) {
+    dst[0] = src[0];
+    return;
+  }
+  int64_t lo[TD_ST_MAX_DIMS], hi[TD_ST_MAX_DIMS], ss[TD_ST_MAX_DIMS], rs[TD_ST_MAX_DIMS];
+  for (int d = 0; d < ndim; d++) {
+    lo[d] = s->off[d] > r->off[d] ? s->off[d] : r->off[d];
+    int64_t se = s->off[d] + s->shape[d], re = r->off[d] + r->shape[d];
+    hi[d] = se < re ? se : re;
+    if (lo[d] >= hi[d]) return;
+  }
+  ss[ndim - 1] = rs[ndim - 1] = 1;
+  for (int d = ndim - 2; d >= 0; d--) ss[d] = ss[d + 1] * s->shape[d + 1], rs[d] = rs[d + 1] * r->shape[d + 1];
+  size_t run = (size_t)(hi[ndim - 1] - lo[ndim - 1]) * sizeof(float);
+  int64_t idx[TD_ST_MAX_DIMS];
+  memcpy(idx, lo, sizeof idx);
+  for (;;) {
+    int64_t so = 0, ro = 0;
+    for (int d = 0; d < ndim; d++) so += (idx[d] - s->off[d]) * ss[d], ro += (idx[d] - r->off[d]) * rs[d];
+    memcpy(dst + ro, src + so, run);
+    int d = ndim - 2;
+    while (d >= 0 && ++idx[d] == hi[d]) idx[d] = lo[d], d--;
+    if (d < 0) break;
+  }
+}
+
+/* ------------------------------------------------------------------ JSON helpers */
+
+static cJSON *dims_json(int ndim, const int64_t *v) {
+  cJSON *a = cJSON_CreateArray();
+  for (int d = 0; d < ndim; d++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[d]));
+  return a;
+}
+
+/* A JSON array of non-negative integers into v; its length, or -1. */
+static int parse_dims(const cJSON *a, int64_t *v) {
+  if (!cJSON_IsArray(a)) return -1;
+  int n = cJSON_GetArraySize(a);
+  if (n > TD_ST_MAX_DIMS) return -1;
+  for (int d = 0; d < n; d++) {
+    const cJSON *x = cJSON_GetArrayItem(a, d);
+    if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 9.0e15 ||
+        x->valuedouble != (double)(int64_t)x->valuedouble)
+      return -1;
+    v[d] = (int64_t)x->valuedouble;
+  }
+  return n;
+}
+
+static cJSON *read_json(const char *path, char *err, size_t errlen) {
+  char *text = td_read_file(path, NULL, err, errlen);
+  if (!text) return NULL;
+  cJSON *root = cJSON_Parse(text);
+  td_free(text);
+  if (!cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    td_errorf(err, errlen, "%s: not a JSON object (the checkpoint is damaged)", path);
+    return NULL;
+  }
+  return root;
+}
+
+static int write_text(const char *path, const char *text, char *err, size_t errlen) {
+  return td_write_file(path, text, strlen(text), err, errlen);
 }
 
 /* ------------------------------------------------------------------ save */
@@ -59,14 +223,189 @@ static int save_tensors(td_device *dev, const char *path, const td_ckpt_tensor *
   return rc;
 }
 
-static cJSON *shape_json(const td_ckpt_tensor *t) {
-  cJSON *a = cJSON_CreateArray();
-  for (int d = 0; d < t->ndim; d++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)t->shape[d]));
-  return a;
+int td_checkpoint_save_prepare(const char *dir, int64_t iteration, char *err, size_t errlen) {
+  char final[CK_PATH], tmp[CK_PATH];
+  if (iteration < 0) return td_errorf(err, errlen, "internal: checkpoint iteration %lld < 0", (long long)iteration);
+  if (td_mkdir_p(dir, err, errlen)) return -1;
+  iter_dir(final, sizeof final, dir, iteration);
+  with_suffix(tmp, sizeof tmp, final, ".tmp");
+  if (td_remove_tree(tmp, err, errlen)) return -1; /* left over from a crash */
+  if (td_mkdir_p(tmp, err, errlen)) return -1;
+  return td_fsync_dir(dir, err, errlen);
 }
 
-/* metadata.json: state, layout, and where every global tensor's slices live. */
-static char *metadata_json(const td_ckpt_contents *c, char *err, size_t errlen) {
+/* The caller's slices must be consistent: inside their global shapes. */
+static int check_slices(const td_ckpt_tensor *ts, int n, char *err, size_t errlen) {
+  for (int i = 0; i < n; i++) {
+    int64_t g[TD_ST_MAX_DIMS];
+    box b;
+    if (ts[i].ndim < 0 || ts[i].ndim > TD_ST_MAX_DIMS)
+      return td_errorf(err, errlen, "internal: tensor '%s' has %d dimensions", ts[i].name, ts[i].ndim);
+    slice_of(&ts[i], g, &b);
+    if (!box_inside(ts[i].ndim, &b, g)) {
+      char gs[128], os[128], ss[128];
+      dims_text(gs, sizeof gs, ts[i].ndim, g), dims_text(os, sizeof os, ts[i].ndim, b.off);
+      dims_text(ss, sizeof ss, ts[i].ndim, b.shape);
+      return td_errorf(err, errlen,
+                       "internal: slice of tensor '%s' at offset [%s] with shape [%s] lies outside "
+                       "its global shape [%s]",
+                       ts[i].name, os, ss, gs);
+    }
+  }
+  return 0;
+}
+
+static int shard_into(td_device *dev, const char *shard, const td_ckpt_contents *c, char *err,
+                      size_t errlen) {
+  char p[CK_PATH];
+  if (td_mkdir_p(shard, err, errlen)) return -1;
+  path_join(p, sizeof p, shard, MODEL_NAME);
+  if (save_tensors(dev, p, c->params, c->n_params, err, errlen)) return -1;
+  if (c->exp_avg) {
+    td_ckpt_tensor *both = td_malloc(sizeof *both * (size_t)(2 * c->n_params + 1));
+    memcpy(both, c->exp_avg, sizeof *both * (size_t)c->n_params);
+    memcpy(both + c->n_params, c->exp_avg_sq, sizeof *both * (size_t)c->n_params);
+    path_join(p, sizeof p, shard, OPTIM_NAME);
+    int rc = save_tensors(dev, p, both, 2 * c->n_params, err, errlen);
+    td_free(both);
+    if (rc) return -1;
+  }
+  path_join(p, sizeof p, shard, RNG_NAME);
+  if (write_text(p, c->rng_json ? c->rng_json : "{}", err, errlen)) return -1;
+  /* slices.json last: its presence says the shard is complete */
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddNumberToObject(root, "tp_rank", c->tp_rank);
+  cJSON_AddNumberToObject(root, "tp_size", tp_size_of(c));
+  cJSON_AddBoolToObject(root, "has_optimizer_state", c->exp_avg != NULL);
+  cJSON *tensors = cJSON_AddObjectToObject(root, "tensors");
+  for (int i = 0; i < c->n_params; i++) {
+    const td_ckpt_tensor *t = &c->params[i];
+    int64_t g[TD_ST_MAX_DIMS];
+    box b;
+    slice_of(t, g, &b);
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddItemToObject(e, "global_shape", dims_json(t->ndim, g));
+    cJSON_AddItemToObject(e, "offset", dims_json(t->ndim, b.off));
+    cJSON_AddItemToObject(e, "shape", dims_json(t->ndim, b.shape));
+    cJSON_AddItemToObject(tensors, t->name, e);
+  }
+  char *text = cJSON_Print(root);
+  cJSON_Delete(root);
+  path_join(p, sizeof p, shard, SLICES_NAME);
+  int rc = write_text(p, text, err, errlen);
+  free(text);
+  if (rc) return -1;
+  return td_fsync_dir(shard, err, errlen);
+}
+
+int td_checkpoint_save_shard(td_device *dev, const char *dir, const td_ckpt_contents *c,
+                             char *err, size_t errlen) {
+  char final[CK_PATH], tmp[CK_PATH], name[32], shard[CK_PATH];
+  int tp = tp_size_of(c);
+  if (c->tp_rank < 0 || c->tp_rank >= tp)
+    return td_errorf(err, errlen, "internal: tensor-parallel rank %d of %d", c->tp_rank, tp);
+  if (check_slices(c->params, c->n_params, err, errlen)) return -1;
+  if (c->exp_avg && (check_slices(c->exp_avg, c->n_params, err, errlen) ||
+                     check_slices(c->exp_avg_sq, c->n_params, err, errlen)))
+    return -1;
+  iter_dir(final, sizeof final, dir, c->iteration);
+  with_suffix(tmp, sizeof tmp, final, ".tmp");
+  if (!td_is_dir(tmp))
+    return td_errorf(err, errlen, "%s does not exist (td_checkpoint_save_prepare must run first)", tmp);
+  shard_name(name, sizeof name, c->tp_rank);
+  path_join(shard, sizeof shard, tmp, name);
+  return shard_into(dev, shard, c, err, errlen);
+}
+
+/* Find an entry in metadata's tensors table being built, by name. */
+static cJSON *find_entry(cJSON *tensors, const char *name) {
+  return cJSON_GetObjectItemCaseSensitive(tensors, name);
+}
+
+/* Add shard r's slice description (from its slices.json) to the tensors table. */
+static int add_shard(cJSON *tensors, const cJSON *shard, const char *path, const char *name,
+                     char *err, size_t errlen) {
+  const cJSON *ts = cJSON_GetObjectItemCaseSensitive(shard, "tensors");
+  if (!cJSON_IsObject(ts)) return td_errorf(err, errlen, "%s: no \"tensors\" object", path);
+  const cJSON *t;
+  cJSON_ArrayForEach(t, ts) {
+    int64_t g[TD_ST_MAX_DIMS], off[TD_ST_MAX_DIMS], sh[TD_ST_MAX_DIMS];
+    int nd = parse_dims(cJSON_GetObjectItemCaseSensitive(t, "global_shape"), g);
+    if (nd < 0 || parse_dims(cJSON_GetObjectItemCaseSensitive(t, "offset"), off) != nd ||
+        parse_dims(cJSON_GetObjectItemCaseSensitive(t, "shape"), sh) != nd)
+      return td_errorf(err, errlen, "%s: tensor '%s': bad global_shape/offset/shape", path, t->string);
+    cJSON *e = find_entry(tensors, t->string);
+    if (!e) {
+      e = cJSON_AddObjectToObject(tensors, t->string);
+      cJSON_AddStringToObject(e, "dtype", "F32");
+      cJSON_AddItemToObject(e, "shape", dims_json(nd, g));
+      cJSON_AddArrayToObject(e, "slices");
+    } else {
+      int64_t g0[TD_ST_MAX_DIMS];
+      int nd0 = parse_dims(cJSON_GetObjectItemCaseSensitive(e, "shape"), g0), same = nd0 == nd;
+      for (int d = 0; same && d < nd; d++) same = g0[d] == g[d];
+      if (!same) {
+        char a[128], b[128];
+        dims_text(a, sizeof a, nd0, g0), dims_text(b, sizeof b, nd, g);
+        return td_errorf(err, errlen,
+                         "tensor '%s' has global shape [%s] in one shard but [%s] in %s",
+                         t->string, a, b, path);
+      }
+    }
+    /* a replicated tensor (the same offset and shape in another shard) is listed once */
+    cJSON *slices = cJSON_GetObjectItemCaseSensitive(e, "slices"), *s;
+    int dup = 0;
+    cJSON_ArrayForEach(s, slices) {
+      int64_t o2[TD_ST_MAX_DIMS], s2[TD_ST_MAX_DIMS];
+      parse_dims(cJSON_GetObjectItemCaseSensitive(s, "offset"), o2);
+      parse_dims(cJSON_GetObjectItemCaseSensitive(s, "shape"), s2);
+      int same = 1;
+      for (int d = 0; same && d < nd; d++) same = o2[d] == off[d] && s2[d] == sh[d];
+      dup |= same;
+    }
+    if (dup) continue;
+    char file[64];
+    snprintf(file, sizeof file, "%s/%s", name, MODEL_NAME);
+    s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "file", file);
+    cJSON_AddItemToObject(s, "offset", dims_json(nd, off));
+    cJSON_AddItemToObject(s, "shape", dims_json(nd, sh));
+    cJSON_AddItemToArray(slices, s);
+  }
+  return 0;
+}
+
+/* Every tensor's slices must cover it. */
+static int check_coverage(const cJSON *tensors, char *err, size_t errlen) {
+  const cJSON *e;
+  cJSON_ArrayForEach(e, tensors) {
+    int64_t g[TD_ST_MAX_DIMS], hole[TD_ST_MAX_DIMS];
+    int nd = parse_dims(cJSON_GetObjectItemCaseSensitive(e, "shape"), g);
+    const cJSON *slices = cJSON_GetObjectItemCaseSensitive(e, "slices"), *s;
+    int n = cJSON_GetArraySize(slices), i = 0;
+    box *bs = td_calloc(sizeof *bs * (size_t)(n + 1)), r = {0};
+    cJSON_ArrayForEach(s, slices) {
+      parse_dims(cJSON_GetObjectItemCaseSensitive(s, "offset"), bs[i].off);
+      parse_dims(cJSON_GetObjectItemCaseSensitive(s, "shape"), bs[i].shape);
+      i++;
+    }
+    memcpy(r.shape, g, sizeof g);
+    unsigned char *used = td_malloc((size_t)n + 1);
+    int rc = plan_cover(nd, &r, bs, n, used, hole);
+    td_free(used), td_free(bs);
+    if (rc) {
+      char h[128];
+      dims_text(h, sizeof h, nd, hole);
+      return td_errorf(err, errlen, "tensor '%s': no shard holds the element at [%s] (the "
+                       "shards' slices do not cover the tensor)", e->string, h);
+    }
+  }
+  return 0;
+}
+
+/* metadata.json from the shards' slice descriptions. */
+static char *build_metadata(const char *tmp, const td_ckpt_contents *c, char *err, size_t errlen) {
+  int tp = tp_size_of(c);
   cJSON *root = cJSON_CreateObject();
   cJSON_AddNumberToObject(root, "iteration", (double)c->iteration);
   cJSON *state = cJSON_Parse(c->state_json ? c->state_json : "{}");
@@ -77,75 +416,63 @@ static char *metadata_json(const td_ckpt_contents *c, char *err, size_t errlen) 
   }
   cJSON_AddItemToObject(root, "state", state);
   cJSON *layout = cJSON_AddObjectToObject(root, "layout");
-  cJSON_AddNumberToObject(layout, "tensor_model_parallel_size", 1);
+  cJSON_AddNumberToObject(layout, "tensor_model_parallel_size", tp);
   cJSON_AddNumberToObject(layout, "pipeline_model_parallel_size", 1);
   cJSON_AddNumberToObject(layout, "data_parallel_size", 1);
-  cJSON_AddBoolToObject(layout, "has_optimizer_state", c->exp_avg != NULL);
-  cJSON *tensors = cJSON_AddObjectToObject(root, "tensors");
-  for (int i = 0; i < c->n_params; i++) {
-    const td_ckpt_tensor *t = &c->params[i];
-    cJSON *e = cJSON_AddObjectToObject(tensors, t->name);
-    cJSON_AddStringToObject(e, "dtype", "F32");
-    cJSON_AddItemToObject(e, "shape", shape_json(t));
-    cJSON *slice = cJSON_CreateObject();
-    cJSON_AddStringToObject(slice, "file", MODEL_FILE);
-    cJSON *offset = cJSON_CreateArray();
-    for (int d = 0; d < t->ndim; d++) cJSON_AddItemToArray(offset, cJSON_CreateNumber(0));
-    cJSON_AddItemToObject(slice, "offset", offset);
-    cJSON_AddItemToObject(slice, "shape", shape_json(t));
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(e, "slices"), slice);
+  cJSON *tensors = cJSON_CreateObject();
+  int optim = -1, rc = 0;
+  for (int r = 0; r < tp && rc == 0; r++) {
+    char name[32], sdir[CK_PATH], p[CK_PATH];
+    shard_name(name, sizeof name, r);
+    path_join(sdir, sizeof sdir, tmp, name);
+    path_join(p, sizeof p, sdir, SLICES_NAME);
+    if (!td_path_exists(p)) {
+      rc = td_errorf(err, errlen,
+                     "shard %s of tensor-parallel size %d is missing or incomplete (no %s): every "
+                     "tensor-parallel rank must save its shard before the commit",
+                     name, tp, p);
+      break;
+    }
+    cJSON *shard = read_json(p, err, errlen);
+    if (!shard) {
+      rc = -1;
+      break;
+    }
+    const cJSON *jr = cJSON_GetObjectItemCaseSensitive(shard, "tp_rank");
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(shard, "tp_size");
+    int has = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(shard, "has_optimizer_state"));
+    if (!cJSON_IsNumber(jr) || !cJSON_IsNumber(js) || jr->valueint != r || js->valueint != tp)
+      rc = td_errorf(err, errlen, "%s: saved as tensor-parallel rank %d of %d, expected %d of %d", p,
+                     cJSON_IsNumber(jr) ? jr->valueint : -1, cJSON_IsNumber(js) ? js->valueint : -1, r, tp);
+    else if (optim >= 0 && has != optim)
+      rc = td_errorf(err, errlen, "%s: optimizer state %s in this shard but %s in mp_rank_00", p,
+                     has ? "saved" : "not saved", optim ? "saved" : "not saved");
+    else
+      rc = add_shard(tensors, shard, p, name, err, errlen);
+    optim = has;
+    cJSON_Delete(shard);
   }
-  char *s = cJSON_Print(root);
+  if (rc == 0) rc = check_coverage(tensors, err, errlen);
+  cJSON_AddBoolToObject(layout, "has_optimizer_state", optim == 1);
+  cJSON_AddItemToObject(root, "tensors", tensors);
+  char *s = rc == 0 ? cJSON_Print(root) : NULL;
   cJSON_Delete(root);
   return s;
 }
 
-static int write_text(const char *path, const char *text, char *err, size_t errlen) {
-  return td_write_file(path, text, strlen(text), err, errlen);
-}
-
-/* Write the iteration's files into tmp (which must not exist yet). */
-static int save_into(td_device *dev, const char *tmp, const td_ckpt_contents *c, char *err,
-                     size_t errlen) {
-  char p[CK_PATH];
-  path_join(p, sizeof p, tmp, "mp_rank_00");
-  if (td_mkdir_p(p, err, errlen)) return -1;
-  path_join(p, sizeof p, tmp, MODEL_FILE);
-  if (save_tensors(dev, p, c->params, c->n_params, err, errlen)) return -1;
-  if (c->exp_avg) {
-    td_ckpt_tensor *both = td_malloc(sizeof *both * (size_t)(2 * c->n_params + 1));
-    memcpy(both, c->exp_avg, sizeof *both * (size_t)c->n_params);
-    memcpy(both + c->n_params, c->exp_avg_sq, sizeof *both * (size_t)c->n_params);
-    path_join(p, sizeof p, tmp, OPTIM_FILE);
-    int rc = save_tensors(dev, p, both, 2 * c->n_params, err, errlen);
-    td_free(both);
-    if (rc) return -1;
-  }
-  path_join(p, sizeof p, tmp, RNG_FILE);
-  if (write_text(p, c->rng_json ? c->rng_json : "{}", err, errlen)) return -1;
-  char *meta = metadata_json(c, err, errlen);
+int td_checkpoint_save_commit(const char *dir, const td_ckpt_contents *c, char *err,
+                              size_t errlen) {
+  char final[CK_PATH], tmp[CK_PATH], p[CK_PATH], ptmp[CK_PATH];
+  iter_dir(final, sizeof final, dir, c->iteration);
+  with_suffix(tmp, sizeof tmp, final, ".tmp");
+  if (!td_is_dir(tmp))
+    return td_errorf(err, errlen, "%s does not exist (td_checkpoint_save_prepare must run first)", tmp);
+  char *meta = build_metadata(tmp, c, err, errlen);
   if (!meta) return -1;
   path_join(p, sizeof p, tmp, "metadata.json");
   int rc = write_text(p, meta, err, errlen);
   free(meta);
-  if (rc) return -1;
-  path_join(p, sizeof p, tmp, "mp_rank_00");
-  if (td_fsync_dir(p, err, errlen)) return -1;
-  return td_fsync_dir(tmp, err, errlen);
-}
-
-int td_checkpoint_save(td_device *dev, const char *dir, const td_ckpt_contents *c, char *err,
-                       size_t errlen) {
-  char final[CK_PATH], tmp[CK_PATH], p[CK_PATH], ptmp[CK_PATH];
-  if (td_mkdir_p(dir, err, errlen)) return -1;
-  iter_dir(final, sizeof final, dir, c->iteration);
-  with_suffix(tmp, sizeof tmp, final, ".tmp");
-  if (td_remove_tree(tmp, err, errlen)) return -1; /* left over from a crash */
-  if (save_into(dev, tmp, c, err, errlen)) {
-    char ignore[256];
-    td_remove_tree(tmp, ignore, sizeof ignore);
-    return -1;
-  }
+  if (rc || td_fsync_dir(tmp, err, errlen)) return -1;
   if (td_remove_tree(final, err, errlen)) return -1; /* re-saving the same iteration */
   if (td_rename(tmp, final, err, errlen) || td_fsync_dir(dir, err, errlen)) return -1;
   char text[32];
@@ -154,6 +481,20 @@ int td_checkpoint_save(td_device *dev, const char *dir, const td_ckpt_contents *
   with_suffix(ptmp, sizeof ptmp, p, ".tmp");
   if (write_text(ptmp, text, err, errlen) || td_rename(ptmp, p, err, errlen)) return -1;
   return td_fsync_dir(dir, err, errlen);
+}
+
+int td_checkpoint_save(td_device *dev, const char *dir, const td_ckpt_contents *c, char *err,
+                       size_t errlen) {
+  if (td_checkpoint_save_prepare(dir, c->iteration, err, errlen)) return -1;
+  if (td_checkpoint_save_shard(dev, dir, c, err, errlen) ||
+      td_checkpoint_save_commit(dir, c, err, errlen)) {
+    char tmp[CK_PATH], final[CK_PATH], ignore[256];
+    iter_dir(final, sizeof final, dir, c->iteration);
+    with_suffix(tmp, sizeof tmp, final, ".tmp");
+    td_remove_tree(tmp, ignore, sizeof ignore);
+    return -1;
+  }
+  return 0;
 }
 
 /* ------------------------------------------------------------------ load */
@@ -177,54 +518,6 @@ int64_t td_checkpoint_latest(const char *dir, char *err, size_t errlen) {
   return it;
 }
 
-/* Check that every tensor is in the file with dtype F32 and the expected shape. */
-static int check_tensors(const td_safetensors *st, const char *path, const td_ckpt_tensor *ts,
-                         int n, char *err, size_t errlen) {
-  for (int i = 0; i < n; i++) {
-    const td_st_tensor *s = td_safetensors_find(st, ts[i].name);
-    if (!s) return td_errorf(err, errlen, "%s: tensor '%s' is missing (the model does not match the checkpoint)", path, ts[i].name);
-    int same = s->dtype == TD_F32 && s->ndim == ts[i].ndim;
-    for (int d = 0; same && d < s->ndim; d++) same = s->shape[d] == ts[i].shape[d];
-    if (!same) {
-      char want[128] = "", got[128] = "";
-      for (int d = 0; d < ts[i].ndim; d++)
-        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "", (long long)ts[i].shape[d]);
-      for (int d = 0; d < s->ndim; d++)
-        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)s->shape[d]);
-      return td_errorf(err, errlen,
-                   "%s: tensor '%s' has shape [%s] %s in the checkpoint but the model needs [%s] F32 "
-                   "(model flags differ from the saved run?)",
-                   path, ts[i].name, got, td_dtype_name(s->dtype), want);
-    }
-  }
-  return 0;
-}
-
-static void copy_tensors(td_device *dev, const td_safetensors *st, const td_ckpt_tensor *ts, int n) {
-  for (int i = 0; i < n; i++)
-    dev->ops->copy_h2d(dev, ts[i].data, td_safetensors_find(st, ts[i].name)->data, tensor_bytes(&ts[i]));
-}
-
-static char *read_state(const char *iterdir, char *err, size_t errlen) {
-  char p[CK_PATH];
-  path_join(p, sizeof p, iterdir, "metadata.json");
-  char *text = td_read_file(p, NULL, err, errlen);
-  if (!text) return NULL;
-  cJSON *root = cJSON_Parse(text);
-  td_free(text);
-  cJSON *state = cJSON_GetObjectItemCaseSensitive(root, "state");
-  char *out = NULL;
-  if (!cJSON_IsObject(state)) {
-    td_errorf(err, errlen, "%s: not a trident checkpoint metadata file (no \"state\" object)", p);
-  } else {
-    char *s = cJSON_PrintUnformatted(state);
-    out = td_strdup(s);
-    free(s);
-  }
-  cJSON_Delete(root);
-  return out;
-}
-
 int td_checkpoint_has_optimizer_state(const char *dir, int64_t iteration) {
   char iterdir[CK_PATH], p[CK_PATH], err[256];
   iter_dir(iterdir, sizeof iterdir, dir, iteration);
@@ -238,36 +531,221 @@ int td_checkpoint_has_optimizer_state(const char *dir, int64_t iteration) {
   return has;
 }
 
+/* The safetensors files a load needs, each opened (and validated) once. */
+typedef struct {
+  int n, cap;
+  char **paths;
+  td_safetensors **files;
+} file_cache;
+
+static td_safetensors *cache_open(file_cache *fc, const char *path, const char *shard_dir,
+                                  const char *tensor, int tp_saved, char *err, size_t errlen) {
+  for (int i = 0; i < fc->n; i++)
+    if (!strcmp(fc->paths[i], path)) return fc->files[i];
+  if (!td_is_dir(shard_dir)) {
+    td_errorf(err, errlen,
+              "shard directory %s is missing (metadata.json lists slices of tensor '%s' in it; "
+              "the checkpoint was saved with tensor_model_parallel_size %d)",
+              shard_dir, tensor, tp_saved);
+    return NULL;
+  }
+  if (!td_path_exists(path)) {
+    td_errorf(err, errlen, "%s is missing (metadata.json lists slices of tensor '%s' in it)", path,
+              tensor);
+    return NULL;
+  }
+  td_safetensors *st = td_safetensors_open(path, err, errlen);
+  if (!st) return NULL;
+  if (fc->n == fc->cap) {
+    fc->cap = fc->cap ? 2 * fc->cap : 8;
+    char **paths = td_malloc(sizeof *paths * (size_t)fc->cap);
+    td_safetensors **files = td_malloc(sizeof *files * (size_t)fc->cap);
+    if (fc->n) memcpy(paths, fc->paths, sizeof *paths * (size_t)fc->n);
+    if (fc->n) memcpy(files, fc->files, sizeof *files * (size_t)fc->n);
+    td_free(fc->paths), td_free(fc->files);
+    fc->paths = paths, fc->files = files;
+  }
+  fc->paths[fc->n] = td_strdup(path);
+  fc->files[fc->n++] = st;
+  return st;
+}
+
+static void cache_close(file_cache *fc) {
+  for (int i = 0; i < fc->n; i++) td_free(fc->paths[i]), td_safetensors_close(fc->files[i]);
+  td_free(fc->paths), td_free(fc->files);
+}
+
+/* One saved slice a requested tensor needs: its box and its bytes in a mapped file. */
+typedef struct {
+  box b;
+  const float *data;
+} piece;
+
+/* How to fill one requested tensor: its box and the pieces that cover it. */
+typedef struct {
+  const td_ckpt_tensor *t;
+  box r;
+  int n;
+  piece *pieces;
+} fill;
+
+/* Plan the load of tensor t (its slices listed under meta_name in metadata.json;
+ * read under t->name from each slice's directory's file `file`). */
+static int plan_tensor(const cJSON *tensors, const char *meta_path, const char *iterdir,
+                       const td_ckpt_tensor *t, const char *meta_name, const char *file,
+                       int tp_saved, file_cache *fc, fill *f, char *err, size_t errlen) {
+  int64_t want_g[TD_ST_MAX_DIMS], g[TD_ST_MAX_DIMS], hole[TD_ST_MAX_DIMS];
+  char a[128], b[128], c3[128];
+  memset(f, 0, sizeof *f);
+  f->t = t;
+  if (t->ndim < 0 || t->ndim > TD_ST_MAX_DIMS)
+    return td_errorf(err, errlen, "internal: tensor '%s' has %d dimensions", t->name, t->ndim);
+  slice_of(t, want_g, &f->r);
+  if (!box_inside(t->ndim, &f->r, want_g)) {
+    dims_text(a, sizeof a, t->ndim, f->r.off), dims_text(b, sizeof b, t->ndim, t->shape);
+    dims_text(c3, sizeof c3, t->ndim, want_g);
+    return td_errorf(err, errlen, "internal: slice of tensor '%s' at offset [%s] with shape [%s] "
+                     "lies outside its global shape [%s]", t->name, a, b, c3);
+  }
+  const cJSON *e = cJSON_GetObjectItemCaseSensitive(tensors, meta_name);
+  if (!cJSON_IsObject(e))
+    return td_errorf(err, errlen, "%s: tensor '%s' is missing (the model does not match the checkpoint)",
+                     meta_path, meta_name);
+  const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+  int nd = parse_dims(cJSON_GetObjectItemCaseSensitive(e, "shape"), g);
+  int same = nd == t->ndim && cJSON_IsString(dt) && !strcmp(dt->valuestring, "F32");
+  for (int d = 0; same && d < nd; d++) same = g[d] == want_g[d];
+  if (!same) {
+    dims_text(a, sizeof a, nd < 0 ? 0 : nd, g), dims_text(b, sizeof b, t->ndim, want_g);
+    return td_errorf(err, errlen,
+                     "%s: tensor '%s' has shape [%s] %s in the checkpoint but the model needs [%s] F32 "
+                     "(model flags differ from the saved run?)",
+                     meta_path, meta_name, a, cJSON_IsString(dt) ? dt->valuestring : "?", b);
+  }
+  const cJSON *slices = cJSON_GetObjectItemCaseSensitive(e, "slices"), *s;
+  int n = cJSON_IsArray(slices) ? cJSON_GetArraySize(slices) : 0, i = 0;
+  box *bs = td_calloc(sizeof *bs * (size_t)(n + 1));
+  const char **files = td_calloc(sizeof *files * (size_t)(n + 1));
+  cJSON_ArrayForEach(s, slices) {
+    const cJSON *fj = cJSON_GetObjectItemCaseSensitive(s, "file");
+    if (!cJSON_IsString(fj) || parse_dims(cJSON_GetObjectItemCaseSensitive(s, "offset"), bs[i].off) != nd ||
+        parse_dims(cJSON_GetObjectItemCaseSensitive(s, "shape"), bs[i].shape) != nd ||
+        !box_inside(nd, &bs[i], g) || strstr(fj->valuestring, "..")) {
+      td_free(bs), td_free(files);
+      return td_errorf(err, errlen, "%s: tensor '%s': slice %d is malformed or outside the tensor "
+                       "(the checkpoint is damaged)", meta_path, meta_name, i);
+    }
+    files[i++] = fj->valuestring;
+  }
+  unsigned char *used = td_malloc((size_t)n + 1);
+  int rc = 0;
+  if (plan_cover(nd, &f->r, bs, n, used, hole)) {
+    dims_text(a, sizeof a, nd, hole), dims_text(b, sizeof b, nd, f->r.off);
+    dims_text(c3, sizeof c3, nd, f->r.shape);
+    rc = td_errorf(err, errlen,
+                   "%s: tensor '%s': no saved slice holds the element at [%s] (the slice at offset "
+                   "[%s] with shape [%s] is not covered; the checkpoint is incomplete)",
+                   meta_path, meta_name, a, b, c3);
+  }
+  f->pieces = td_calloc(sizeof *f->pieces * (size_t)(n + 1));
+  for (i = 0; i < n && rc == 0; i++) {
+    if (!used[i]) continue;
+    /* the slice's directory holds `file`: mp_rank_01/model.safetensors -> mp_rank_01/FILE */
+    char rel[CK_PATH], sdir[CK_PATH], p[CK_PATH];
+    snprintf(rel, sizeof rel, "%s", files[i]);
+    char *slash = strrchr(rel, '/');
+    if (slash) *slash = 0;
+    if (slash) path_join(sdir, sizeof sdir, iterdir, rel);
+    else snprintf(sdir, sizeof sdir, "%s", iterdir);
+    path_join(p, sizeof p, sdir, file);
+    td_safetensors *st = cache_open(fc, p, sdir, meta_name, tp_saved, err, errlen);
+    if (!st) {
+      rc = -1;
+      break;
+    }
+    const td_st_tensor *x = td_safetensors_find(st, t->name);
+    if (!x) {
+      rc = td_errorf(err, errlen, "%s: tensor '%s' is missing (metadata.json lists a slice of it there)",
+                     p, t->name);
+      break;
+    }
+    int ok = x->dtype == TD_F32 && x->ndim == nd;
+    for (int d = 0; ok && d < nd; d++) ok = x->shape[d] == bs[i].shape[d];
+    if (!ok) {
+      dims_text(a, sizeof a, x->ndim, x->shape), dims_text(b, sizeof b, nd, bs[i].shape);
+      rc = td_errorf(err, errlen,
+                     "%s: tensor '%s' has shape [%s] %s in the file but metadata.json lists a "
+                     "slice of shape [%s] F32 (the checkpoint is damaged)",
+                     p, t->name, a, td_dtype_name(x->dtype), b);
+      break;
+    }
+    f->pieces[f->n++] = (piece){.b = bs[i], .data = x->data};
+  }
+  td_free(used), td_free(bs), td_free(files);
+  return rc;
+}
+
+/* Copy a planned tensor to the device: straight from the file when one saved
+ * slice is exactly the requested one, else assembled in a host buffer. */
+static void fill_tensor(td_device *dev, const fill *f) {
+  const td_ckpt_tensor *t = f->t;
+  size_t bytes = tensor_bytes(t);
+  if (bytes == 0) return;
+  for (int i = 0; i < f->n; i++)
+    if (!memcmp(&f->pieces[i].b, &f->r, sizeof f->r)) {
+      dev->ops->copy_h2d(dev, t->data, f->pieces[i].data, bytes);
+      return;
+    }
+  float *host = td_malloc(bytes);
+  for (int i = 0; i < f->n; i++) copy_box(t->ndim, f->pieces[i].data, &f->pieces[i].b, host, &f->r);
+  dev->ops->copy_h2d(dev, t->data, host, bytes);
+  td_free(host);
+}
+
 int td_checkpoint_load(td_device *dev, const char *dir, int64_t iteration,
                        const td_ckpt_contents *c, char **state_json, char *err, size_t errlen) {
-  char iterdir[CK_PATH], p[CK_PATH], po[CK_PATH];
+  char iterdir[CK_PATH], meta_path[CK_PATH];
   iter_dir(iterdir, sizeof iterdir, dir, iteration);
   if (!td_is_dir(iterdir))
     return td_errorf(err, errlen, "checkpoint directory '%s' does not exist (latest file names iteration %lld)",
                  iterdir, (long long)iteration);
-  char *state = read_state(iterdir, err, errlen);
-  if (!state) return -1;
-  path_join(p, sizeof p, iterdir, MODEL_FILE);
-  path_join(po, sizeof po, iterdir, OPTIM_FILE);
-  td_safetensors *model = td_safetensors_open(p, err, errlen), *optim = NULL;
-  int rc = model ? check_tensors(model, p, c->params, c->n_params, err, errlen) : -1;
-  if (rc == 0 && c->exp_avg) {
-    optim = td_safetensors_open(po, err, errlen);
-    rc = optim ? check_tensors(optim, po, c->exp_avg, c->n_params, err, errlen) : -1;
-    if (rc == 0) rc = check_tensors(optim, po, c->exp_avg_sq, c->n_params, err, errlen);
+  path_join(meta_path, sizeof meta_path, iterdir, "metadata.json");
+  cJSON *root = read_json(meta_path, err, errlen);
+  if (!root) return -1;
+  const cJSON *state = cJSON_GetObjectItemCaseSensitive(root, "state");
+  const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(root, "tensors");
+  const cJSON *layout = cJSON_GetObjectItemCaseSensitive(root, "layout");
+  const cJSON *tpj = cJSON_GetObjectItemCaseSensitive(layout, "tensor_model_parallel_size");
+  int tp_saved = cJSON_IsNumber(tpj) ? tpj->valueint : 1;
+  if (!cJSON_IsObject(state)) {
+    cJSON_Delete(root);
+    return td_errorf(err, errlen, "%s: not a trident checkpoint metadata file (no \"state\" object)", meta_path);
   }
-  if (rc == 0) { /* everything checked: only now touch the caller's tensors */
-    copy_tensors(dev, model, c->params, c->n_params);
-    if (optim) {
-      copy_tensors(dev, optim, c->exp_avg, c->n_params);
-      copy_tensors(dev, optim, c->exp_avg_sq, c->n_params);
-    }
+  if (c->n_params > 0 && !cJSON_IsObject(tensors)) {
+    cJSON_Delete(root);
+    return td_errorf(err, errlen, "%s: no \"tensors\" table (the checkpoint is damaged)", meta_path);
   }
-  td_safetensors_close(model);
-  td_safetensors_close(optim);
-  if (rc == 0 && state_json)
-    *state_json = state;
-  else
-    td_free(state);
+  /* plan and check everything first: params, then exp_avg, exp_avg_sq */
+  int sets = c->exp_avg ? 3 : 1, n = c->n_params * sets, rc = 0, planned = 0;
+  fill *fills = td_calloc(sizeof *fills * (size_t)(n + 1));
+  file_cache fc = {0};
+  for (int k = 0; k < n && rc == 0; k++) {
+    int set = k / c->n_params, i = k % c->n_params;
+    const td_ckpt_tensor *t = set == 0 ? &c->params[i] : set == 1 ? &c->exp_avg[i] : &c->exp_avg_sq[i];
+    rc = plan_tensor(tensors, meta_path, iterdir, t, c->params[i].name, set ? OPTIM_NAME : MODEL_NAME,
+                     tp_saved, &fc, &fills[k], err, errlen);
+    planned = k + 1;
+  }
+  if (rc == 0) /* everything checked: only now touch the caller's tensors */
+    for (int k = 0; k < n; k++) fill_tensor(dev, &fills[k]);
+  for (int k = 0; k < planned; k++) td_free(fills[k].pieces);
+  td_free(fills);
+  cache_close(&fc);
+  if (rc == 0 && state_json) {
+    char *s = cJSON_PrintUnformatted(state);
+    *state_json = td_strdup(s);
+    free(s);
+  }
+  cJSON_Delete(root);
   return rc;
 }

@@ -6,14 +6,28 @@
  *                                                 it was saved with, and for every global
  *                                                 tensor its shape, dtype and which file holds
  *                                                 which slice of it
- *   DIR/iter_0000100/mp_rank_00/model.safetensors this TP rank's parameter slices (fp32)
- *   DIR/iter_0000100/mp_rank_00/optim_dp000.safetensors  Adam state: NAME.exp_avg, NAME.exp_avg_sq
- *   DIR/iter_0000100/mp_rank_00/rng_dp000.json    the counter-based RNG's state (seed, iteration)
+ *   DIR/iter_0000100/mp_rank_RR/model.safetensors TP rank RR's parameter slices (fp32), under
+ *                                                 their global names, with the slices' shapes
+ *   DIR/iter_0000100/mp_rank_RR/optim_dp000.safetensors  Adam state: NAME.exp_avg, NAME.exp_avg_sq
+ *   DIR/iter_0000100/mp_rank_RR/rng_dp000.json    the counter-based RNG's state (seed, iteration)
+ *   DIR/iter_0000100/mp_rank_RR/slices.json       global shape, offset and shape of each slice
+ *                                                 (read by the commit to write metadata.json)
  *
+ * RR is the tensor-parallel rank, two digits (mp_rank_00, mp_rank_01, ...).
  * Everything is written into iter_0000100.tmp/, fsynced, renamed, and only then
  * is the latest file replaced (by rename), so a crash leaves the previous
- * checkpoint intact. Loading validates every tensor's presence, dtype and shape
- * and refuses a mismatch with a message naming the tensor. */
+ * checkpoint intact. Loading assembles each slice the caller asks for from the
+ * saved slices that overlap it, whatever tensor-parallel size the checkpoint was
+ * saved with, and validates every tensor's presence, dtype, global shape and
+ * coverage first, refusing a mismatch with a message naming the tensor.
+ *
+ * Saving with tensor parallelism (no MPI here; the caller orders the steps):
+ *   one rank:                        td_checkpoint_save_prepare
+ *   barrier
+ *   every TP rank (of DP rank 0):    td_checkpoint_save_shard
+ *   barrier
+ *   one rank:                        td_checkpoint_save_commit
+ * With one rank, td_checkpoint_save does all three. */
 #ifndef TD_TRAIN_CHECKPOINT_H
 #define TD_TRAIN_CHECKPOINT_H
 
@@ -23,13 +37,19 @@
 #include "base/safetensors.h"
 #include "device/device.h"
 
-/* One fp32 tensor on the device, with its global name and shape
- * (tp = 1: the local tensor is the whole global tensor). */
+/* One fp32 tensor slice on the device, with its global name: data holds the
+ * row-major block of the global tensor (global_shape) that starts at offset and
+ * has shape `shape`. A column-parallel weight split in two along dim 0 is, on TP
+ * rank 1 of 2, global_shape {R, C}, offset {R / 2, 0}, shape {R - R / 2, C}.
+ * global_shape all zero (the default of a designated initializer) means the
+ * slice is the whole tensor: global_shape = shape, offset 0. */
 typedef struct {
   const char *name;
   int ndim;
   int64_t shape[TD_ST_MAX_DIMS];
   float *data;
+  int64_t global_shape[TD_ST_MAX_DIMS];
+  int64_t offset[TD_ST_MAX_DIMS];
 } td_ckpt_tensor;
 
 typedef struct {
@@ -40,11 +60,33 @@ typedef struct {
   const td_ckpt_tensor *exp_avg, *exp_avg_sq;
   const char *state_json; /* the trainer's state, a JSON object (text) */
   const char *rng_json;   /* the RNG state, a JSON object (text) */
+  int tp_rank, tp_size;   /* this rank's tensor-parallel rank and the TP size; 0, 0: 0 of 1 */
 } td_ckpt_contents;
 
-/* Save into dir (created if needed). Returns 0, or -1 with err set. */
+/* Save into dir (created if needed) from one rank: prepare, shard, commit.
+ * Returns 0, or -1 with err set (the temporary directory removed). */
 int td_checkpoint_save(td_device *dev, const char *dir, const td_ckpt_contents *c, char *err,
                        size_t errlen);
+
+/* Step 1, one rank: create dir if needed and an empty dir/iter_XXXXXXX.tmp (a
+ * leftover from a crash is removed). Returns 0, or -1 with err set. */
+int td_checkpoint_save_prepare(const char *dir, int64_t iteration, char *err, size_t errlen);
+
+/* Step 2, every TP rank (of data-parallel rank 0), after the prepare: write
+ * iter_XXXXXXX.tmp/mp_rank_RR/ (RR = c->tp_rank): model.safetensors, the Adam
+ * state if c->exp_avg, rng_dp000.json, and slices.json last; all fsynced.
+ * Returns 0, or -1 with err set (the caller must then not commit). */
+int td_checkpoint_save_shard(td_device *dev, const char *dir, const td_ckpt_contents *c,
+                             char *err, size_t errlen);
+
+/* Step 3, one rank, after every shard is written: read the c->tp_size shards'
+ * slices.json (a missing one is an error), check that the slices cover every
+ * tensor, write metadata.json (c->state_json, the layout), rename the temporary
+ * directory to iter_XXXXXXX and replace latest_checkpointed_iteration.txt last.
+ * Only c->iteration, c->tp_size and c->state_json are used. Returns 0, or -1
+ * with err set (the previous checkpoint and latest file untouched). */
+int td_checkpoint_save_commit(const char *dir, const td_ckpt_contents *c, char *err,
+                              size_t errlen);
 
 /* The iteration in dir/latest_checkpointed_iteration.txt: >= 0, -1 when there is no
  * checkpoint in dir (no such file), -2 with err set when the file is malformed. */
@@ -56,8 +98,12 @@ int64_t td_checkpoint_latest(const char *dir, char *err, size_t errlen);
 int td_checkpoint_has_optimizer_state(const char *dir, int64_t iteration);
 
 /* Load iteration `iteration` from dir into c's tensors (params always; Adam state
- * when c->exp_avg is not NULL). Every file and tensor is checked before any is
- * copied, so a refused checkpoint leaves the caller's tensors untouched. Returns 0
+ * when c->exp_avg is not NULL). Each tensor is a slice (global_shape, offset,
+ * shape; or the whole tensor) assembled from the saved slices that overlap it,
+ * from any number of mp_rank_RR files: the checkpoint may have been saved at any
+ * tensor-parallel size (c->tp_rank / tp_size are not used). Every file, global
+ * shape and the coverage of every slice is checked before anything is copied, so
+ * a refused checkpoint leaves the caller's tensors untouched. Returns 0
  * and, if state_json is not NULL, a td_malloc'ed copy of the saved trainer state;
  * -1 with err set (naming the file and tensor) on any missing or mismatched piece. */
 int td_checkpoint_load(td_device *dev, const char *dir, int64_t iteration,
