@@ -9,7 +9,6 @@
 # Arguments: the trident binary and the source directory.
 set -u
 bin=$1
-mpirun=$(command -v mpirun) || { echo "FAIL: mpirun not found"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failed=0
@@ -21,39 +20,7 @@ model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32
   --lr-decay-style cosine --lr-warmup-iters 3 --weight-decay 0.1 --clip-grad 1.0
   --hidden-dropout 0.1 --attention-dropout 0.1 --mock-data --tokenizer-type NullTokenizer
   --vocab-size 200 --log-interval 1 --eval-interval 5 --eval-iters 2 --seed 7 --train-iters 20)
-
-# run NP LOG ARGS...: trident train on NP ranks (NP = 1: no launcher), one thread each
-run() {
-  local np=$1 log=$2
-  shift 2
-  if [ "$np" = 1 ]; then
-    OMP_NUM_THREADS=1 timeout -k 5 120 "$bin" train "${model[@]}" "$@" >"$log" 2>&1
-  else
-    OMP_NUM_THREADS=1 timeout -k 5 120 "$mpirun" --oversubscribe --allow-run-as-root -np "$np" \
-      "$bin" train "${model[@]}" "$@" >"$log" 2>&1
-  fi || fail "np $np $*: exit $?: $(tail -3 "$log")"
-}
-
-# The training and validation losses of a log, one per line.
-losses() { grep -oE '(lm loss|lm loss value): [^ ]+' "$1" | sed -E 's/.*: //'; }
-
-# same A B TOL WHAT: the two logs' losses agree within TOL relative, line for line
-same() {
-  losses "$1" >"$1.l"
-  losses "$2" >"$2.l"
-  local n
-  n=$(wc -l <"$1.l")
-  if [ "$n" -lt 20 ] || [ "$n" -ne "$(wc -l <"$2.l")" ]; then
-    fail "$4: $n losses against $(wc -l <"$2.l")"
-    return
-  fi
-  local worst
-  worst=$(paste "$1.l" "$2.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
-    if (r > w) w = r } END { printf "%.3g", w }')
-  awk -v w="$worst" -v t="$3" 'BEGIN { exit !(w <= t) }' &&
-    ok "$4: $n losses agree (worst relative difference $worst <= $3)" ||
-    { fail "$4: relative difference $worst > $3"; paste "$1.l" "$2.l" | head -5; }
-}
+source "$(dirname "$0")/train_common.sh"
 
 for prec in fp32 bf16; do
   extra=() tol=1e-6

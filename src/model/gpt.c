@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "comm/comm.h"
 #include "model/gpt_impl.h"
 #include "model/linear.h"
 
@@ -75,6 +76,19 @@ static const float *bias_dy(const td_gpt *m, const float *dy, const void *dy_c) 
   return m->cd == TD_BF16 ? dy : dy_c;
 }
 
+/* ---------------------------------------------------------- tensor parallel */
+
+/* x[n] summed over the TP group, in place (nothing at tp = 1): the forward of a
+ * row-parallel layer's output, the backward of a column-parallel layer's input. */
+static void tp_all_reduce(td_gpt *m, float *x, int64_t n) {
+  if (m->lay.tp_size > 1) td_comm_all_reduce(m->lay.tp_comm, x, x, n, TD_F32, TD_OP_SUM);
+}
+
+/* A row-parallel layer's bias: added after the all-reduce, i.e. once, by TP rank 0. */
+static const float *row_parallel_bias(const td_gpt *m, int t) {
+  return m->lay.tp_rank == 0 ? P(m, t) : NULL;
+}
+
 /* Hidden dropout forward: y = x + dropout(h); h (scratch) is overwritten. */
 static void dropout_residual(td_gpt *m, float *y, const float *x, float *h, uint64_t stream) {
   int64_t n = m->N * m->C;
@@ -99,6 +113,7 @@ static void embedding_forward(td_gpt *m) {
   int64_t N = m->N, C = m->C;
   ops->embedding_forward(m->dev, m->emb, m->tokens, N, P(m, m->wte), m->vocab_start,
                          m->tensors[m->wte].local_shape[0], C, 0);
+  tp_all_reduce(m, m->emb, N * C); /* vocabulary-parallel: each rank looked up its ids */
   ops->embedding_forward(m->dev, m->emb, m->positions, N, P(m, m->wpe), 0, m->cfg.max_positions,
                          C, 1);
   ops->dropout(m->dev, m->emb, N * C, m->p_hidden, m->seed, dropout_stream(m, -1, SITE_EMBEDDING));
@@ -125,29 +140,31 @@ static td_attention_desc attention_desc(const td_gpt *m, const td_gpt_layer_acts
   ad.scale = 1.0f / sqrtf((float)m->D);
   ad.qkv = a->qkv, ad.out = a->att, ad.lse = a->att_lse;
   ad.dropout_p = m->p_attn, ad.seed = m->seed, ad.stream = dropout_stream(m, l, SITE_ATTENTION);
+  ad.head_start = m->H * m->lay.tp_rank, ad.heads_total = m->cfg.heads; /* global head numbers */
   return ad;
 }
 
 /* ln1 = layernorm(x)                      [N, C] -> [N, C] md
- * qkv = ln1 Wqkv^T + bqkv                 [N, 3C] md, per token [H, 3, D]
- * att = attention(qkv)                    [N, C] md, lse [B, H, T]
- * mid = x + dropout(att Wproj^T + bproj)  [N, C] */
+ * qkv = ln1 Wqkv^T + bqkv                 [N, 3A] md, per token [H, 3, D]  (column-parallel)
+ * att = attention(qkv)                    [N, A] md, lse [B, H, T]
+ * mid = x + dropout(sum_tp(att Wproj^T) + bproj)  [N, C]                    (row-parallel) */
 static void attention_block_forward(td_gpt *m, int64_t l) {
   const td_device_ops *ops = OPS(m);
   td_gpt_layer_acts *a = &m->acts[l];
-  int64_t N = m->N, C = m->C;
+  int64_t N = m->N, C = m->C, A = m->A;
   ops->layernorm_forward(m->dev, a->ln1, m->md, a->ln1_mean, a->ln1_rstd, a->x,
                          P(m, LT(m, l, TD_LN1_W)), P(m, LT(m, l, TD_LN1_B)), N, C,
                          m->cfg.layernorm_eps);
   matmul_input(m, a->ln1, N * C);
   td_linear_forward(m->dev, a->qkv, m->md, a->ln1, W(m, LT(m, l, TD_QKV_W)),
-                    P(m, LT(m, l, TD_QKV_B)), N, C, 3 * C, m->md);
-  matmul_input(m, a->qkv, N * 3 * C); /* the attention's QK^T and PV read it */
+                    P(m, LT(m, l, TD_QKV_B)), N, C, 3 * A, m->md);
+  matmul_input(m, a->qkv, N * 3 * A); /* the attention's QK^T and PV read it */
   td_attention_desc ad = attention_desc(m, a, l);
   ops->attention_forward(m->dev, &ad);
-  matmul_input(m, a->att, N * C);
+  matmul_input(m, a->att, N * A);
   td_linear_forward(m->dev, m->hidden, TD_F32, a->att, W(m, LT(m, l, TD_PROJ_W)),
-                    P(m, LT(m, l, TD_PROJ_B)), N, C, C, m->md);
+                    row_parallel_bias(m, LT(m, l, TD_PROJ_B)), N, A, C, m->md);
+  tp_all_reduce(m, m->hidden, N * C);
   dropout_residual(m, a->mid, a->x, m->hidden, dropout_stream(m, l, SITE_PROJ));
 }
 
@@ -155,27 +172,28 @@ static void attention_block_forward(td_gpt *m, int64_t l) {
 static void attention_block_backward(td_gpt *m, int64_t l) {
   const td_device_ops *ops = OPS(m);
   const td_gpt_layer_acts *a = &m->acts[l];
-  int64_t N = m->N, C = m->C;
+  int64_t N = m->N, C = m->C, A = m->A;
   const float *dproj = dropout_grad(m, m->dres, m->gf, dropout_stream(m, l, SITE_PROJ));
   const void *dproj_c = to_compute(m, dproj, N * C);
   ops->bias_backward(m->dev, G(m, LT(m, l, TD_PROJ_B)), bias_dy(m, dproj, dproj_c), N, C);
-  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_PROJ_W)), dproj_c, a->att, N, C, C, m->md);
-  td_linear_backward_input(m->dev, m->gatt, m->md, dproj_c, W(m, LT(m, l, TD_PROJ_W)), N, C, C,
+  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_PROJ_W)), dproj_c, a->att, N, A, C, m->md);
+  td_linear_backward_input(m->dev, m->gatt, m->md, dproj_c, W(m, LT(m, l, TD_PROJ_W)), N, A, C,
                            m->md);
-  matmul_input(m, m->gatt, N * C); /* the attention backward's matmuls read it */
+  matmul_input(m, m->gatt, N * A); /* the attention backward's matmuls read it */
   td_attention_desc ad = attention_desc(m, a, l);
   ad.dout = m->gatt, ad.dqkv = m->gh;
   ops->attention_backward(m->dev, &ad);
-  matmul_input(m, m->gh, N * 3 * C);
+  matmul_input(m, m->gh, N * 3 * A);
   const float *dqkv32 = m->gh; /* the bias gradient reads fp32 */
   if (m->md != TD_F32) {
-    ops->cast(m->dev, m->gf, TD_F32, m->gh, m->md, N * 3 * C);
+    ops->cast(m->dev, m->gf, TD_F32, m->gh, m->md, N * 3 * A);
     dqkv32 = m->gf;
   }
-  ops->bias_backward(m->dev, G(m, LT(m, l, TD_QKV_B)), dqkv32, N, 3 * C);
-  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_QKV_W)), m->gh, a->ln1, N, C, 3 * C, m->md);
-  td_linear_backward_input(m->dev, m->dln, TD_F32, m->gh, W(m, LT(m, l, TD_QKV_W)), N, C, 3 * C,
+  ops->bias_backward(m->dev, G(m, LT(m, l, TD_QKV_B)), dqkv32, N, 3 * A);
+  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_QKV_W)), m->gh, a->ln1, N, C, 3 * A, m->md);
+  td_linear_backward_input(m->dev, m->dln, TD_F32, m->gh, W(m, LT(m, l, TD_QKV_W)), N, C, 3 * A,
                            m->md);
+  tp_all_reduce(m, m->dln, N * C); /* column-parallel: each rank's heads' share of d ln1 */
   ops->layernorm_backward(m->dev, m->dres, G(m, LT(m, l, TD_LN1_W)), G(m, LT(m, l, TD_LN1_B)),
                           m->dln, a->x, P(m, LT(m, l, TD_LN1_W)), a->ln1_mean, a->ln1_rstd, N, C);
 }
@@ -183,9 +201,9 @@ static void attention_block_backward(td_gpt *m, int64_t l) {
 /* --------------------------------------------------------------------- MLP */
 
 /* ln2 = layernorm(mid)                     [N, C] md
- * fc1 = ln2 Wfc1^T + bfc1                  [N, F]
+ * fc1 = ln2 Wfc1^T + bfc1                  [N, F]   (column-parallel: F is this rank's share)
  * gelu = gelu(fc1)                         [N, F] md
- * out = mid + dropout(gelu Wfc2^T + bfc2)  [N, C] */
+ * out = mid + dropout(sum_tp(gelu Wfc2^T) + bfc2)  [N, C]                   (row-parallel) */
 static void mlp_block_forward(td_gpt *m, int64_t l) {
   const td_device_ops *ops = OPS(m);
   td_gpt_layer_acts *a = &m->acts[l];
@@ -199,7 +217,8 @@ static void mlp_block_forward(td_gpt *m, int64_t l) {
   ops->gelu_forward(m->dev, a->gelu, m->md, a->fc1, N * F, gelu_kind(m));
   matmul_input(m, a->gelu, N * F);
   td_linear_forward(m->dev, m->hidden, TD_F32, a->gelu, W(m, LT(m, l, TD_FC2_W)),
-                    P(m, LT(m, l, TD_FC2_B)), N, F, C, m->md);
+                    row_parallel_bias(m, LT(m, l, TD_FC2_B)), N, F, C, m->md);
+  tp_all_reduce(m, m->hidden, N * C);
   dropout_residual(m, a->out, a->mid, m->hidden, dropout_stream(m, l, SITE_FC2));
 }
 
@@ -220,6 +239,7 @@ static void mlp_block_backward(td_gpt *m, int64_t l) {
   td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC1_W)), dfc1_c, a->ln2, N, C, F, m->md);
   td_linear_backward_input(m->dev, m->dln, TD_F32, dfc1_c, W(m, LT(m, l, TD_FC1_W)), N, C, F,
                            m->md);
+  tp_all_reduce(m, m->dln, N * C);
   ops->layernorm_backward(m->dev, m->dres, G(m, LT(m, l, TD_LN2_W)), G(m, LT(m, l, TD_LN2_B)),
                           m->dln, a->mid, P(m, LT(m, l, TD_LN2_W)), a->ln2_mean, a->ln2_rstd, N,
                           C);
@@ -231,8 +251,32 @@ static const float *last_hidden(const td_gpt *m) {
   return m->n_layers ? m->acts[m->n_layers - 1].out : m->emb;
 }
 
+/* Vocabulary-parallel cross-entropy: each rank's log-sum-exp over its slice and
+ * the target logits it holds, gathered over the TP group and combined on the
+ * host (N numbers per rank): lse = logsumexp_r(lse_r), loss = lse - target logit. */
+static void vocab_parallel_cross_entropy(td_gpt *m) {
+  const td_device_ops *ops = OPS(m);
+  int64_t N = m->N, tp = m->lay.tp_size;
+  float *lse_all = m->h_ce, *tl = lse_all + tp * N, *lse = tl + N;
+  ops->cross_entropy_slice(m->dev, m->ce_lse, m->losses, m->logits, m->targets, N, m->V,
+                           m->vocab_start);
+  ops->copy_d2h(m->dev, lse, m->ce_lse, (size_t)N * sizeof(float));
+  ops->copy_d2h(m->dev, tl, m->losses, (size_t)N * sizeof(float));
+  td_comm_all_gather(m->lay.tp_comm, lse, lse_all, N, TD_F32);
+  td_comm_all_reduce(m->lay.tp_comm, tl, tl, N, TD_F32, TD_OP_SUM);
+  for (int64_t r = 0; r < N; r++) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t p = 0; p < tp; p++) mx = fmax(mx, lse_all[p * N + r]);
+    for (int64_t p = 0; p < tp; p++) sum += exp(lse_all[p * N + r] - mx);
+    lse[r] = (float)(mx + log(sum));
+    tl[r] = lse[r] - tl[r]; /* the loss */
+  }
+  ops->copy_h2d(m->dev, m->ce_lse, lse, (size_t)N * sizeof(float));
+  ops->copy_h2d(m->dev, m->losses, tl, (size_t)N * sizeof(float));
+}
+
 /* lnf = layernorm(x)                      [N, C] md
- * logits = lnf Whead^T                    [N, V]
+ * logits = lnf Whead^T                    [N, V]  (this rank's vocabulary slice)
  * losses = lse(logits) - logits[target]   [N] */
 static void head_forward(td_gpt *m) {
   const td_device_ops *ops = OPS(m);
@@ -241,7 +285,10 @@ static void head_forward(td_gpt *m) {
                          P(m, m->lnf_w), P(m, m->lnf_b), N, C, m->cfg.layernorm_eps);
   matmul_input(m, m->lnf, N * C);
   td_linear_forward(m->dev, m->logits, TD_F32, m->lnf, W(m, m->head_w), NULL, N, C, V, m->md);
-  ops->cross_entropy_forward(m->dev, m->losses, m->ce_lse, m->logits, m->targets, N, V);
+  if (m->lay.tp_size > 1)
+    vocab_parallel_cross_entropy(m);
+  else
+    ops->cross_entropy_forward(m->dev, m->losses, m->ce_lse, m->logits, m->targets, N, V);
 }
 
 /* dloss = mask * dloss_scale; dlogits (in place); out: dres = d x (overwritten) */
@@ -260,6 +307,7 @@ static void head_backward(td_gpt *m, float dloss_scale) {
   }
   td_linear_backward_weight(m->dev, G(m, m->head_w), dlogits, m->lnf, N, C, V, m->md);
   td_linear_backward_input(m->dev, m->dln, TD_F32, dlogits, W(m, m->head_w), N, C, V, m->md);
+  tp_all_reduce(m, m->dln, N * C); /* each rank's vocabulary slice's share */
   ops->fill(m->dev, m->dres, TD_F32, N * C, 0.0f);
   ops->layernorm_backward(m->dev, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, last_hidden(m),
                           P(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
@@ -360,11 +408,11 @@ static void *take(bump *b, int64_t n, td_dtype dt) {
 }
 
 static void carve_layer(td_gpt *m, bump *b, td_gpt_layer_acts *a) {
-  int64_t N = m->N, C = m->C, F = m->F;
+  int64_t N = m->N, C = m->C, F = m->F, A = m->A;
   a->ln1_mean = take(b, N, TD_F32), a->ln1_rstd = take(b, N, TD_F32);
   a->ln1 = take(b, N * C, m->md);
-  a->qkv = take(b, N * 3 * C, m->md);
-  a->att = take(b, N * C, m->md);
+  a->qkv = take(b, N * 3 * A, m->md);
+  a->att = take(b, N * A, m->md);
   a->att_lse = take(b, m->B * m->H * m->T, TD_F32);
   a->mid = take(b, N * C, TD_F32);
   a->ln2_mean = take(b, N, TD_F32), a->ln2_rstd = take(b, N, TD_F32);
@@ -390,9 +438,9 @@ static void carve(td_gpt *m, bump *b) {
   m->mask = take(b, N, TD_F32), m->dloss = take(b, N, TD_F32);
   m->hidden = take(b, N * C, TD_F32);
   m->dres = take(b, N * C, TD_F32), m->dln = take(b, N * C, TD_F32);
-  m->gf = take(b, N * 3 * C, TD_F32);
+  m->gf = take(b, N * (C > 3 * m->A ? C : 3 * m->A), TD_F32);
   m->dff = take(b, N * F, TD_F32);
-  m->gatt = take(b, N * C, m->md);
+  m->gatt = take(b, N * m->A, m->md);
   m->gh = take(b, m->half_numel, m->md);
   m->glogits = m->md == TD_F32 ? NULL : take(b, N * V, m->md);
   m->half = m->cd == TD_F16 ? take(b, m->half_numel, TD_F16) : NULL;
@@ -424,13 +472,21 @@ static void check_config(const td_gpt_config *c, const td_gpt_layout *lay, int64
                lay->layer_end <= c->num_layers,
            "layer range [%lld, %lld) of %lld", (long long)lay->layer_begin,
            (long long)lay->layer_end, (long long)c->num_layers);
-  /* Splitting the forward over ranks (TP collectives, PP send/recv) is not built yet. */
-  TD_CHECK(lay->tp_size == 1 && lay->tp_rank == 0 && lay->has_embedding && lay->has_head,
-           "only the single-rank layout (tp = 1, one stage) runs so far");
+  TD_CHECK(lay->tp_size >= 1 && lay->tp_rank >= 0 && lay->tp_rank < lay->tp_size,
+           "tp rank %d of %d", lay->tp_rank, lay->tp_size);
+  TD_CHECK(lay->tp_size == 1 || (lay->tp_comm && td_comm_size(lay->tp_comm) == lay->tp_size &&
+                                 td_comm_rank(lay->tp_comm) == lay->tp_rank),
+           "tensor-parallel layout needs its TP group (rank %d of %d)", lay->tp_rank, lay->tp_size);
+  TD_CHECK(c->heads % lay->tp_size == 0 && c->ffn_hidden % lay->tp_size == 0 &&
+               c->vocab_size % lay->tp_size == 0,
+           "heads %lld, ffn %lld, vocabulary %lld not divisible by tp %d", (long long)c->heads,
+           (long long)c->ffn_hidden, (long long)c->vocab_size, lay->tp_size);
+  /* Pipeline stages (send/recv between stages) are not built yet. */
+  TD_CHECK(lay->has_embedding && lay->has_head, "only one pipeline stage runs so far");
 }
 
 td_gpt_layout td_gpt_layout_single(const td_gpt_config *cfg) {
-  td_gpt_layout lay = {1, 0, 0, cfg->num_layers, 1, 1};
+  td_gpt_layout lay = {1, 0, 0, cfg->num_layers, 1, 1, NULL};
   return lay;
 }
 
@@ -440,7 +496,9 @@ static void set_sizes(td_gpt *m, int64_t micro_batch) {
   m->B = micro_batch, m->T = c->seq_len, m->N = m->B * m->T;
   m->C = c->hidden, m->H = c->heads / tp, m->D = c->hidden / c->heads;
   m->F = c->ffn_hidden / tp, m->V = c->vocab_size / tp;
-  m->half_numel = m->N * (3 * m->C > m->F ? 3 * m->C : m->F);
+  m->A = m->H * m->D;
+  int64_t widest = 3 * m->A > m->F ? 3 * m->A : m->F;
+  m->half_numel = m->N * (widest > m->C ? widest : m->C);
   m->vocab_start = m->V * m->lay.tp_rank;
   m->n_layers = m->lay.layer_end - m->lay.layer_begin;
 }
@@ -468,6 +526,7 @@ td_gpt *td_gpt_create(td_device *dev, const td_gpt_config *cfg, const td_gpt_lay
   carve(m, &real);
   upload_positions(m);
   m->h_losses = td_malloc((size_t)m->N * sizeof(float));
+  m->h_ce = td_malloc((size_t)(m->lay.tp_size + 2) * (size_t)m->N * sizeof(float));
   return m;
 }
 
@@ -481,6 +540,7 @@ void td_gpt_destroy(td_gpt *m) {
   td_free(m->acts);
   td_free(m->tensors);
   td_free(m->h_losses);
+  td_free(m->h_ce);
   td_free(m);
 }
 

@@ -23,6 +23,21 @@
  * (td_gpt_dropout_seed), one stream per (global layer, site), so the masks do not
  * depend on threads, and a resumed run draws the same ones.
  *
+ * Tensor parallelism (Megatron's tensor_parallel layers, tp ranks): the fused QKV
+ * and fc1 are column-parallel (each rank: its heads / its share of the FFN, no
+ * communication forward; backward all-reduces the input gradient: "copy to
+ * tensor-parallel region"), proj and fc2 row-parallel (each rank multiplies its
+ * columns; the partial outputs are all-reduced forward, "reduce from region",
+ * and the bias is added once), the word embedding vocabulary-parallel (each rank
+ * looks up the ids in its vocabulary range, zeros elsewhere, all-reduced), and
+ * the output layer produces this rank's vocabulary slice of the logits, whose
+ * cross-entropy combines the ranks' log-sum-exps and target logits so the full
+ * logits never exist on one rank. LayerNorms, the residual stream and hidden
+ * dropout are replicated (the same stream on every rank); attention dropout
+ * numbers its masks by the global head, so a split model draws the masks of the
+ * unsplit one. Collectives read and write device memory directly (the CPU
+ * device's memory is host memory).
+ *
  * Mixed precision (compute dtype TD_BF16 or TD_F16): matmul inputs (weights,
  * LayerNorm and GELU outputs, attention) are bf16 / fp16, accumulation, master
  * weights, gradients and the residual stream fp32. The low-precision weights are
@@ -48,12 +63,18 @@ typedef struct td_gpt_config {
   int untie_embeddings; /* separate output_layer.weight */
 } td_gpt_config;
 
-/* This rank's part of the model. tp = 1 and one stage holding everything is the
- * layout that runs today; other layouts are refused by td_gpt_create. */
+typedef struct td_comm td_comm;
+
+/* This rank's part of the model: its tensor-parallel rank among tp_size (tp_comm,
+ * the TP group, may be NULL when tp_size is 1) and its pipeline stage (a layer
+ * range, and whether it holds the embedding and the output layer). One stage
+ * holding everything (pipeline-parallel 1) is what runs today; other stages are
+ * refused by td_gpt_create. */
 typedef struct td_gpt_layout {
   int tp_size, tp_rank;
   int64_t layer_begin, layer_end; /* global layer indices [begin, end) */
   int has_embedding, has_head;
+  td_comm *tp_comm;
 } td_gpt_layout;
 
 /* The single-process layout: tp = 1, all layers, embedding and head. */

@@ -23,8 +23,8 @@ typedef struct {
   const float *x;              /* N x C    the layer's input (residual stream) */
   float *ln1_mean, *ln1_rstd;  /* N */
   void *ln1;                   /* N x C    md */
-  void *qkv;                   /* N x 3C   md, per token [H, 3, D] */
-  void *att;                   /* N x C    md, per token [H, D] */
+  void *qkv;                   /* N x 3A   md, per token [H, 3, D] (this rank's heads) */
+  void *att;                   /* N x A    md, per token [H, D] */
   float *att_lse;              /* B x H x T */
   float *mid;                  /* N x C    residual after attention */
   float *ln2_mean, *ln2_rstd;  /* N */
@@ -40,6 +40,7 @@ struct td_gpt {
   td_gpt_layout lay;
   td_dtype cd, md;
   int64_t B, T, N, C, H, D, F, V, n_layers; /* local sizes; n_layers on this rank */
+  int64_t A;                                /* H * D: this rank's attention width */
   int64_t vocab_start;                      /* first vocabulary row held here */
 
   /* parameters: views into the flat buffers */
@@ -61,17 +62,18 @@ struct td_gpt {
   void *lnf;                         /* N x C   md */
   float *logits;                     /* N x V   (dlogits in backward, in place) */
   float *losses, *ce_lse, *mask, *dloss; /* N */
+  float *h_ce;     /* host: (tp + 2) x N, the vocabulary-parallel cross-entropy's staging */
   float *hidden;                     /* N x C   linear output before dropout + residual */
   /* backward scratch */
   float *dres;   /* N x C   gradient of the residual stream */
   float *dln;    /* N x C   gradient of a LayerNorm output */
-  float *gf;     /* N x 3C  fp32 scratch: dropout-masked gradients, fp32 dqkv */
+  float *gf;     /* N x max(C, 3A) fp32 scratch: dropout-masked gradients, fp32 dqkv */
   float *dff;    /* N x F   gradient of the MLP hidden */
-  void *gatt;    /* N x C   md: gradient of the attention output */
-  void *gh;      /* N x max(3C, F) md: dY of a matmul as the GEMMs read it, dqkv */
+  void *gatt;    /* N x A   md: gradient of the attention output */
+  void *gh;      /* half_numel md: dY of a matmul as the GEMMs read it, dqkv */
   void *glogits; /* N x V   bf16 dlogits (TD_BF16 compute only) */
   uint16_t *half;     /* half_numel fp16 scratch of the fp16 rounding (TD_F16 only) */
-  int64_t half_numel; /* N x max(3C, F) */
+  int64_t half_numel; /* N x max(C, 3A, F) */
   float *h_losses; /* N, host */
 
   td_gpt_grads_ready_fn grads_ready; /* td_gpt_set_grads_ready_hook */

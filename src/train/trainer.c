@@ -147,7 +147,11 @@ static void setup_checkpoint_views(trainer *t) {
   for (int i = 0; i < n; i++) {
     const td_gpt_tensor *v = td_gpt_tensor_at(t->model, i);
     td_ckpt_tensor c = {.name = v->name, .ndim = v->ndim, .data = params + v->offset};
-    for (int d = 0; d < v->ndim; d++) c.shape[d] = v->local_shape[d];
+    for (int d = 0; d < v->ndim; d++) {
+      c.shape[d] = v->local_shape[d];
+      c.global_shape[d] = v->shape[d];
+      c.offset[d] = d == v->split_dim ? v->slice_start : 0;
+    }
     t->ck_params[i] = c;
     snprintf(t->ck_names[i][0], sizeof t->ck_names[i][0], "%s.exp_avg", v->name);
     snprintf(t->ck_names[i][1], sizeof t->ck_names[i][1], "%s.exp_avg_sq", v->name);
@@ -175,14 +179,17 @@ static int64_t ddp_bucket_size(const trainer *t) {
   return s > 0 ? s : td_ddp_default_bucket_size(t->dp_size);
 }
 
-/* This rank's place (Megatron's topology) and the data-parallel group. Tensor and
- * pipeline parallel layouts are refused until the model splits. */
+/* This rank's place (Megatron's topology), the data-parallel group and the model's
+ * tensor-parallel layout. Pipeline stages are refused until the model splits them. */
 static void setup_topology(trainer *t) {
   const td_args *a = t->a;
-  if (a->tensor_model_parallel_size > 1 || a->pipeline_model_parallel_size > 1)
-    td_fail("--tensor-model-parallel-size %lld / --pipeline-model-parallel-size %lld: this build "
-            "of trident trains data-parallel only (both must be 1)",
-            (long long)a->tensor_model_parallel_size, (long long)a->pipeline_model_parallel_size);
+  if (a->sequence_parallel)
+    td_fail("--sequence-parallel: sequence parallelism is not in this build of trident yet; "
+            "tensor parallelism without it is");
+  if (a->pipeline_model_parallel_size > 1)
+    td_fail("--pipeline-model-parallel-size %lld: pipeline parallelism is not in this build of "
+            "trident yet (data and tensor parallelism are)",
+            (long long)a->pipeline_model_parallel_size);
   td_topology_init(&t->topo, td_comm_world(), (int)a->tensor_model_parallel_size,
                    (int)a->pipeline_model_parallel_size);
   t->dp = t->topo.group[TD_GROUP_DP];
@@ -285,6 +292,22 @@ static uint64_t micro_batch_seed(const trainer *t, int64_t m) {
   return td_gpt_dropout_seed(t->seed, t->iteration, m * t->dp_size + t->dp_rank);
 }
 
+/* The squared norm of the whole model's gradient. Under tensor parallelism each
+ * rank sums its slices of split tensors, TP rank 0 adds the replicated ones (equal
+ * on every TP rank), and the TP group sums. */
+static double grad_sum_squares(trainer *t) {
+  const td_device_ops *ops = t->dev->ops;
+  const float *g = td_gpt_grads(t->model);
+  if (t->topo.layout.tp == 1) return ops->sum_squares(t->dev, g, td_gpt_flat_numel(t->model));
+  double s = 0;
+  for (int i = 0; i < td_gpt_num_tensors(t->model); i++) {
+    const td_gpt_tensor *v = td_gpt_tensor_at(t->model, i);
+    if (v->split_dim >= 0 || t->topo.coord.tp == 0) s += ops->sum_squares(t->dev, g + v->offset, v->numel);
+  }
+  td_comm_all_reduce(t->topo.group[TD_GROUP_TP], &s, &s, 1, TD_F64, TD_OP_SUM);
+  return s;
+}
+
 static step_result train_step(trainer *t) {
   const td_args *a = t->a;
   const int64_t mb = a->micro_batch_size, s = a->seq_length, gb = a->global_batch_size;
@@ -307,8 +330,7 @@ static step_result train_step(trainer *t) {
   }
   if (t->dp_size > 1) td_ddp_finish(&t->ddp);
   r.lm_loss = dp_sum(t, loss_sum) / denom;
-  double sumsq = t->dev->ops->sum_squares(t->dev, td_gpt_grads(t->model), td_gpt_flat_numel(t->model));
-  r.grad_norm = sqrt(sumsq) / scale;
+  r.grad_norm = sqrt(grad_sum_squares(t)) / scale;
   int found_inf = !isfinite(r.grad_norm);
   td_loss_scaler_update(&t->scaler, found_inf);
   if (found_inf) {
@@ -378,25 +400,33 @@ static char *state_json(const trainer *t) {
   return text;
 }
 
-/* Every data-parallel rank holds the same state: rank 0 writes it, the others wait. */
+/* Every data-parallel replica holds the same state, so the TP ranks of DP rank 0
+ * write it: rank 0 prepares the directory, each writes its shard (mp_rank_RR),
+ * rank 0 commits (metadata.json, rename, latest file). A failure on any rank
+ * aborts the job, leaving the previous checkpoint and latest file intact. */
 static void save_checkpoint(trainer *t) {
-  if (!t->is_logger) {
-    td_comm_barrier(t->topo.world);
-    return;
-  }
   char *state = state_json(t), rng[128], err[1024];
   snprintf(rng, sizeof rng, "{\"seed\": %llu, \"iteration\": %lld}", (unsigned long long)t->seed,
            (long long)t->iteration);
   td_ckpt_contents c = {.iteration = t->iteration, .params = t->ck_params,
                         .n_params = td_gpt_num_tensors(t->model), .exp_avg = t->ck_m,
-                        .exp_avg_sq = t->ck_v, .state_json = state, .rng_json = rng};
+                        .exp_avg_sq = t->ck_v, .state_json = state, .rng_json = rng,
+                        .tp_rank = t->topo.coord.tp, .tp_size = t->topo.layout.tp};
   double t0 = now_seconds();
-  if (td_checkpoint_save(t->dev, t->a->save, &c, err, sizeof err))
-    td_fail("saving checkpoint at iteration %lld: %s", (long long)t->iteration, err);
+  const char *dir = t->a->save;
+  int rc = 0;
+  if (t->is_logger) rc = td_checkpoint_save_prepare(dir, t->iteration, err, sizeof err);
+  if (!rc) td_comm_barrier(t->topo.world);
+  if (!rc && t->dp_rank == 0) rc = td_checkpoint_save_shard(t->dev, dir, &c, err, sizeof err);
+  if (!rc) td_comm_barrier(t->topo.world);
+  if (!rc && t->is_logger) rc = td_checkpoint_save_commit(dir, &c, err, sizeof err);
+  if (rc) td_fail("saving checkpoint at iteration %lld: %s", (long long)t->iteration, err);
   free(state);
-  printf("  successfully saved checkpoint at iteration %7lld to %s [ t %.3fs ]\n",
-         (long long)t->iteration, t->a->save, now_seconds() - t0);
-  fflush(stdout);
+  if (t->is_logger) {
+    printf("  successfully saved checkpoint at iteration %7lld to %s [ t %.3fs ]\n",
+           (long long)t->iteration, dir, now_seconds() - t0);
+    fflush(stdout);
+  }
   td_comm_barrier(t->topo.world);
 }
 
@@ -471,8 +501,8 @@ static void load_checkpoint(trainer *t) {
   td_free(state);
   td_gpt_cast_weights(t->model);
   if (!t->is_logger) return;
-  printf("  successfully loaded checkpoint from %s [ t 1/1, p 1/1 ] at iteration %lld\n", a->load,
-         (long long)(a->finetune ? 0 : t->iteration));
+  printf("  successfully loaded checkpoint from %s [ t %d/%d, p 1/1 ] at iteration %lld\n", a->load,
+         t->topo.coord.tp + 1, t->topo.layout.tp, (long long)(a->finetune ? 0 : t->iteration));
   fflush(stdout);
 }
 
@@ -570,6 +600,8 @@ int td_train(td_args *a) {
   setup_topology(&t);
   t.dev = td_device_open("cpu");
   td_gpt_layout lay = td_gpt_layout_single(&t.cfg);
+  lay.tp_size = t.topo.layout.tp, lay.tp_rank = t.topo.coord.tp;
+  lay.tp_comm = t.topo.group[TD_GROUP_TP];
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);
   td_gpt_init_params(t.model, (uint64_t)a->seed);
   setup_optimizer(&t);

@@ -231,8 +231,8 @@ static float load(const void *p, td_dtype dt, int64_t i) {
 static const uint32_t *row_words(const attn_shape *s, const td_attention_desc *a, int64_t b,
                                  int64_t h, int64_t i, int64_t n, uint32_t *buf) {
   if (s->dr.thr == 0) return NULL;
-  int64_t heads = a->heads_total ? a->heads_total : s->H, head = a->head_start + h;
-  return s->rk.rng_row(a->seed, a->stream, (uint64_t)(((b * heads + head) * s->T + i) * s->T), n, buf);
+  return s->rk.rng_row(a->seed, a->stream, td_attn_dropout_base(a, b, h) + (uint64_t)(i * s->T), n,
+                       buf);
 }
 
 /* ------------------------------------------------------------------ forward */

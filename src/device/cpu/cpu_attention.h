@@ -23,7 +23,8 @@
  * depend on the number of threads. Bench FLOPs: td_cpu_attention_flops.
  *
  * Dropout keep rule (forward and backward alike): element (b, h, i, j) draws
- * u = td_rng_u32(seed, stream, ((b*H + h)*T + i)*T + j) and is DROPPED iff
+ * u = td_rng_u32(seed, stream, ((b*Ht + h0 + h)*T + i)*T + j) (Ht, h0: the desc's
+ * heads_total and head_start, td_attn_dropout_base) and is DROPPED iff
  * u < thr, thr = round(p * 2^32) (so kept with probability 1 - p up to 2^-32);
  * kept values are scaled by 1/(1 - p). p == 0 draws nothing. */
 #ifndef TD_DEVICE_CPU_ATTENTION_H
@@ -55,6 +56,14 @@ typedef struct {
   uint32_t thr;
   float keep_scale;
 } td_attn_dropout;
+
+/* The dropout counter of element (i = 0, j = 0) of head h of batch b: heads are
+ * numbered among the model's (heads_total, head_start), so a tensor-parallel rank
+ * draws the masks the unsplit model draws for its heads. */
+static inline uint64_t td_attn_dropout_base(const td_attention_desc *a, int64_t b, int64_t h) {
+  int64_t heads = a->heads_total ? a->heads_total : a->heads;
+  return (uint64_t)((b * heads + a->head_start + h) * a->seq * a->seq);
+}
 
 /* words[k] = td_rng_u32(seed, stream, g0 + k) for k < n, where
  * words = buf + (g0 & 3) is returned; buf holds at least n + 67 words. */

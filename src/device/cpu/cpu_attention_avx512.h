@@ -129,7 +129,7 @@ static inline td_attn_head td_attn_head_of(const td_attention_desc *a, int64_t b
   e.o = (const char *)a->out + tok * e.esz;
   e.dout = a->dout ? (const char *)a->dout + tok * e.esz : NULL;
   e.lse = a->lse + bh * e.T;
-  e.g0 = (uint64_t)(bh * e.T * e.T);
+  e.g0 = td_attn_dropout_base(a, bh / e.H, bh % e.H);
   return e;
 }
 

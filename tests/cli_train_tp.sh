@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Tensor parallelism is the same training (issue 6, equivalence): TP=2 and TP=4
+# print the training and validation losses of TP=1 for 20 iterations, fp32 within
+# 1e-5 relative with hidden and attention dropout on (the streams match: hidden
+# dropout is the same on every TP rank, attention dropout numbers its masks by
+# global head), bf16 within 1e-3; and TP x DP on 4 and 8 ranks (2x2, 2x4, 4x2).
+# Checkpoints saved at TP=2 (and TP=2 x DP=2) resume at TP=1 and TP=4 with the
+# unsplit run's losses, and export to one Hugging Face file. A TP size that does
+# not divide the heads or the FFN is refused with the reason.
+# Arguments: the trident binary and the source directory.
+set -u
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+ok() { echo "ok    $*"; }
+
+# 4 heads, FFN 128, vocabulary 501 padded to 512 at TP = 1, 2 and 4 alike.
+model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32
+  --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 8 --lr 3e-3
+  --min-lr 3e-4 --lr-decay-style cosine --lr-warmup-iters 3 --weight-decay 0.1 --clip-grad 1.0
+  --hidden-dropout 0.1 --attention-dropout 0.1 --mock-data --tokenizer-type NullTokenizer
+  --vocab-size 500 --log-interval 1 --eval-interval 5 --eval-iters 2 --seed 7 --train-iters 20)
+source "$(dirname "$0")/train_common.sh"
+
+run 1 "$tmp/tp1.log"
+run 2 "$tmp/tp2.log" --tensor-model-parallel-size 2
+run 4 "$tmp/tp4.log" --tensor-model-parallel-size 4
+same "$tmp/tp1.log" "$tmp/tp2.log" 1e-5 "fp32 TP=2 == TP=1 (dropout on)"
+same "$tmp/tp1.log" "$tmp/tp4.log" 1e-5 "fp32 TP=4 == TP=1 (dropout on)"
+grep -q "world size 4 = tensor-parallel 4 x pipeline-parallel 1 x data-parallel 1" "$tmp/tp4.log" &&
+  ok "TP=4 prints its layout" || fail "TP=4 layout line: $(head -3 "$tmp/tp4.log")"
+
+run 1 "$tmp/bf16_tp1.log" --bf16
+run 2 "$tmp/bf16_tp2.log" --bf16 --tensor-model-parallel-size 2
+same "$tmp/bf16_tp1.log" "$tmp/bf16_tp2.log" 1e-3 "bf16 TP=2 == TP=1"
+
+run 4 "$tmp/tp2dp2.log" --tensor-model-parallel-size 2
+run 8 "$tmp/tp2dp4.log" --tensor-model-parallel-size 2
+run 8 "$tmp/tp4dp2.log" --tensor-model-parallel-size 4
+same "$tmp/tp1.log" "$tmp/tp2dp2.log" 1e-5 "fp32 TP=2 x DP=2 (4 ranks) == one rank"
+same "$tmp/tp1.log" "$tmp/tp2dp4.log" 1e-5 "fp32 TP=2 x DP=4 (8 ranks) == one rank"
+same "$tmp/tp1.log" "$tmp/tp4dp2.log" 1e-5 "fp32 TP=4 x DP=2 (8 ranks) == one rank"
+
+# Checkpoints that reshard: saved at TP=2 (and TP=2 x DP=2) after 10 iterations,
+# resumed at TP=1 and TP=4 to 20 with the losses of the straight TP=1 run.
+c="$tmp/ck_tp2"
+run 2 "$tmp/save_tp2.log" --tensor-model-parallel-size 2 --exit-interval 10 --save "$c" --save-interval 100
+[ -f "$c/iter_0000010/mp_rank_00/model.safetensors" ] && [ -f "$c/iter_0000010/mp_rank_01/model.safetensors" ] &&
+  ok "TP=2 saves mp_rank_00 and mp_rank_01" || fail "TP=2 checkpoint: $(ls -R "$c" | head -20)"
+for tp in 1 4; do
+  run $tp "$tmp/resume_tp$tp.log" --tensor-model-parallel-size $tp --load "$c"
+  cat "$tmp/save_tp2.log" "$tmp/resume_tp$tp.log" >"$tmp/joined_tp$tp.log"
+  same "$tmp/tp1.log" "$tmp/joined_tp$tp.log" 1e-5 "TP=2 checkpoint at 10, resumed at TP=$tp to 20 == TP=1 straight"
+done
+c="$tmp/ck_tp2dp2"
+run 4 "$tmp/save_tp2dp2.log" --tensor-model-parallel-size 2 --exit-interval 10 --save "$c" --save-interval 100
+run 1 "$tmp/resume_tp2dp2.log" --load "$c"
+cat "$tmp/save_tp2dp2.log" "$tmp/resume_tp2dp2.log" >"$tmp/joined_tp2dp2.log"
+same "$tmp/tp1.log" "$tmp/joined_tp2dp2.log" 1e-5 "TP=2 x DP=2 checkpoint at 10, resumed on one rank to 20 == straight"
+
+# trident convert exports a TP-sharded checkpoint to one Hugging Face file: the
+# export of the TP=2 checkpoint and of a TP=1 one at the same iteration, imported
+# back, give the same first loss.
+run 1 "$tmp/save_tp1.log" --exit-interval 10 --save "$tmp/ck_tp1" --save-interval 100
+first_loss() { grep -m1 -oE 'lm loss: [^ ]+' "$1" | sed 's/.*: //'; }
+for k in tp1 tp2; do
+  "$bin" convert --from trident --to hf --input "$tmp/ck_$k" --output "$tmp/hf_$k" >"$tmp/conv.log" 2>&1 &&
+    "$bin" convert --from hf --to trident --input "$tmp/hf_$k" --output "$tmp/back_$k" >>"$tmp/conv.log" 2>&1 ||
+    fail "convert $k: $(tail -3 "$tmp/conv.log")"
+  run 1 "$tmp/from_hf_$k.log" --load "$tmp/back_$k" --train-iters 4
+done
+[ -f "$tmp/hf_tp2/model.safetensors" ] && [ -f "$tmp/hf_tp2/config.json" ] &&
+  awk -v a="$(first_loss "$tmp/from_hf_tp1.log")" -v b="$(first_loss "$tmp/from_hf_tp2.log")" \
+    'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d / a <= 1e-5) }' &&
+  ok "convert: TP=2 checkpoint -> one HF model.safetensors; its loss $(first_loss "$tmp/from_hf_tp2.log") == TP=1's $(first_loss "$tmp/from_hf_tp1.log")" ||
+  fail "convert of the TP=2 checkpoint: losses $(first_loss "$tmp/from_hf_tp2.log") vs $(first_loss "$tmp/from_hf_tp1.log")"
+
+# Refusals at start: exit 1 and the reason.
+refused() { # WHAT PATTERN NP FLAGS...
+  local what=$1 pattern=$2 np=$3
+  shift 3
+  OMP_NUM_THREADS=1 timeout -k 5 60 "$mpirun" --oversubscribe --allow-run-as-root -np "$np" \
+    "$bin" train "${model[@]}" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q -- "$pattern" "$tmp/err" &&
+    ok "$what refused (exit $rc): $(grep -m1 -- "$pattern" "$tmp/err")" ||
+    fail "$what: exit $rc, $(head -3 "$tmp/err")"
+}
+refused "TP=3 with 4 heads" "--num-attention-heads 4 is not divisible by --tensor-model-parallel-size 3" 3 \
+  --tensor-model-parallel-size 3
+refused "TP=4 with FFN 130" "--ffn-hidden-size 130 is not divisible by --tensor-model-parallel-size 4" 4 \
+  --tensor-model-parallel-size 4 --num-attention-heads 8 --ffn-hidden-size 130
+refused "TP=2 on 3 ranks" "3 ranks cannot be split into --tensor-model-parallel-size 2" 3 \
+  --tensor-model-parallel-size 2
+exit $failed
