@@ -3,7 +3,10 @@
 # print the training and validation losses of TP=1 for 20 iterations, fp32 within
 # 1e-5 relative with hidden and attention dropout on (the streams match: hidden
 # dropout is the same on every TP rank, attention dropout numbers its masks by
-# global head), bf16 within 1e-3; and TP x DP on 4 and 8 ranks (2x2, 2x4, 4x2).
+# global head), bf16 within 1e-3; and TP x DP on 4 and 8 ranks (2x2, 2x4, 4x2);
+# all again with sequence parallelism (whose hidden dropout draws each token's
+# counters from its place in the micro-batch), which also keeps fewer activation
+# bytes per layer.
 # Checkpoints saved at TP=2 (and TP=2 x DP=2) resume at TP=1 and TP=4 with the
 # unsplit run's losses, and export to one Hugging Face file. A TP size that does
 # not divide the heads or the FFN is refused with the reason.
@@ -35,6 +38,22 @@ grep -q "world size 4 = tensor-parallel 4 x pipeline-parallel 1 x data-parallel 
 run 1 "$tmp/bf16_tp1.log" --bf16
 run 2 "$tmp/bf16_tp2.log" --bf16 --tensor-model-parallel-size 2
 same "$tmp/bf16_tp1.log" "$tmp/bf16_tp2.log" 1e-3 "bf16 TP=2 == TP=1"
+
+# Sequence parallelism: the same losses again, with less activation memory per rank.
+run 2 "$tmp/sp2.log" --tensor-model-parallel-size 2 --sequence-parallel
+run 4 "$tmp/sp4.log" --tensor-model-parallel-size 4 --sequence-parallel
+run 2 "$tmp/bf16_sp2.log" --bf16 --tensor-model-parallel-size 2 --sequence-parallel
+run 4 "$tmp/sp2dp2.log" --tensor-model-parallel-size 2 --sequence-parallel
+run 8 "$tmp/sp4dp2.log" --tensor-model-parallel-size 4 --sequence-parallel
+same "$tmp/tp1.log" "$tmp/sp2.log" 1e-5 "fp32 TP=2 + sequence parallel == TP=1 (dropout on)"
+same "$tmp/tp1.log" "$tmp/sp4.log" 1e-5 "fp32 TP=4 + sequence parallel == TP=1 (dropout on)"
+same "$tmp/bf16_tp1.log" "$tmp/bf16_sp2.log" 1e-3 "bf16 TP=2 + sequence parallel == TP=1"
+same "$tmp/tp1.log" "$tmp/sp2dp2.log" 1e-5 "fp32 TP=2 + SP x DP=2 (4 ranks) == one rank"
+same "$tmp/tp1.log" "$tmp/sp4dp2.log" 1e-5 "fp32 TP=4 + SP x DP=2 (8 ranks) == one rank"
+layer_mib() { grep -oE '[0-9.]+ per layer' "$1" | cut -d' ' -f1; }
+awk -v a="$(layer_mib "$tmp/tp2.log")" -v b="$(layer_mib "$tmp/sp2.log")" 'BEGIN { exit !(b > 0 && b < a) }' &&
+  ok "activations per layer at TP=2: $(layer_mib "$tmp/tp2.log") MiB, with sequence parallelism $(layer_mib "$tmp/sp2.log") MiB" ||
+  fail "activations per layer TP=2 $(layer_mib "$tmp/tp2.log") vs SP $(layer_mib "$tmp/sp2.log")"
 
 run 4 "$tmp/tp2dp2.log" --tensor-model-parallel-size 2
 run 8 "$tmp/tp2dp4.log" --tensor-model-parallel-size 2
@@ -94,4 +113,6 @@ refused "TP=4 with FFN 130" "--ffn-hidden-size 130 is not divisible by --tensor-
   --tensor-model-parallel-size 4 --num-attention-heads 8 --ffn-hidden-size 130
 refused "TP=2 on 3 ranks" "3 ranks cannot be split into --tensor-model-parallel-size 2" 3 \
   --tensor-model-parallel-size 2
+refused "sequence parallel, seq 30 at TP=4" "--seq-length 30 is not divisible by --tensor-model-parallel-size 4" 4 \
+  --tensor-model-parallel-size 4 --sequence-parallel --seq-length 30
 exit $failed

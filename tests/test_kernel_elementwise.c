@@ -381,22 +381,22 @@ static void test_add_scale(int64_t n, uint64_t s) {
 
 /* ------------------------------------------------------------------- dropout */
 
-static void test_dropout(int64_t n, float p, uint64_t seed, uint64_t stream) {
+static void test_dropout(int64_t n, float p, uint64_t seed, uint64_t stream, uint64_t first) {
   float *x = falloc(n), *y = falloc(n);
   tst_fill_uniform(x, n, 300, 1.0f, 2.0f); /* never 0, so a zero means dropped */
   memcpy(y, x, (size_t)n * 4);
-  OPS->dropout(DEV, y, n, p, seed, stream);
+  OPS->dropout(DEV, y, n, p, seed, stream, first);
   int64_t kept = 0, wrong = 0;
   float s = 1.0f / (1.0f - p);
   for (int64_t i = 0; i < n; i++) {
-    int keep = td_rng_bits_to_unit(td_rng_u32(seed, stream, (uint64_t)i)) >= p;
+    int keep = td_rng_bits_to_unit(td_rng_u32(seed, stream, first + (uint64_t)i)) >= p;
     kept += keep;
     if (keep ? y[i] != x[i] * s : y[i] != 0.0f) wrong++;
   }
   double frac = (double)kept / (double)n, sd = sqrt(p * (1.0 - p) / (double)n);
   CHECK(wrong == 0 && fabs(frac - (1.0 - p)) <= 5 * sd && fabs(s * (1.0 - p) - 1) < 1e-7,
-        "dropout n=%lld p=%g: kept %.5f (expect %.5f), %lld differ from the Philox decision",
-        (long long)n, (double)p, frac, 1.0 - p, (long long)wrong);
+        "dropout n=%lld p=%g first=%llu: kept %.5f (expect %.5f), %lld differ from the Philox decision",
+        (long long)n, (double)p, (unsigned long long)first, frac, 1.0 - p, (long long)wrong);
   td_free(x), td_free(y);
 }
 
@@ -404,7 +404,7 @@ static void test_dropout_identity(void) {
   float x[37], y[37];
   tst_fill_normal(x, 37, 310, 1.0f);
   memcpy(y, x, sizeof x);
-  OPS->dropout(DEV, y, 37, 0.0f, 1, 2);
+  OPS->dropout(DEV, y, 37, 0.0f, 1, 2, 0);
   CHECK(memcmp(x, y, sizeof x) == 0, "dropout p=0 is the identity");
 }
 
@@ -449,7 +449,7 @@ static void test_threads(void) {
     OPS->bias_backward(DEV, db[t], u[t].dout, R, C);
     ss[t] = OPS->sum_squares(DEV, x, n);
     memcpy(drop[t], x, (size_t)n * 4);
-    OPS->dropout(DEV, drop[t], n, 0.25f, 7, 9);
+    OPS->dropout(DEV, drop[t], n, 0.25f, 7, 9, 0);
   }
   omp_set_num_threads(saved);
   CHECK(memcmp(u[0].dw, u[1].dw, C * 4) == 0 && memcmp(u[0].db, u[1].db, C * 4) == 0 &&
@@ -487,9 +487,13 @@ int main(void) {
   test_dropout_identity();
   static const int64_t dsizes[] = {1, 5, 67, 771, 1000003};
   for (size_t i = 0; i < sizeof dsizes / sizeof *dsizes; i++)
-    test_dropout(dsizes[i], 0.1f, 1234567ull + i, 5);
+    test_dropout(dsizes[i], 0.1f, 1234567ull + i, 5, 0);
   /* seed and stream with high words set */
-  test_dropout(200003, 0.5f, 0x123456789abcdefull, 0xfedcba987654321ull);
+  test_dropout(200003, 0.5f, 0x123456789abcdefull, 0xfedcba987654321ull, 0);
+  /* a slice of a larger tensor: counters from `first`, aligned or not */
+  static const uint64_t firsts[] = {3, 64, 1000, 70001, (1ull << 33) + 5};
+  for (size_t i = 0; i < sizeof firsts / sizeof *firsts; i++)
+    test_dropout(i % 2 ? 771 : 100003, 0.3f, 99 + i, 6, firsts[i]);
   test_threads();
   return tst_finish();
 }

@@ -178,7 +178,7 @@ static void k_add(void *p) {
 }
 static void k_dropout(void *p) {
   kargs *a = p;
-  a->dev->ops->dropout(a->dev, a->z, a->rows * a->cols, 0.1f, 1, 2);
+  a->dev->ops->dropout(a->dev, a->z, a->rows * a->cols, 0.1f, 1, 2, 0);
 }
 static void k_bias_bwd(void *p) {
   kargs *a = p;

@@ -78,57 +78,95 @@ static const float *bias_dy(const td_gpt *m, const float *dy, const void *dy_c) 
 
 /* ---------------------------------------------------------- tensor parallel */
 
-/* x[n] summed over the TP group, in place (nothing at tp = 1): the forward of a
- * row-parallel layer's output, the backward of a column-parallel layer's input. */
-static void tp_all_reduce(td_gpt *m, float *x, int64_t n) {
-  if (m->lay.tp_size > 1) td_comm_all_reduce(m->lay.tp_comm, x, x, n, TD_F32, TD_OP_SUM);
-}
-
-/* A row-parallel layer's bias: added after the all-reduce, i.e. once, by TP rank 0. */
+/* A row-parallel layer's bias: added with the partial sums of TP rank 0 only, so
+ * once in the reduced output. */
 static const float *row_parallel_bias(const td_gpt *m, int t) {
   return m->lay.tp_rank == 0 ? P(m, t) : NULL;
 }
 
-/* Hidden dropout forward: y = x + dropout(h); h (scratch) is overwritten. */
+/* A row-parallel layer's partial output [N, C] summed over TP: all-reduced in
+ * place, or under sequence parallelism reduce-scattered into out [NS, C]. Also the
+ * backward of a column-parallel layer's input. Returns this rank's reduced rows
+ * (partial itself at tp = 1). */
+static float *reduce_rows(td_gpt *m, float *partial, float *out) {
+  if (m->lay.tp_size == 1) return partial;
+  if (!m->sp) {
+    td_comm_all_reduce(m->lay.tp_comm, partial, partial, m->N * m->C, TD_F32, TD_OP_SUM);
+    return partial;
+  }
+  td_comm_reduce_scatter(m->lay.tp_comm, partial, out, m->NS * m->C, TD_F32, TD_OP_SUM);
+  return out;
+}
+
+/* A column-parallel layer's input [NS, C] md as its GEMM reads it: all N tokens
+ * (all-gathered into m->gath under sequence parallelism, else x itself). */
+static const void *gather_input(td_gpt *m, const void *x) {
+  if (!m->sp) return x;
+  td_comm_all_gather(m->lay.tp_comm, x, m->gath, m->NS * m->C, m->md);
+  return m->gath;
+}
+
+/* An fp32 gradient of this rank's tokens [NS, C] for all N tokens (the backward of
+ * a reduce-scatter): all-gathered into m->full under sequence parallelism. */
+static const float *gather_grad(td_gpt *m, const float *dy) {
+  if (!m->sp) return dy;
+  td_comm_all_gather(m->lay.tp_comm, dy, m->full, m->NS * m->C, TD_F32);
+  return m->full;
+}
+
+/* Hidden dropout on this rank's NS tokens: element counters from their place in
+ * the micro-batch (ns0 x C), so the masks do not depend on sequence parallelism. */
+static void hidden_dropout(td_gpt *m, float *x, uint64_t stream) {
+  OPS(m)->dropout(m->dev, x, m->NS * m->C, m->p_hidden, m->seed, stream,
+                  (uint64_t)(m->ns0 * m->C));
+}
+
+/* Hidden dropout forward: y = x + dropout(h); h (scratch) is overwritten. [NS, C] */
 static void dropout_residual(td_gpt *m, float *y, const float *x, float *h, uint64_t stream) {
-  int64_t n = m->N * m->C;
-  OPS(m)->dropout(m->dev, h, n, m->p_hidden, m->seed, stream);
-  OPS(m)->add(m->dev, y, x, h, n);
+  hidden_dropout(m, h, stream);
+  OPS(m)->add(m->dev, y, x, h, m->NS * m->C);
 }
 
 /* Hidden dropout backward: the forward's mask applied to dy (dy itself when p = 0). */
 static const float *dropout_grad(td_gpt *m, const float *dy, float *scratch, uint64_t stream) {
-  int64_t n = m->N * m->C;
   if (m->p_hidden == 0.0f) return dy;
-  OPS(m)->copy_d2d(m->dev, scratch, dy, (size_t)n * sizeof(float));
-  OPS(m)->dropout(m->dev, scratch, n, m->p_hidden, m->seed, stream);
+  OPS(m)->copy_d2d(m->dev, scratch, dy, (size_t)(m->NS * m->C) * sizeof(float));
+  hidden_dropout(m, scratch, stream);
   return scratch;
+}
+
+/* The rows of a bias gradient's dY that are this rank's tokens (all of them
+ * without sequence parallelism): dy_full is [N, C] fp32. */
+static const float *own_rows(const td_gpt *m, const float *dy_full) {
+  return dy_full + m->ns0 * m->C;
 }
 
 /* --------------------------------------------------------------- embedding */
 
-/* emb[N, C] = dropout(wte[tokens] + wpe[positions]) */
+/* emb[NS, C] = dropout(wte[tokens] + wpe[positions]); the vocabulary-parallel
+ * lookup (each rank its ids, zeros elsewhere) is summed over TP first. */
 static void embedding_forward(td_gpt *m) {
   const td_device_ops *ops = OPS(m);
   int64_t N = m->N, C = m->C;
-  ops->embedding_forward(m->dev, m->emb, m->tokens, N, P(m, m->wte), m->vocab_start,
+  float *lookup = m->sp ? m->full : m->emb;
+  ops->embedding_forward(m->dev, lookup, m->tokens, N, P(m, m->wte), m->vocab_start,
                          m->tensors[m->wte].local_shape[0], C, 0);
-  tp_all_reduce(m, m->emb, N * C); /* vocabulary-parallel: each rank looked up its ids */
-  ops->embedding_forward(m->dev, m->emb, m->positions, N, P(m, m->wpe), 0, m->cfg.max_positions,
-                         C, 1);
-  ops->dropout(m->dev, m->emb, N * C, m->p_hidden, m->seed, dropout_stream(m, -1, SITE_EMBEDDING));
+  reduce_rows(m, lookup, m->emb);
+  ops->embedding_forward(m->dev, m->emb, m->positions + m->ns0, m->NS, P(m, m->wpe), 0,
+                         m->cfg.max_positions, C, 1);
+  hidden_dropout(m, m->emb, dropout_stream(m, -1, SITE_EMBEDDING));
 }
 
-/* dwte[tokens] += demb, dwpe[positions] += demb, demb = dropout'(dres) (in place) */
+/* demb = dropout'(dres) (in place), dwpe[positions] += demb (this rank's tokens),
+ * dwte[tokens] += demb (all tokens: gathered under sequence parallelism) */
 static void embedding_backward(td_gpt *m) {
   const td_device_ops *ops = OPS(m);
   int64_t N = m->N, C = m->C;
-  ops->dropout(m->dev, m->dres, N * C, m->p_hidden, m->seed,
-               dropout_stream(m, -1, SITE_EMBEDDING));
-  ops->embedding_backward(m->dev, G(m, m->wte), m->dres, m->tokens, N, m->vocab_start,
-                          m->tensors[m->wte].local_shape[0], C);
-  ops->embedding_backward(m->dev, G(m, m->wpe), m->dres, m->positions, N, 0,
+  hidden_dropout(m, m->dres, dropout_stream(m, -1, SITE_EMBEDDING));
+  ops->embedding_backward(m->dev, G(m, m->wpe), m->dres, m->positions + m->ns0, m->NS, 0,
                           m->cfg.max_positions, C);
+  ops->embedding_backward(m->dev, G(m, m->wte), gather_grad(m, m->dres), m->tokens, N,
+                          m->vocab_start, m->tensors[m->wte].local_shape[0], C);
 }
 
 /* --------------------------------------------------------------- attention */
@@ -144,19 +182,20 @@ static td_attention_desc attention_desc(const td_gpt *m, const td_gpt_layer_acts
   return ad;
 }
 
-/* ln1 = layernorm(x)                      [N, C] -> [N, C] md
- * qkv = ln1 Wqkv^T + bqkv                 [N, 3A] md, per token [H, 3, D]  (column-parallel)
+/* ln1 = layernorm(x)                      [NS, C] -> [NS, C] md
+ * qkv = ln1 Wqkv^T + bqkv                 [N, 3A] md, per token [H, 3, D]  (column-parallel;
+ *                                         ln1 all-gathered under sequence parallelism)
  * att = attention(qkv)                    [N, A] md, lse [B, H, T]
- * mid = x + dropout(sum_tp(att Wproj^T) + bproj)  [N, C]                    (row-parallel) */
+ * mid = x + dropout(sum_tp(att Wproj^T) + bproj)  [NS, C]                   (row-parallel) */
 static void attention_block_forward(td_gpt *m, int64_t l) {
   const td_device_ops *ops = OPS(m);
   td_gpt_layer_acts *a = &m->acts[l];
   int64_t N = m->N, C = m->C, A = m->A;
   ops->layernorm_forward(m->dev, a->ln1, m->md, a->ln1_mean, a->ln1_rstd, a->x,
-                         P(m, LT(m, l, TD_LN1_W)), P(m, LT(m, l, TD_LN1_B)), N, C,
+                         P(m, LT(m, l, TD_LN1_W)), P(m, LT(m, l, TD_LN1_B)), m->NS, C,
                          m->cfg.layernorm_eps);
-  matmul_input(m, a->ln1, N * C);
-  td_linear_forward(m->dev, a->qkv, m->md, a->ln1, W(m, LT(m, l, TD_QKV_W)),
+  matmul_input(m, a->ln1, m->NS * C);
+  td_linear_forward(m->dev, a->qkv, m->md, gather_input(m, a->ln1), W(m, LT(m, l, TD_QKV_W)),
                     P(m, LT(m, l, TD_QKV_B)), N, C, 3 * A, m->md);
   matmul_input(m, a->qkv, N * 3 * A); /* the attention's QK^T and PV read it */
   td_attention_desc ad = attention_desc(m, a, l);
@@ -164,8 +203,8 @@ static void attention_block_forward(td_gpt *m, int64_t l) {
   matmul_input(m, a->att, N * A);
   td_linear_forward(m->dev, m->hidden, TD_F32, a->att, W(m, LT(m, l, TD_PROJ_W)),
                     row_parallel_bias(m, LT(m, l, TD_PROJ_B)), N, A, C, m->md);
-  tp_all_reduce(m, m->hidden, N * C);
-  dropout_residual(m, a->mid, a->x, m->hidden, dropout_stream(m, l, SITE_PROJ));
+  dropout_residual(m, a->mid, a->x, reduce_rows(m, m->hidden, m->hs),
+                   dropout_stream(m, l, SITE_PROJ));
 }
 
 /* In: dres = d mid. Out: dres = d x (the residual passes through, ln1 adds). */
@@ -173,9 +212,11 @@ static void attention_block_backward(td_gpt *m, int64_t l) {
   const td_device_ops *ops = OPS(m);
   const td_gpt_layer_acts *a = &m->acts[l];
   int64_t N = m->N, C = m->C, A = m->A;
-  const float *dproj = dropout_grad(m, m->dres, m->gf, dropout_stream(m, l, SITE_PROJ));
+  const float *dproj =
+      gather_grad(m, dropout_grad(m, m->dres, m->gf, dropout_stream(m, l, SITE_PROJ)));
   const void *dproj_c = to_compute(m, dproj, N * C);
-  ops->bias_backward(m->dev, G(m, LT(m, l, TD_PROJ_B)), bias_dy(m, dproj, dproj_c), N, C);
+  ops->bias_backward(m->dev, G(m, LT(m, l, TD_PROJ_B)), own_rows(m, bias_dy(m, dproj, dproj_c)),
+                     m->NS, C);
   td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_PROJ_W)), dproj_c, a->att, N, A, C, m->md);
   td_linear_backward_input(m->dev, m->gatt, m->md, dproj_c, W(m, LT(m, l, TD_PROJ_W)), N, A, C,
                            m->md);
@@ -190,36 +231,39 @@ static void attention_block_backward(td_gpt *m, int64_t l) {
     dqkv32 = m->gf;
   }
   ops->bias_backward(m->dev, G(m, LT(m, l, TD_QKV_B)), dqkv32, N, 3 * A);
-  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_QKV_W)), m->gh, a->ln1, N, C, 3 * A, m->md);
+  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_QKV_W)), m->gh, gather_input(m, a->ln1), N,
+                            C, 3 * A, m->md);
   td_linear_backward_input(m->dev, m->dln, TD_F32, m->gh, W(m, LT(m, l, TD_QKV_W)), N, C, 3 * A,
                            m->md);
-  tp_all_reduce(m, m->dln, N * C); /* column-parallel: each rank's heads' share of d ln1 */
+  /* column-parallel: each rank's heads' share of d ln1 */
+  const float *dln = reduce_rows(m, m->dln, m->dlns);
   ops->layernorm_backward(m->dev, m->dres, G(m, LT(m, l, TD_LN1_W)), G(m, LT(m, l, TD_LN1_B)),
-                          m->dln, a->x, P(m, LT(m, l, TD_LN1_W)), a->ln1_mean, a->ln1_rstd, N, C);
+                          dln, a->x, P(m, LT(m, l, TD_LN1_W)), a->ln1_mean, a->ln1_rstd, m->NS,
+                          C);
 }
 
 /* --------------------------------------------------------------------- MLP */
 
-/* ln2 = layernorm(mid)                     [N, C] md
+/* ln2 = layernorm(mid)                     [NS, C] md (all-gathered for fc1 under SP)
  * fc1 = ln2 Wfc1^T + bfc1                  [N, F]   (column-parallel: F is this rank's share)
  * gelu = gelu(fc1)                         [N, F] md
- * out = mid + dropout(sum_tp(gelu Wfc2^T) + bfc2)  [N, C]                   (row-parallel) */
+ * out = mid + dropout(sum_tp(gelu Wfc2^T) + bfc2)  [NS, C]                  (row-parallel) */
 static void mlp_block_forward(td_gpt *m, int64_t l) {
   const td_device_ops *ops = OPS(m);
   td_gpt_layer_acts *a = &m->acts[l];
   int64_t N = m->N, C = m->C, F = m->F;
   ops->layernorm_forward(m->dev, a->ln2, m->md, a->ln2_mean, a->ln2_rstd, a->mid,
-                         P(m, LT(m, l, TD_LN2_W)), P(m, LT(m, l, TD_LN2_B)), N, C,
+                         P(m, LT(m, l, TD_LN2_W)), P(m, LT(m, l, TD_LN2_B)), m->NS, C,
                          m->cfg.layernorm_eps);
-  matmul_input(m, a->ln2, N * C);
-  td_linear_forward(m->dev, a->fc1, TD_F32, a->ln2, W(m, LT(m, l, TD_FC1_W)),
+  matmul_input(m, a->ln2, m->NS * C);
+  td_linear_forward(m->dev, a->fc1, TD_F32, gather_input(m, a->ln2), W(m, LT(m, l, TD_FC1_W)),
                     P(m, LT(m, l, TD_FC1_B)), N, C, F, m->md);
   ops->gelu_forward(m->dev, a->gelu, m->md, a->fc1, N * F, gelu_kind(m));
   matmul_input(m, a->gelu, N * F);
   td_linear_forward(m->dev, m->hidden, TD_F32, a->gelu, W(m, LT(m, l, TD_FC2_W)),
                     row_parallel_bias(m, LT(m, l, TD_FC2_B)), N, F, C, m->md);
-  tp_all_reduce(m, m->hidden, N * C);
-  dropout_residual(m, a->out, a->mid, m->hidden, dropout_stream(m, l, SITE_FC2));
+  dropout_residual(m, a->out, a->mid, reduce_rows(m, m->hidden, m->hs),
+                   dropout_stream(m, l, SITE_FC2));
 }
 
 /* In: dres = d out. Out: dres = d mid. */
@@ -227,21 +271,24 @@ static void mlp_block_backward(td_gpt *m, int64_t l) {
   const td_device_ops *ops = OPS(m);
   const td_gpt_layer_acts *a = &m->acts[l];
   int64_t N = m->N, C = m->C, F = m->F;
-  const float *dfc2 = dropout_grad(m, m->dres, m->gf, dropout_stream(m, l, SITE_FC2));
+  const float *dfc2 =
+      gather_grad(m, dropout_grad(m, m->dres, m->gf, dropout_stream(m, l, SITE_FC2)));
   const void *dfc2_c = to_compute(m, dfc2, N * C);
-  ops->bias_backward(m->dev, G(m, LT(m, l, TD_FC2_B)), bias_dy(m, dfc2, dfc2_c), N, C);
+  ops->bias_backward(m->dev, G(m, LT(m, l, TD_FC2_B)), own_rows(m, bias_dy(m, dfc2, dfc2_c)),
+                     m->NS, C);
   td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC2_W)), dfc2_c, a->gelu, N, F, C, m->md);
   td_linear_backward_input(m->dev, m->dff, TD_F32, dfc2_c, W(m, LT(m, l, TD_FC2_W)), N, F, C,
                            m->md);
   ops->gelu_backward(m->dev, m->dff, m->dff, a->fc1, N * F, gelu_kind(m));
   const void *dfc1_c = to_compute(m, m->dff, N * F);
   ops->bias_backward(m->dev, G(m, LT(m, l, TD_FC1_B)), bias_dy(m, m->dff, dfc1_c), N, F);
-  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC1_W)), dfc1_c, a->ln2, N, C, F, m->md);
+  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC1_W)), dfc1_c, gather_input(m, a->ln2), N,
+                            C, F, m->md);
   td_linear_backward_input(m->dev, m->dln, TD_F32, dfc1_c, W(m, LT(m, l, TD_FC1_W)), N, C, F,
                            m->md);
-  tp_all_reduce(m, m->dln, N * C);
+  const float *dln = reduce_rows(m, m->dln, m->dlns);
   ops->layernorm_backward(m->dev, m->dres, G(m, LT(m, l, TD_LN2_W)), G(m, LT(m, l, TD_LN2_B)),
-                          m->dln, a->mid, P(m, LT(m, l, TD_LN2_W)), a->ln2_mean, a->ln2_rstd, N,
+                          dln, a->mid, P(m, LT(m, l, TD_LN2_W)), a->ln2_mean, a->ln2_rstd, m->NS,
                           C);
 }
 
@@ -282,9 +329,10 @@ static void head_forward(td_gpt *m) {
   const td_device_ops *ops = OPS(m);
   int64_t N = m->N, C = m->C, V = m->V;
   ops->layernorm_forward(m->dev, m->lnf, m->md, m->lnf_mean, m->lnf_rstd, last_hidden(m),
-                         P(m, m->lnf_w), P(m, m->lnf_b), N, C, m->cfg.layernorm_eps);
-  matmul_input(m, m->lnf, N * C);
-  td_linear_forward(m->dev, m->logits, TD_F32, m->lnf, W(m, m->head_w), NULL, N, C, V, m->md);
+                         P(m, m->lnf_w), P(m, m->lnf_b), m->NS, C, m->cfg.layernorm_eps);
+  matmul_input(m, m->lnf, m->NS * C);
+  td_linear_forward(m->dev, m->logits, TD_F32, gather_input(m, m->lnf), W(m, m->head_w), NULL, N,
+                    C, V, m->md);
   if (m->lay.tp_size > 1)
     vocab_parallel_cross_entropy(m);
   else
@@ -305,12 +353,13 @@ static void head_backward(td_gpt *m, float dloss_scale) {
     ops->cast(m->dev, m->glogits, m->md, m->logits, TD_F32, N * V);
     dlogits = m->glogits;
   }
-  td_linear_backward_weight(m->dev, G(m, m->head_w), dlogits, m->lnf, N, C, V, m->md);
+  td_linear_backward_weight(m->dev, G(m, m->head_w), dlogits, gather_input(m, m->lnf), N, C, V,
+                            m->md);
   td_linear_backward_input(m->dev, m->dln, TD_F32, dlogits, W(m, m->head_w), N, C, V, m->md);
-  tp_all_reduce(m, m->dln, N * C); /* each rank's vocabulary slice's share */
-  ops->fill(m->dev, m->dres, TD_F32, N * C, 0.0f);
-  ops->layernorm_backward(m->dev, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, last_hidden(m),
-                          P(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
+  const float *dln = reduce_rows(m, m->dln, m->dlns); /* each vocabulary slice's share */
+  ops->fill(m->dev, m->dres, TD_F32, m->NS * C, 0.0f);
+  ops->layernorm_backward(m->dev, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), dln, last_hidden(m),
+                          P(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, m->NS, C);
 }
 
 /* ------------------------------------------------------------------- model */
@@ -382,6 +431,13 @@ void td_gpt_backward(td_gpt *m, float dloss_scale) {
   grads_ready(m, 0, m->layer_first);
 }
 
+void td_gpt_reduce_sequence_parallel_grads(td_gpt *m) {
+  if (!m->sp) return;
+  for (int i = 0; i < m->n_tensors; i++) /* the replicated tensors: one rank's tokens each */
+    if (m->tensors[i].split_dim < 0)
+      td_comm_all_reduce(m->lay.tp_comm, G(m, i), G(m, i), m->tensors[i].numel, TD_F32, TD_OP_SUM);
+}
+
 void td_gpt_zero_grads(td_gpt *m) {
   OPS(m)->fill(m->dev, m->grads, TD_F32, m->flat_numel, 0.0f);
 }
@@ -408,42 +464,48 @@ static void *take(bump *b, int64_t n, td_dtype dt) {
 }
 
 static void carve_layer(td_gpt *m, bump *b, td_gpt_layer_acts *a) {
-  int64_t N = m->N, C = m->C, F = m->F, A = m->A;
-  a->ln1_mean = take(b, N, TD_F32), a->ln1_rstd = take(b, N, TD_F32);
-  a->ln1 = take(b, N * C, m->md);
+  int64_t N = m->N, NS = m->NS, C = m->C, F = m->F, A = m->A;
+  size_t before = b->used;
+  a->ln1_mean = take(b, NS, TD_F32), a->ln1_rstd = take(b, NS, TD_F32);
+  a->ln1 = take(b, NS * C, m->md);
   a->qkv = take(b, N * 3 * A, m->md);
   a->att = take(b, N * A, m->md);
   a->att_lse = take(b, m->B * m->H * m->T, TD_F32);
-  a->mid = take(b, N * C, TD_F32);
-  a->ln2_mean = take(b, N, TD_F32), a->ln2_rstd = take(b, N, TD_F32);
-  a->ln2 = take(b, N * C, m->md);
+  a->mid = take(b, NS * C, TD_F32);
+  a->ln2_mean = take(b, NS, TD_F32), a->ln2_rstd = take(b, NS, TD_F32);
+  a->ln2 = take(b, NS * C, m->md);
   a->fc1 = take(b, N * F, TD_F32);
   a->gelu = take(b, N * F, m->md);
-  a->out = take(b, N * C, TD_F32);
+  a->out = take(b, NS * C, TD_F32);
+  m->layer_bytes = b->used - before;
 }
 
 static void carve(td_gpt *m, bump *b) {
   int64_t N = m->N, C = m->C, F = m->F, V = m->V;
   m->tokens = take(b, N, TD_I32), m->targets = take(b, N, TD_I32);
   m->positions = take(b, N, TD_I32);
-  m->emb = take(b, N * C, TD_F32);
+  m->emb = take(b, m->NS * C, TD_F32);
   for (int64_t l = 0; l < m->n_layers; l++) {
     carve_layer(m, b, &m->acts[l]);
     m->acts[l].x = l ? m->acts[l - 1].out : m->emb;
   }
-  m->lnf_mean = take(b, N, TD_F32), m->lnf_rstd = take(b, N, TD_F32);
-  m->lnf = take(b, N * C, m->md);
+  m->lnf_mean = take(b, m->NS, TD_F32), m->lnf_rstd = take(b, m->NS, TD_F32);
+  m->lnf = take(b, m->NS * C, m->md);
   m->logits = take(b, N * V, TD_F32);
   m->losses = take(b, N, TD_F32), m->ce_lse = take(b, N, TD_F32);
   m->mask = take(b, N, TD_F32), m->dloss = take(b, N, TD_F32);
   m->hidden = take(b, N * C, TD_F32);
-  m->dres = take(b, N * C, TD_F32), m->dln = take(b, N * C, TD_F32);
+  m->dres = take(b, m->NS * C, TD_F32), m->dln = take(b, N * C, TD_F32);
   m->gf = take(b, N * (C > 3 * m->A ? C : 3 * m->A), TD_F32);
   m->dff = take(b, N * F, TD_F32);
   m->gatt = take(b, N * m->A, m->md);
   m->gh = take(b, m->half_numel, m->md);
   m->glogits = m->md == TD_F32 ? NULL : take(b, N * V, m->md);
   m->half = m->cd == TD_F16 ? take(b, m->half_numel, TD_F16) : NULL;
+  if (m->sp) {
+    m->full = take(b, N * C, TD_F32), m->gath = take(b, N * C, m->md);
+    m->hs = take(b, m->NS * C, TD_F32), m->dlns = take(b, m->NS * C, TD_F32);
+  }
 }
 
 /* positions[b*T + t] = t */
@@ -481,12 +543,15 @@ static void check_config(const td_gpt_config *c, const td_gpt_layout *lay, int64
                c->vocab_size % lay->tp_size == 0,
            "heads %lld, ffn %lld, vocabulary %lld not divisible by tp %d", (long long)c->heads,
            (long long)c->ffn_hidden, (long long)c->vocab_size, lay->tp_size);
+  TD_CHECK(!lay->sequence_parallel || (micro_batch * c->seq_len) % lay->tp_size == 0,
+           "sequence parallelism: %lld tokens not divisible by tp %d",
+           (long long)(micro_batch * c->seq_len), lay->tp_size);
   /* Pipeline stages (send/recv between stages) are not built yet. */
   TD_CHECK(lay->has_embedding && lay->has_head, "only one pipeline stage runs so far");
 }
 
 td_gpt_layout td_gpt_layout_single(const td_gpt_config *cfg) {
-  td_gpt_layout lay = {1, 0, 0, cfg->num_layers, 1, 1, NULL};
+  td_gpt_layout lay = {1, 0, 0, cfg->num_layers, 1, 1, NULL, 0};
   return lay;
 }
 
@@ -497,6 +562,9 @@ static void set_sizes(td_gpt *m, int64_t micro_batch) {
   m->C = c->hidden, m->H = c->heads / tp, m->D = c->hidden / c->heads;
   m->F = c->ffn_hidden / tp, m->V = c->vocab_size / tp;
   m->A = m->H * m->D;
+  m->sp = m->lay.sequence_parallel && tp > 1;
+  m->NS = m->sp ? m->N / tp : m->N;
+  m->ns0 = m->sp ? m->NS * m->lay.tp_rank : 0;
   int64_t widest = 3 * m->A > m->F ? 3 * m->A : m->F;
   m->half_numel = m->N * (widest > m->C ? widest : m->C);
   m->vocab_start = m->V * m->lay.tp_rank;
@@ -549,5 +617,6 @@ td_gpt_memory td_gpt_memory_report(const td_gpt *m) {
   r.params = r.grads = (size_t)m->flat_numel * sizeof(float);
   r.weights_bf16 = m->weights_lp ? (size_t)m->flat_numel * td_dtype_size(m->md) : 0;
   r.activations = m->arena_bytes;
+  r.activations_per_layer = m->layer_bytes;
   return r;
 }

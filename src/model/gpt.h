@@ -38,6 +38,18 @@
  * unsplit one. Collectives read and write device memory directly (the CPU
  * device's memory is host memory).
  *
+ * Sequence parallelism (Megatron's --sequence-parallel, Korthikanti et al. 2022)
+ * splits what tensor parallelism replicates: the residual stream, LayerNorms and
+ * hidden dropout hold this rank's NS = N / tp tokens (tokens [r NS, (r+1) NS) of
+ * the micro-batch). A column-parallel layer all-gathers its LayerNorm output
+ * (again in backward: only this rank's part is kept) and a row-parallel layer
+ * reduce-scatters its partial output instead of all-reducing it; the backward
+ * runs the conjugates (reduce-scatter of the input gradient, all-gather of the
+ * output gradient). Hidden dropout draws the counters of its tokens' place in the
+ * whole micro-batch, so the masks do not depend on tp. The replicated parameters
+ * (LayerNorms, row-parallel biases, position embedding) then get gradients from
+ * this rank's tokens only: td_gpt_reduce_sequence_parallel_grads sums them.
+ *
  * Mixed precision (compute dtype TD_BF16 or TD_F16): matmul inputs (weights,
  * LayerNorm and GELU outputs, attention) are bf16 / fp16, accumulation, master
  * weights, gradients and the residual stream fp32. The low-precision weights are
@@ -75,6 +87,7 @@ typedef struct td_gpt_layout {
   int64_t layer_begin, layer_end; /* global layer indices [begin, end) */
   int has_embedding, has_head;
   td_comm *tp_comm;
+  int sequence_parallel; /* with tp_size > 1: LayerNorm / dropout regions split by tokens */
 } td_gpt_layout;
 
 /* The single-process layout: tp = 1, all layers, embedding and head. */
@@ -161,10 +174,17 @@ void td_gpt_backward(td_gpt *m, float dloss_scale);
 typedef void (*td_gpt_grads_ready_fn)(void *ctx, int first, int count);
 void td_gpt_set_grads_ready_hook(td_gpt *m, td_gpt_grads_ready_fn fn, void *ctx);
 
+/* Under sequence parallelism, sum the gradients of the replicated parameters over
+ * the TP group (each rank's backward saw its own tokens); nothing otherwise. Call
+ * once per iteration after the last backward, when no other operation on the
+ * gradients is in flight (after the data-parallel all-reduce). */
+void td_gpt_reduce_sequence_parallel_grads(td_gpt *m);
+
 /* Device bytes held by the model. weights_bf16: the low-precision weight copy
  * (bf16; under TD_F16 the fp16-rounded weights, held in fp32). */
 typedef struct td_gpt_memory {
   size_t params, grads, weights_bf16, activations;
+  size_t activations_per_layer; /* what one transformer layer keeps for backward */
 } td_gpt_memory;
 td_gpt_memory td_gpt_memory_report(const td_gpt *m);
 

@@ -18,20 +18,21 @@ enum {
   TD_GPT_LAYER_TENSORS
 };
 
-/* What one layer keeps from forward for backward (device memory). */
+/* What one layer keeps from forward for backward (device memory). Rows NS are
+ * this rank's tokens of the sequence-parallel region (N without it). */
 typedef struct {
-  const float *x;              /* N x C    the layer's input (residual stream) */
-  float *ln1_mean, *ln1_rstd;  /* N */
-  void *ln1;                   /* N x C    md */
+  const float *x;              /* NS x C   the layer's input (residual stream) */
+  float *ln1_mean, *ln1_rstd;  /* NS */
+  void *ln1;                   /* NS x C   md */
   void *qkv;                   /* N x 3A   md, per token [H, 3, D] (this rank's heads) */
   void *att;                   /* N x A    md, per token [H, D] */
   float *att_lse;              /* B x H x T */
-  float *mid;                  /* N x C    residual after attention */
-  float *ln2_mean, *ln2_rstd;  /* N */
-  void *ln2;                   /* N x C    md */
+  float *mid;                  /* NS x C   residual after attention */
+  float *ln2_mean, *ln2_rstd;  /* NS */
+  void *ln2;                   /* NS x C   md */
   float *fc1;                  /* N x F    before GELU */
   void *gelu;                  /* N x F    md */
-  float *out;                  /* N x C    residual after the MLP: the next layer's x */
+  float *out;                  /* NS x C   residual after the MLP: the next layer's x */
 } td_gpt_layer_acts;
 
 struct td_gpt {
@@ -41,6 +42,9 @@ struct td_gpt {
   td_dtype cd, md;
   int64_t B, T, N, C, H, D, F, V, n_layers; /* local sizes; n_layers on this rank */
   int64_t A;                                /* H * D: this rank's attention width */
+  int sp;                                   /* sequence parallelism on (tp > 1) */
+  int64_t NS, ns0; /* tokens of the sequence-parallel region held here, the first:
+                      N / tp and tp_rank x NS under sequence parallelism, else N and 0 */
   int64_t vocab_start;                      /* first vocabulary row held here */
 
   /* parameters: views into the flat buffers */
@@ -57,15 +61,15 @@ struct td_gpt {
   size_t arena_bytes;
   td_gpt_layer_acts *acts;           /* n_layers (host array of device pointers) */
   int32_t *tokens, *targets, *positions; /* N */
-  float *emb;                        /* N x C   embedding output: layer 0's input */
-  float *lnf_mean, *lnf_rstd;        /* N */
-  void *lnf;                         /* N x C   md */
+  float *emb;                        /* NS x C  embedding output: layer 0's input */
+  float *lnf_mean, *lnf_rstd;        /* NS */
+  void *lnf;                         /* NS x C  md */
   float *logits;                     /* N x V   (dlogits in backward, in place) */
   float *losses, *ce_lse, *mask, *dloss; /* N */
   float *h_ce;     /* host: (tp + 2) x N, the vocabulary-parallel cross-entropy's staging */
   float *hidden;                     /* N x C   linear output before dropout + residual */
   /* backward scratch */
-  float *dres;   /* N x C   gradient of the residual stream */
+  float *dres;   /* NS x C  gradient of the residual stream */
   float *dln;    /* N x C   gradient of a LayerNorm output */
   float *gf;     /* N x max(C, 3A) fp32 scratch: dropout-masked gradients, fp32 dqkv */
   float *dff;    /* N x F   gradient of the MLP hidden */
@@ -75,6 +79,12 @@ struct td_gpt {
   uint16_t *half;     /* half_numel fp16 scratch of the fp16 rounding (TD_F16 only) */
   int64_t half_numel; /* N x max(C, 3A, F) */
   float *h_losses; /* N, host */
+  /* sequence parallelism only (NULL otherwise) */
+  float *full;  /* N x C   fp32: the embedding's partial lookup, all-gathered gradients */
+  void *gath;   /* N x C   md: an all-gathered LayerNorm output */
+  float *hs;    /* NS x C  a row-parallel output reduce-scattered to this rank's tokens */
+  float *dlns;  /* NS x C  an input gradient reduce-scattered to this rank's tokens */
+  size_t layer_bytes; /* what one layer keeps (activations_per_layer) */
 
   td_gpt_grads_ready_fn grads_ready; /* td_gpt_set_grads_ready_hook */
   void *grads_ready_ctx;

@@ -183,9 +183,10 @@ static int64_t ddp_bucket_size(const trainer *t) {
  * tensor-parallel layout. Pipeline stages are refused until the model splits them. */
 static void setup_topology(trainer *t) {
   const td_args *a = t->a;
-  if (a->sequence_parallel)
-    td_fail("--sequence-parallel: sequence parallelism is not in this build of trident yet; "
-            "tensor parallelism without it is");
+  if (a->sequence_parallel && a->seq_length % a->tensor_model_parallel_size)
+    td_fail("--sequence-parallel: --seq-length %lld is not divisible by "
+            "--tensor-model-parallel-size %lld (each TP rank holds an equal part of the sequence)",
+            (long long)a->seq_length, (long long)a->tensor_model_parallel_size);
   if (a->pipeline_model_parallel_size > 1)
     td_fail("--pipeline-model-parallel-size %lld: pipeline parallelism is not in this build of "
             "trident yet (data and tensor parallelism are)",
@@ -226,9 +227,10 @@ static void print_summary(const trainer *t) {
            "overlapped with backward\n",
            t->ddp.n_buckets, (long long)ddp_bucket_size(t));
   printf(" > memory per rank (MiB): parameters %.1f | gradients %.1f | optimizer state %.1f | "
-         "%s weights %.1f | activations %.1f\n",
+         "%s weights %.1f | activations %.1f (%.2f per layer%s)\n",
          mem.params / 1048576.0, mem.grads / 1048576.0, optim / 1048576.0,
-         td_dtype_name(t->compute), mem.weights_bf16 / 1048576.0, mem.activations / 1048576.0);
+         td_dtype_name(t->compute), mem.weights_bf16 / 1048576.0, mem.activations / 1048576.0,
+         mem.activations_per_layer / 1048576.0, a->sequence_parallel ? ", sequence-parallel" : "");
   printf(" > global batch %lld = micro batch %lld x %lld micro-batches x data-parallel %d; "
          "padded vocab %lld\n",
          (long long)a->global_batch_size, (long long)a->micro_batch_size,
@@ -329,6 +331,7 @@ static step_result train_step(trainer *t) {
     if (last) td_gpt_set_grads_ready_hook(t->model, NULL, NULL);
   }
   if (t->dp_size > 1) td_ddp_finish(&t->ddp);
+  td_gpt_reduce_sequence_parallel_grads(t->model);
   r.lm_loss = dp_sum(t, loss_sum) / denom;
   r.grad_norm = sqrt(grad_sum_squares(t)) / scale;
   int found_inf = !isfinite(r.grad_norm);
@@ -602,6 +605,7 @@ int td_train(td_args *a) {
   td_gpt_layout lay = td_gpt_layout_single(&t.cfg);
   lay.tp_size = t.topo.layout.tp, lay.tp_rank = t.topo.coord.tp;
   lay.tp_comm = t.topo.group[TD_GROUP_TP];
+  lay.sequence_parallel = (int)a->sequence_parallel;
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);
   td_gpt_init_params(t.model, (uint64_t)a->seed);
   setup_optimizer(&t);

@@ -222,17 +222,17 @@ static void cpu_scale(td_device *d, float *x, int64_t n, float alpha) {
   for (int64_t i = 0; i < n; i += EW_CHUNK) isa->scale(x + i, min64(EW_CHUNK, n - i), alpha);
 }
 
-/* x[k] = unit(td_rng_u32(seed, stream, k)) >= p ? x[k] / (1 - p) : 0, with
+/* x[k] = unit(td_rng_u32(seed, stream, first + k)) >= p ? x[k] / (1 - p) : 0, with
  * unit() = td_rng_bits_to_unit, so P(keep) = 1 - p; p == 0 is the identity. */
 static void cpu_dropout(td_device *d, float *x, int64_t n, float p, uint64_t seed,
-                        uint64_t stream) {
+                        uint64_t stream, uint64_t first) {
   (void)d;
   TD_CHECK(p >= 0.0f && p <= 1.0f, "dropout probability %g outside [0, 1]", (double)p);
   if (p == 0.0f) return;
   const td_ew_isa *isa = ew_isa();
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
   for (int64_t i = 0; i < n; i += EW_CHUNK)
-    isa->dropout(x, i, min64(i + EW_CHUNK, n), p, seed, stream);
+    isa->dropout(x, i, min64(i + EW_CHUNK, n), p, seed, stream, first);
 }
 
 /* ----------------------------------------------------------------- embedding */

@@ -36,8 +36,9 @@ typedef struct td_ew_isa {
                         td_gelu_kind kind);
   void (*add)(float *out, const float *a, const float *b, int64_t n); /* out = a + b */
   void (*scale)(float *x, int64_t n, float alpha);                    /* x *= alpha */
-  /* Elements [k0, k1) of x (x points at element 0; k0 is a multiple of 64). */
-  void (*dropout)(float *x, int64_t k0, int64_t k1, float p, uint64_t seed, uint64_t stream);
+  /* Elements [i0, i1) of x; element i draws counter first + i. */
+  void (*dropout)(float *x, int64_t i0, int64_t i1, float p, uint64_t seed, uint64_t stream,
+                  uint64_t first);
   /* logsumexp of one row of vocab logits */
   float (*logsumexp_row)(const float *logits, int64_t vocab);
   /* dlogits[j] = exp(logits[j] - lse) dloss, j < vocab (may alias) */

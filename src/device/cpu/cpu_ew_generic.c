@@ -122,19 +122,23 @@ static void scale(float *x, int64_t n, float alpha) {
 
 /* ------------------------------------------------------------------ dropout */
 
-/* Element k is kept iff unit(td_rng_u32(seed, stream, k)) >= p; one Philox block
- * (rng.h's counter layout) gives the bits of elements 4j .. 4j+3. */
-static void dropout(float *x, int64_t k0, int64_t k1, float p, uint64_t seed, uint64_t stream) {
+/* Element i is kept iff unit(td_rng_u32(seed, stream, first + i)) >= p; one Philox
+ * block (rng.h's counter layout) gives the bits of counters 4j .. 4j+3. */
+static void dropout(float *x, int64_t i0, int64_t i1, float p, uint64_t seed, uint64_t stream,
+                    uint64_t first) {
   const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
   const float s = 1.0f / (1.0f - p);
-  for (int64_t k = k0; k < k1; k += 4) {
-    uint64_t j = (uint64_t)k / 4;
-    uint32_t ctr[4] = {(uint32_t)j, (uint32_t)(j >> 32), (uint32_t)stream,
-                       (uint32_t)(stream >> 32)};
-    uint32_t bits[4];
-    td_philox4x32_10(ctr, key, bits);
-    for (int64_t q = 0; q < 4 && k + q < k1; q++)
-      x[k + q] = td_rng_bits_to_unit(bits[q]) >= p ? x[k + q] * s : 0.0f;
+  uint32_t bits[4];
+  uint64_t have = UINT64_MAX; /* the block in bits */
+  for (int64_t i = i0; i < i1; i++) {
+    uint64_t k = first + (uint64_t)i, j = k / 4;
+    if (j != have) {
+      uint32_t ctr[4] = {(uint32_t)j, (uint32_t)(j >> 32), (uint32_t)stream,
+                         (uint32_t)(stream >> 32)};
+      td_philox4x32_10(ctr, key, bits);
+      have = j;
+    }
+    x[i] = td_rng_bits_to_unit(bits[k % 4]) >= p ? x[i] * s : 0.0f;
   }
 }
 
