@@ -314,6 +314,14 @@ static void test_validation_errors(void) {
       {"--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 8 "
        "--max-position-embeddings 8 --micro-batch-size 1 --train-iters 5 --lr 1 --vocab-size 10",
        1, "no training data: give --data-path PREFIX"},
+      {"--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 8 "
+       "--max-position-embeddings 8 --micro-batch-size 1 --train-iters 5 --lr 1 --data-path d "
+       "--merge-file m.txt",
+       1, "--merge-file without --vocab-file: the GPT-2 tokenizer (GPT2BPETokenizer) needs both"},
+      {"--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 8 "
+       "--max-position-embeddings 8 --micro-batch-size 1 --train-iters 5 --lr 1 --data-path d "
+       "--vocab-file v.json",
+       1, "--vocab-file without --merge-file: the GPT-2 tokenizer (GPT2BPETokenizer) needs both"},
   };
   check_refusals("", missing, (int)(sizeof missing / sizeof *missing));
 }
@@ -360,6 +368,52 @@ static void test_help_and_json(void) {
   td_args_free(&a);
 }
 
+/* argparse semantics: a flag given twice keeps its last value, so overrides can be
+ * appended to a script (the seed script + "--train-iters 1 --log-interval 1 ..."). */
+static void test_last_wins(void) {
+  td_args a;
+  cmdline c;
+  char err[256] = "";
+  CHECK(run(&a, &c,
+            SEED_SCRIPT " --train-iters 1 --log-interval 1 --eval-iters 0 --save-interval 1 "
+                        "--lr-decay-style linear --lr=3e-4 --save ./other --data-path x_text_document "
+                        "--split 98,2,0 --transformer-impl transformer_engine --fp16 "
+                        "--distributed-backend gloo",
+            1, err, sizeof err) == 0,
+        "the seed script with overrides appended (%s)", err);
+  CHECK(a.train_iters == 1 && a.log_interval == 1 && a.eval_iters == 0 && a.save_interval == 1,
+        "integers: the last value wins");
+  CHECK(a.lr == 3e-4 && a.lr_decay_style == TD_LR_LINEAR, "number and choice: the last value wins");
+  CHECK(!strcmp(a.save, "./other") && !strcmp(a.split, "98,2,0"), "strings: the last value wins");
+  CHECK(a.data_path.n == 1 && !strcmp(a.data_path.v[0], "x_text_document"),
+        "a list given twice is replaced, not appended to");
+  CHECK(a.fp16 && !a.bf16, "a switch given twice stays on");
+  CHECK(a.lr_decay_iters == 320000 && a.num_layers == 24, "the script's other values stay");
+  char *notes = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&notes, &len);
+  td_args_print_notes(&a, f);
+  fclose(f);
+  int lines = 0;
+  for (char *p = notes; *p; p++)
+    lines += *p == '\n';
+  CHECK(lines == 3, "a GPU-only flag given twice is explained once (%d notes)", lines);
+  free(notes);
+  td_args_free(&a);
+  /* A bad value is refused even when a later one would be good (argparse too). */
+  CHECK(run(&a, &c, SMALL " --train-iters 2 --num-layers x --num-layers 2", 1, err, sizeof err) == -1 &&
+            strstr(err, "--num-layers expects a positive integer; got 'x'"),
+        "an earlier bad value is still an error: %s", err);
+  td_args_free(&a);
+  /* The checks see the final values: an override can make a script valid. */
+  err[0] = 0;
+  CHECK(run(&a, &c, SMALL " --train-iters 2 --num-attention-heads 5 --num-attention-heads 8", 1, err,
+            sizeof err) == 0 &&
+            a.num_attention_heads == 8,
+        "validation uses the last value (%s)", err);
+  td_args_free(&a);
+}
+
 static void test_help_flag(void) {
   td_args a;
   cmdline c;
@@ -381,5 +435,6 @@ int main(void) {
   test_validation_errors();
   test_help_and_json();
   test_help_flag();
+  test_last_wins();
   return tst_finish();
 }

@@ -662,6 +662,12 @@ static int check_schedule(td_args *a, char *err, size_t errlen) {
 }
 
 static int check_tokenizer(td_args *a, char *err, size_t errlen) {
+  if (a->tokenizer_type < 0 && a->vocab_size == TD_UNSET && !a->vocab_file != !a->merge_file)
+    return td_errorf(err, errlen,
+                "%s: the GPT-2 tokenizer (GPT2BPETokenizer) needs both --vocab-file and "
+                "--merge-file",
+                a->vocab_file ? "--vocab-file without --merge-file"
+                              : "--merge-file without --vocab-file");
   if (a->tokenizer_type < 0 && a->vocab_file && a->merge_file) a->tokenizer_type = TD_TOK_GPT2BPE;
   if (a->tokenizer_type < 0 && a->vocab_size != TD_UNSET) a->tokenizer_type = TD_TOK_NULL;
   if (a->tokenizer_type < 0)
