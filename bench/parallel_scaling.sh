@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Data and tensor parallelism on one 2-core host, side by side in one session:
+# `trident train --mock-data` on GPT-2 124M (12 layers, 768 hidden, 12 heads,
+# vocabulary 50257 -> 50304, seq 256, micro-batch 4, global batch 8, no dropout)
+# as
+#   1x2   one process, 2 threads (2 micro-batches of gradient accumulation)
+#   dp2   mpirun -np 2, 1 thread each, data-parallel (1 micro-batch each)
+#   tp2   mpirun -np 2, 1 thread each, tensor-parallel 2 (2 micro-batches)
+#   tp2sp the same with --sequence-parallel
+# Prints, per layout, the median time per iteration over the measured iterations
+# (the first `--skip` are warm-up), tokens/s, its ratio to 1x2, the exposed
+# data-parallel all-reduce time trident reports, and activation bytes per layer.
+# Usage: bench/parallel_scaling.sh [--trident build/trident] [--dtype fp32|bf16]
+#        [--iters 6] [--skip 2] [--layouts "1x2 dp2 tp2 tp2sp"]
+set -euo pipefail
+bin=build/trident dtype=fp32 iters=6 skip=2 layouts="1x2 dp2 tp2 tp2sp"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --trident) bin=$2; shift 2 ;;
+    --dtype) dtype=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    --skip) skip=$2; shift 2 ;;
+    --layouts) layouts=$2; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+model=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 256
+  --max-position-embeddings 1024 --micro-batch-size 4 --global-batch-size 8 --lr 1e-4
+  --hidden-dropout 0 --attention-dropout 0 --mock-data --tokenizer-type NullTokenizer
+  --vocab-size 50256 --log-interval 1 --eval-iters 0 --train-iters "$iters")
+[ "$dtype" = bf16 ] && model+=(--bf16)
+mpi=(mpirun --oversubscribe --allow-run-as-root -np 2 --bind-to core)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+tokens=$((8 * 256))
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+printf "%-6s %-9s %12s %10s %8s %14s %12s\n" layout dtype "ms/iter" "tokens/s" "vs 1x2" "exposed DP ar" "act/layer MiB"
+base=
+for l in $layouts; do
+  case $l in
+    1x2) OMP_NUM_THREADS=2 "$bin" train "${model[@]}" >"$tmp/$l.log" 2>&1 ;;
+    dp2) OMP_NUM_THREADS=1 "${mpi[@]}" "$bin" train "${model[@]}" >"$tmp/$l.log" 2>&1 ;;
+    tp2) OMP_NUM_THREADS=1 "${mpi[@]}" "$bin" train "${model[@]}" --tensor-model-parallel-size 2 >"$tmp/$l.log" 2>&1 ;;
+    tp2sp) OMP_NUM_THREADS=1 "${mpi[@]}" "$bin" train "${model[@]}" --tensor-model-parallel-size 2 \
+      --sequence-parallel >"$tmp/$l.log" 2>&1 ;;
+    *) echo "unknown layout $l" >&2; exit 2 ;;
+  esac
+  ms=$(grep -oE 'elapsed time per iteration \(ms\): [0-9.]+' "$tmp/$l.log" | awk '{ print $NF }' |
+    tail -n +$((skip + 1)) | median)
+  exposed=$(grep -oE 'backward: [0-9.]+ ms per iteration \([0-9.]+%' "$tmp/$l.log" |
+    tail -n +$((skip + 1)) | sed -E 's/.*\(([0-9.]+)%/\1/' | median || true)
+  act=$(grep -oE '[0-9.]+ per layer' "$tmp/$l.log" | cut -d' ' -f1 || true)
+  [ -n "$ms" ] || { echo "$l failed:"; tail -5 "$tmp/$l.log"; continue; }
+  [ -z "$base" ] && base=$ms
+  printf "%-6s %-9s %12.1f %10.0f %8.3f %14s %12s\n" "$l" "$dtype" "$ms" \
+    "$(echo "$tokens * 1000 / $ms" | bc -l)" "$(echo "$base / $ms" | bc -l)" "${exposed:+$exposed%}" "$act"
+done
