@@ -53,23 +53,46 @@ int td_remove_tree(const char *path, char *err, size_t errlen) {
   return 0;
 }
 
-int td_write_file(const char *path, const void *data, size_t len, char *err, size_t errlen) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return td_errorf(err, errlen, "cannot create '%s': %s", path, strerror(errno));
+int td_file_create(td_file_writer *w, const char *path, char *err, size_t errlen) {
+  w->path = path;
+  w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (w->fd < 0) return td_errorf(err, errlen, "cannot create '%s': %s", path, strerror(errno));
+  return 0;
+}
+
+int td_file_append(td_file_writer *w, const void *data, size_t len, char *err, size_t errlen) {
   const char *p = data;
   while (len > 0) {
-    ssize_t w = write(fd, p, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int e = errno;
-      close(fd);
-      return td_errorf(err, errlen, "cannot write '%s': %s", path, strerror(e));
-    }
-    p += w, len -= (size_t)w;
+    ssize_t n = write(w->fd, p, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return td_errorf(err, errlen, "cannot write '%s': %s", w->path, strerror(errno));
+    p += n, len -= (size_t)n;
   }
-  if (fsync(fd) != 0 || close(fd) != 0)
-    return td_errorf(err, errlen, "cannot flush '%s' to disk: %s", path, strerror(errno));
   return 0;
+}
+
+int td_file_finish(td_file_writer *w, char *err, size_t errlen) {
+  int bad = fsync(w->fd) != 0;
+  int e = errno;
+  bad |= close(w->fd) != 0;
+  w->fd = -1;
+  if (bad) return td_errorf(err, errlen, "cannot flush '%s' to disk: %s", w->path, strerror(e ? e : errno));
+  return 0;
+}
+
+void td_file_abort(td_file_writer *w) {
+  if (w->fd >= 0) close(w->fd);
+  w->fd = -1;
+}
+
+int td_write_file(const char *path, const void *data, size_t len, char *err, size_t errlen) {
+  td_file_writer w;
+  if (td_file_create(&w, path, err, errlen)) return -1;
+  if (td_file_append(&w, data, len, err, errlen)) {
+    td_file_abort(&w);
+    return -1;
+  }
+  return td_file_finish(&w, err, errlen);
 }
 
 char *td_read_file(const char *path, size_t *len, char *err, size_t errlen) {

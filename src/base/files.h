@@ -15,6 +15,18 @@ int td_is_dir(const char *path);
 
 /* Write len bytes to path (created or truncated) and fsync it. */
 int td_write_file(const char *path, const void *data, size_t len, char *err, size_t errlen);
+
+/* The same in pieces, for files larger than what should be staged in memory:
+ * create, append as often as needed, then finish (fsync, close) or, after a
+ * failure, abort (close; the caller removes the file or its directory). */
+typedef struct {
+  int fd;
+  const char *path;
+} td_file_writer;
+int td_file_create(td_file_writer *w, const char *path, char *err, size_t errlen);
+int td_file_append(td_file_writer *w, const void *data, size_t len, char *err, size_t errlen);
+int td_file_finish(td_file_writer *w, char *err, size_t errlen);
+void td_file_abort(td_file_writer *w);
 /* Read a whole file into a NUL-terminated td_malloc'ed buffer (*len excludes the NUL). */
 char *td_read_file(const char *path, size_t *len, char *err, size_t errlen);
 /* fsync a directory, so a rename inside it is durable. */

@@ -59,30 +59,58 @@ static char *header_json(const td_st_tensor *ts, int n, const char *const *keys,
   return s;
 }
 
+static void host_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+  (void)ctx;
+  memcpy(dst, src, bytes);
+}
+
 int td_safetensors_write(const char *path, const td_st_tensor *ts, int n,
                          const char *const *keys, const char *const *values, int n_meta,
                          char *err, size_t errlen) {
+  return td_safetensors_write_with(path, ts, n, keys, values, n_meta, host_copy, NULL, err, errlen);
+}
+
+/* The 8-byte header length, the JSON header padded with spaces to 8 bytes. */
+static int write_header(td_file_writer *w, const char *json, char *err, size_t errlen) {
+  size_t hlen = strlen(json), padded = (hlen + 7) / 8 * 8;
+  unsigned char *buf = td_malloc(8 + padded);
+  for (int b = 0; b < 8; b++) buf[b] = (unsigned char)((uint64_t)padded >> (8 * b));
+  memcpy(buf + 8, json, hlen);
+  memset(buf + 8 + hlen, ' ', padded - hlen);
+  int rc = td_file_append(w, buf, 8 + padded, err, errlen);
+  td_free(buf);
+  return rc;
+}
+
+enum { STAGE_BYTES = 64 << 20 };
+
+int td_safetensors_write_with(const char *path, const td_st_tensor *ts, int n,
+                              const char *const *keys, const char *const *values, int n_meta,
+                              td_st_copy_fn copy, void *ctx, char *err, size_t errlen) {
   for (int i = 0; i < n; i++)
     if (!dtype_tag(ts[i].dtype) || ts[i].ndim < 0 || ts[i].ndim > TD_ST_MAX_DIMS)
       return td_errorf(err, errlen, "%s: tensor '%s' has an unsupported dtype or rank", path, ts[i].name);
   size_t data_bytes;
   char *json = header_json(ts, n, keys, values, n_meta, &data_bytes);
-  size_t hlen = strlen(json), padded = (hlen + 7) / 8 * 8;
-  size_t total = 8 + padded + data_bytes;
-  unsigned char *buf = td_malloc(total);
-  for (int b = 0; b < 8; b++) buf[b] = (unsigned char)((uint64_t)padded >> (8 * b));
-  memcpy(buf + 8, json, hlen);
-  memset(buf + 8 + hlen, ' ', padded - hlen);
+  td_file_writer w;
+  int rc = td_file_create(&w, path, err, errlen);
+  if (!rc) rc = write_header(&w, json, err, errlen);
   free(json);
-  size_t off = 8 + padded;
-  for (int i = 0; i < n; i++) {
+  char *stage = rc ? NULL : td_malloc(data_bytes < STAGE_BYTES ? (data_bytes ? data_bytes : 1) : STAGE_BYTES);
+  for (int i = 0; !rc && i < n; i++) {
     size_t bytes = (size_t)td_st_numel(&ts[i]) * td_dtype_size(ts[i].dtype);
-    if (bytes) memcpy(buf + off, ts[i].data, bytes);
-    off += bytes;
+    for (size_t off = 0; !rc && off < bytes; off += STAGE_BYTES) {
+      size_t len = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
+      copy(ctx, stage, (const char *)ts[i].data + off, len);
+      rc = td_file_append(&w, stage, len, err, errlen);
+    }
   }
-  int rc = td_write_file(path, buf, total, err, errlen);
-  td_free(buf);
-  return rc;
+  td_free(stage);
+  if (rc) { /* nothing half-written left behind */
+    if (w.fd >= 0) td_file_abort(&w), remove(path);
+    return -1;
+  }
+  return td_file_finish(&w, err, errlen);
 }
 
 /* ------------------------------------------------------------------ read */

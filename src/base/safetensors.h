@@ -33,6 +33,15 @@ int td_safetensors_write(const char *path, const td_st_tensor *tensors, int n,
                          const char *const *meta_keys, const char *const *meta_values, int n_meta,
                          char *err, size_t errlen);
 
+/* The same with tensor data that is not host memory (a device's): copy(ctx, dst,
+ * src, bytes) brings bytes of a tensor's data to the host, a piece at a time
+ * through one bounded staging buffer, so the file is never staged whole. */
+typedef void (*td_st_copy_fn)(void *ctx, void *dst, const void *src, size_t bytes);
+int td_safetensors_write_with(const char *path, const td_st_tensor *tensors, int n,
+                              const char *const *meta_keys, const char *const *meta_values,
+                              int n_meta, td_st_copy_fn copy, void *ctx, char *err,
+                              size_t errlen);
+
 typedef struct td_safetensors td_safetensors;
 
 td_safetensors *td_safetensors_open(const char *path, char *err, size_t errlen);

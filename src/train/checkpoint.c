@@ -204,22 +204,22 @@ static int write_text(const char *path, const char *text, char *err, size_t errl
 /* ------------------------------------------------------------------ save */
 
 /* Copy tensors to the host and write them as one safetensors file. */
+static void device_to_host(void *dev, void *dst, const void *src, size_t bytes) {
+  ((td_device *)dev)->ops->copy_d2h(dev, dst, src, bytes);
+}
+
+/* The tensors (device memory) as one safetensors file, streamed through a bounded
+ * host buffer: a checkpoint never needs a second copy of the model in memory. */
 static int save_tensors(td_device *dev, const char *path, const td_ckpt_tensor *ts, int n,
                         char *err, size_t errlen) {
-  size_t total = 0;
-  for (int i = 0; i < n; i++) total += tensor_bytes(&ts[i]);
-  char *host = td_malloc(total ? total : 1);
   td_st_tensor *st = td_calloc(sizeof *st * (size_t)(n ? n : 1));
-  size_t off = 0;
   for (int i = 0; i < n; i++) {
-    dev->ops->copy_d2h(dev, host + off, ts[i].data, tensor_bytes(&ts[i]));
-    st[i] = (td_st_tensor){.name = ts[i].name, .dtype = TD_F32, .ndim = ts[i].ndim, .data = host + off};
+    st[i] = (td_st_tensor){.name = ts[i].name, .dtype = TD_F32, .ndim = ts[i].ndim, .data = ts[i].data};
     memcpy(st[i].shape, ts[i].shape, sizeof ts[i].shape);
-    off += tensor_bytes(&ts[i]);
   }
   const char *k[] = {"format"}, *v[] = {"pt"};
-  int rc = td_safetensors_write(path, st, n, k, v, 1, err, errlen);
-  td_free(st), td_free(host);
+  int rc = td_safetensors_write_with(path, st, n, k, v, 1, device_to_host, dev, err, errlen);
+  td_free(st);
   return rc;
 }
 
