@@ -211,7 +211,8 @@ static int import_hf(const conv_args *a) {
   int64_t vocab = td_hf_vocab_size(h);
   td_device *dev = td_device_open("cpu");
   params p = params_alloc(dev, &cfg);
-  if (td_hf_read_params(h, p.tensors, p.n, p.flat, err, sizeof err)) td_fail("--input %s", err);
+  if (td_hf_read_params(h, p.tensors, p.n, p.flat, err, sizeof err))
+    td_fail("--input %s: %s", a->input, err);
   td_hf_close(h);
   char *state = import_state(&cfg, vocab, divisible_by, a->input);
   td_ckpt_contents c = {.iteration = 0, .params = p.ck, .n_params = p.n, .state_json = state};
