@@ -8,8 +8,10 @@
 #   tp2   mpirun -np 2, 1 thread each, tensor-parallel 2 (2 micro-batches)
 #   tp2sp the same with --sequence-parallel
 # Prints, per layout, the median time per iteration over the measured iterations
-# (the first `--skip` are warm-up), tokens/s, its ratio to 1x2, the exposed
-# data-parallel all-reduce time trident reports, and activation bytes per layer.
+# (the first `--skip` are warm-up), tokens/s, its ratio to 1x2, the share of the
+# iteration in communication trident reports (data parallel: the all-reduce time
+# not hidden behind backward; tensor parallel: the TP collectives), and the
+# activation bytes one layer keeps.
 # Usage: bench/parallel_scaling.sh [--trident build/trident] [--dtype fp32|bf16]
 #        [--iters 6] [--skip 2] [--layouts "1x2 dp2 tp2 tp2sp"]
 set -euo pipefail
@@ -36,7 +38,7 @@ tokens=$((8 * 256))
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-printf "%-6s %-9s %12s %10s %8s %14s %12s\n" layout dtype "ms/iter" "tokens/s" "vs 1x2" "exposed DP ar" "act/layer MiB"
+printf "%-6s %-9s %12s %10s %8s %14s %12s\n" layout dtype "ms/iter" "tokens/s" "vs 1x2" "comm share" "act/layer MiB"
 base=
 for l in $layouts; do
   case $l in
@@ -49,7 +51,7 @@ for l in $layouts; do
   esac
   ms=$(grep -oE 'elapsed time per iteration \(ms\): [0-9.]+' "$tmp/$l.log" | awk '{ print $NF }' |
     tail -n +$((skip + 1)) | median)
-  exposed=$(grep -oE 'backward: [0-9.]+ ms per iteration \([0-9.]+%' "$tmp/$l.log" |
+  exposed=$(grep -oE '(backward|communication): [0-9.]+ ms per iteration \([0-9.]+%' "$tmp/$l.log" |
     tail -n +$((skip + 1)) | sed -E 's/.*\(([0-9.]+)%/\1/' | median || true)
   act=$(grep -oE '[0-9.]+ per layer' "$tmp/$l.log" | cut -d' ' -f1 || true)
   [ -n "$ms" ] || { echo "$l failed:"; tail -5 "$tmp/$l.log"; continue; }

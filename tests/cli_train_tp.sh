@@ -13,11 +13,6 @@
 # Arguments: the trident binary and the source directory.
 set -u
 bin=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
-ok() { echo "ok    $*"; }
 
 # 4 heads, FFN 128, vocabulary 501 padded to 512 at TP = 1, 2 and 4 alike.
 model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32

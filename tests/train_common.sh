@@ -1,6 +1,12 @@
-# Shared by the multi-rank training tests (sourced): run trident train on N ranks
-# and compare the losses two runs print. The caller sets bin, model (an array of
-# flags every run gets) and tmp, and defines fail / ok.
+# Shared by the multi-rank training tests (sourced after bin is set): a scratch
+# directory, fail / ok, running trident train on N ranks, and comparing the losses
+# two runs print. The caller sets model (an array of flags every run gets) before
+# calling run, and exits with $failed.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+ok() { echo "ok    $*"; }
 mpirun=$(command -v mpirun) || { echo "FAIL: mpirun not found"; exit 1; }
 
 # run NP LOG ARGS...: trident train on NP ranks (NP = 1: no launcher), one thread each

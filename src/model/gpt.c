@@ -12,6 +12,7 @@
  * stream stay fp32. */
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/error.h"
 #include "base/mem.h"
@@ -78,6 +79,31 @@ static const float *bias_dy(const td_gpt *m, const float *dy, const void *dy_c) 
 
 /* ---------------------------------------------------------- tensor parallel */
 
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The TP group's collectives, timed (td_gpt_take_comm_seconds). */
+static void tp_sum(td_gpt *m, float *x, int64_t n) {
+  double t0 = now_seconds();
+  td_comm_all_reduce(m->lay.tp_comm, x, x, n, TD_F32, TD_OP_SUM);
+  m->comm_seconds += now_seconds() - t0;
+}
+
+static void tp_gather(td_gpt *m, const void *x, void *all, int64_t n, td_dtype dt) {
+  double t0 = now_seconds();
+  td_comm_all_gather(m->lay.tp_comm, x, all, n, dt);
+  m->comm_seconds += now_seconds() - t0;
+}
+
+double td_gpt_take_comm_seconds(td_gpt *m) {
+  double s = m->comm_seconds;
+  m->comm_seconds = 0;
+  return s;
+}
+
 /* A row-parallel layer's bias: added with the partial sums of TP rank 0 only, so
  * once in the reduced output. */
 static const float *row_parallel_bias(const td_gpt *m, int t) {
@@ -95,10 +121,10 @@ static const float *row_parallel_bias(const td_gpt *m, int t) {
 static float *reduce_rows(td_gpt *m, float *partial, float *out) {
   if (m->lay.tp_size == 1) return partial;
   if (!m->sp) {
-    td_comm_all_reduce(m->lay.tp_comm, partial, partial, m->N * m->C, TD_F32, TD_OP_SUM);
+    tp_sum(m, partial, m->N * m->C);
     return partial;
   }
-  td_comm_all_reduce(m->lay.tp_comm, partial, partial, m->N * m->C, TD_F32, TD_OP_SUM);
+  tp_sum(m, partial, m->N * m->C);
   OPS(m)->copy_d2d(m->dev, out, partial + m->ns0 * m->C, (size_t)(m->NS * m->C) * sizeof(float));
   return out;
 }
@@ -107,7 +133,7 @@ static float *reduce_rows(td_gpt *m, float *partial, float *out) {
  * (all-gathered into m->gath under sequence parallelism, else x itself). */
 static const void *gather_input(td_gpt *m, const void *x) {
   if (!m->sp) return x;
-  td_comm_all_gather(m->lay.tp_comm, x, m->gath, m->NS * m->C, m->md);
+  tp_gather(m, x, m->gath, m->NS * m->C, m->md);
   return m->gath;
 }
 
@@ -115,7 +141,7 @@ static const void *gather_input(td_gpt *m, const void *x) {
  * a reduce-scatter): all-gathered into m->full under sequence parallelism. */
 static const float *gather_grad(td_gpt *m, const float *dy) {
   if (!m->sp) return dy;
-  td_comm_all_gather(m->lay.tp_comm, dy, m->full, m->NS * m->C, TD_F32);
+  tp_gather(m, dy, m->full, m->NS * m->C, TD_F32);
   return m->full;
 }
 
@@ -314,8 +340,8 @@ static void vocab_parallel_cross_entropy(td_gpt *m) {
                            m->vocab_start);
   ops->copy_d2h(m->dev, lse, m->ce_lse, (size_t)N * sizeof(float));
   ops->copy_d2h(m->dev, tl, m->losses, (size_t)N * sizeof(float));
-  td_comm_all_gather(m->lay.tp_comm, lse, lse_all, N, TD_F32);
-  td_comm_all_reduce(m->lay.tp_comm, tl, tl, N, TD_F32, TD_OP_SUM);
+  tp_gather(m, lse, lse_all, N, TD_F32);
+  tp_sum(m, tl, N);
   for (int64_t r = 0; r < N; r++) {
     double mx = -INFINITY, sum = 0;
     for (int64_t p = 0; p < tp; p++) mx = fmax(mx, lse_all[p * N + r]);
@@ -440,7 +466,7 @@ void td_gpt_reduce_sequence_parallel_grads(td_gpt *m) {
   if (!m->sp) return;
   for (int i = 0; i < m->n_tensors; i++) /* the replicated tensors: one rank's tokens each */
     if (m->tensors[i].split_dim < 0)
-      td_comm_all_reduce(m->lay.tp_comm, G(m, i), G(m, i), m->tensors[i].numel, TD_F32, TD_OP_SUM);
+      tp_sum(m, G(m, i), m->tensors[i].numel);
 }
 
 void td_gpt_zero_grads(td_gpt *m) {

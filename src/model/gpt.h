@@ -180,6 +180,9 @@ void td_gpt_set_grads_ready_hook(td_gpt *m, td_gpt_grads_ready_fn fn, void *ctx)
  * gradients is in flight (after the data-parallel all-reduce). */
 void td_gpt_reduce_sequence_parallel_grads(td_gpt *m);
 
+/* Seconds spent in tensor-parallel collectives since the previous call. */
+double td_gpt_take_comm_seconds(td_gpt *m);
+
 /* Device bytes held by the model. weights_bf16: the low-precision weight copy
  * (bf16; under TD_F16 the fp16-rounded weights, held in fp32). */
 typedef struct td_gpt_memory {

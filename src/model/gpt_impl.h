@@ -86,6 +86,7 @@ struct td_gpt {
   float *dlns;  /* NS x C  an input gradient reduce-scattered to this rank's tokens */
   size_t layer_bytes; /* what one layer keeps (activations_per_layer) */
 
+  double comm_seconds; /* in TP collectives, since td_gpt_take_comm_seconds */
   td_gpt_grads_ready_fn grads_ready; /* td_gpt_set_grads_ready_hook */
   void *grads_ready_ctx;
 

@@ -526,12 +526,16 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
   localtime_r(&now, &l.when);
   char buf[1024];
   td_format_train_log(buf, sizeof buf, &l, w);
+  double iters = (double)(w->advanced + w->skipped), tp_s = td_gpt_take_comm_seconds(t->model);
   if (t->is_logger) {
     puts(buf);
     if (t->dp_size > 1)
       printf("  data-parallel all-reduce not hidden behind backward: %.1f ms per iteration "
              "(%.1f%% of the iteration)\n",
-             1e3 * t->ddp.comm_seconds / (double)(w->advanced + w->skipped), 100 * t->ddp.comm_seconds / seconds);
+             1e3 * t->ddp.comm_seconds / iters, 100 * t->ddp.comm_seconds / seconds);
+    if (t->topo.layout.tp > 1)
+      printf("  tensor-parallel communication: %.1f ms per iteration (%.1f%% of the iteration)\n",
+             1e3 * tp_s / iters, 100 * tp_s / seconds);
     fflush(stdout);
   }
   t->ddp.comm_seconds = 0;
@@ -558,6 +562,7 @@ static void train_loop(trainer *t) {
       snprintf(prefix, sizeof prefix, "iteration %lld", (long long)t->iteration);
       print_validation(t, prefix, SPLIT_VALID, &t->consumed_valid);
       interval_start = now_seconds(); /* evaluation is not training time */
+      td_gpt_take_comm_seconds(t->model);
     }
     if (a->save && a->save_interval > 0 && t->iteration % a->save_interval == 0) {
       save_checkpoint(t);
