@@ -296,9 +296,9 @@ static void test_gelu(int64_t n, td_gelu_kind k, uint64_t s) {
     ref[i] = gelu_ref(x[i], k);
     dref[i] = dout[i] * gelu_grad_ref(x[i], k);
   }
-  OPS->gelu_forward(DEV, out, TD_F32, x, n, k);
-  OPS->gelu_forward(DEV, out16, TD_BF16, x, n, k);
-  OPS->gelu_backward(DEV, dx, dout, x, n, k);
+  OPS->gelu_forward(DEV, out, TD_F32, x, TD_F32, n, k);
+  OPS->gelu_forward(DEV, out16, TD_BF16, x, TD_F32, n, k);
+  OPS->gelu_backward(DEV, dx, dout, x, TD_F32, n, k);
   double ef = rel_err_floor(out, ref, n), eb = rel_err_floor(dx, dref, n);
   int64_t ff = count_far(out, ref, x, NULL, n), fb = count_far(dx, dref, x, dout, n);
   CHECK(ef < 1e-5 && eb < 1e-5 && ff == 0 && fb == 0,
@@ -308,9 +308,23 @@ static void test_gelu(int64_t n, td_gelu_kind k, uint64_t s) {
   int64_t far = bf16_far(out16, ref, n);
   CHECK(e16 < 1e-2 && far == 0, "gelu %s n=%lld bf16: rel err %.2g, %lld beyond 1 ulp",
         gelu_name(k), (long long)n, e16, (long long)far);
-  OPS->gelu_backward(DEV, dout, dout, x, n, k); /* in place: dx aliases dout */
+  OPS->gelu_backward(DEV, dout, dout, x, TD_F32, n, k); /* in place: dx aliases dout */
   CHECK(memcmp(dout, dx, (size_t)n * 4) == 0, "gelu %s n=%lld backward in place (dx == dout)",
         gelu_name(k), (long long)n);
+  /* bf16 input: the same as the fp32 kernel on the bf16-rounded values */
+  uint16_t *x16 = td_malloc((size_t)n * 2 + 2);
+  float *xr = falloc(n), *out_r = falloc(n), *dx_r = falloc(n), *out_b = falloc(n), *dx_b = falloc(n);
+  for (int64_t i = 0; i < n; i++) x16[i] = td_f32_to_bf16(x[i]), xr[i] = td_bf16_to_f32(x16[i]);
+  OPS->gelu_forward(DEV, out_r, TD_F32, xr, TD_F32, n, k);
+  OPS->gelu_forward(DEV, out_b, TD_F32, x16, TD_BF16, n, k);
+  tst_fill_normal(dx_r, n, s + 1, 1.0f);
+  memcpy(dx_b, dx_r, (size_t)n * 4);
+  OPS->gelu_backward(DEV, dx_r, dx_r, xr, TD_F32, n, k);
+  OPS->gelu_backward(DEV, dx_b, dx_b, x16, TD_BF16, n, k);
+  CHECK(memcmp(out_r, out_b, (size_t)n * 4) == 0 && memcmp(dx_r, dx_b, (size_t)n * 4) == 0,
+        "gelu %s n=%lld with bf16 input == fp32 kernel on the rounded input", gelu_name(k),
+        (long long)n);
+  td_free(x16), td_free(xr), td_free(out_r), td_free(dx_r), td_free(out_b), td_free(dx_b);
   td_free(x), td_free(out), td_free(dout), td_free(dx), td_free(out16), td_free(ref), td_free(dref);
 }
 

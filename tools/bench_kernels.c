@@ -166,11 +166,11 @@ static void k_ln_bwd(void *p) {
 }
 static void k_gelu_fwd(void *p) {
   kargs *a = p;
-  a->dev->ops->gelu_forward(a->dev, a->out, a->dt, a->x, a->rows * a->cols, TD_GELU_ERF);
+  a->dev->ops->gelu_forward(a->dev, a->out, a->dt, a->x, TD_F32, a->rows * a->cols, TD_GELU_ERF);
 }
 static void k_gelu_bwd(void *p) {
   kargs *a = p;
-  a->dev->ops->gelu_backward(a->dev, a->z, a->y, a->x, a->rows * a->cols, TD_GELU_ERF);
+  a->dev->ops->gelu_backward(a->dev, a->z, a->y, a->x, TD_F32, a->rows * a->cols, TD_GELU_ERF);
 }
 static void k_add(void *p) {
   kargs *a = p;

@@ -105,12 +105,13 @@ typedef struct td_device_ops {
   void (*layernorm_backward)(td_device *d, float *dx, float *dw, float *db, const float *dout,
                              const float *x, const float *w, const float *mean, const float *rstd,
                              int64_t rows, int64_t cols);
-  /* out = gelu(x); out in out_dtype (TD_F32 or TD_BF16) */
-  void (*gelu_forward)(td_device *d, void *out, td_dtype out_dtype, const float *x, int64_t n,
-                       td_gelu_kind kind);
-  /* dx = dout * gelu'(x) (overwrites; dx may alias dout) */
-  void (*gelu_backward)(td_device *d, float *dx, const float *dout, const float *x, int64_t n,
-                        td_gelu_kind kind);
+  /* out = gelu(x); out in out_dtype, x in x_dtype (each TD_F32 or TD_BF16; the
+   * math is fp32) */
+  void (*gelu_forward)(td_device *d, void *out, td_dtype out_dtype, const void *x,
+                       td_dtype x_dtype, int64_t n, td_gelu_kind kind);
+  /* dx = dout * gelu'(x), x in x_dtype (overwrites; dx may alias dout) */
+  void (*gelu_backward)(td_device *d, float *dx, const float *dout, const void *x,
+                        td_dtype x_dtype, int64_t n, td_gelu_kind kind);
   /* out = a + b (out may alias a or b) */
   void (*add)(td_device *d, float *out, const float *a, const float *b, int64_t n);
   /* x = dropout(x) in place with keep prob 1 - p, kept values scaled by 1/(1-p);

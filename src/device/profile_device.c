@@ -119,16 +119,16 @@ static void p_layernorm_backward(td_device *d, float *dx, float *dw, float *db, 
   IN(d)->ops->layernorm_backward(IN(d), dx, dw, db, dout, x, w, mean, rstd, rows, cols);
   kernel_done(d, t0, "layernorm_backward");
 }
-static void p_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const float *x, int64_t n,
-                           td_gelu_kind kind) {
+static void p_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const void *x,
+                           td_dtype x_dtype, int64_t n, td_gelu_kind kind) {
   double t0 = now_seconds();
-  IN(d)->ops->gelu_forward(IN(d), out, out_dtype, x, n, kind);
+  IN(d)->ops->gelu_forward(IN(d), out, out_dtype, x, x_dtype, n, kind);
   kernel_done(d, t0, "gelu_forward");
 }
-static void p_gelu_backward(td_device *d, float *dx, const float *dout, const float *x, int64_t n,
-                            td_gelu_kind kind) {
+static void p_gelu_backward(td_device *d, float *dx, const float *dout, const void *x,
+                            td_dtype x_dtype, int64_t n, td_gelu_kind kind) {
   double t0 = now_seconds();
-  IN(d)->ops->gelu_backward(IN(d), dx, dout, x, n, kind);
+  IN(d)->ops->gelu_backward(IN(d), dx, dout, x, x_dtype, n, kind);
   kernel_done(d, t0, "gelu_backward");
 }
 static void p_add(td_device *d, float *out, const float *a, const float *b, int64_t n) {

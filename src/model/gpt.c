@@ -276,7 +276,8 @@ static void attention_block_backward(td_gpt *m, int64_t l) {
 /* --------------------------------------------------------------------- MLP */
 
 /* ln2 = layernorm(mid)                     [NS, C] md (all-gathered for fc1 under SP)
- * fc1 = ln2 Wfc1^T + bfc1                  [N, F]   (column-parallel: F is this rank's share)
+ * fc1 = ln2 Wfc1^T + bfc1                  [N, F] md (column-parallel: F is this rank's share;
+ *                                         bf16 under bf16, as autocast and Megatron keep it)
  * gelu = gelu(fc1)                         [N, F] md
  * out = mid + dropout(sum_tp(gelu Wfc2^T) + bfc2)  [NS, C]                  (row-parallel) */
 static void mlp_block_forward(td_gpt *m, int64_t l) {
@@ -287,9 +288,9 @@ static void mlp_block_forward(td_gpt *m, int64_t l) {
                          P(m, LT(m, l, TD_LN2_W)), P(m, LT(m, l, TD_LN2_B)), m->NS, C,
                          m->cfg.layernorm_eps);
   matmul_input(m, a->ln2, m->NS * C);
-  td_linear_forward(m->dev, a->fc1, TD_F32, gather_input(m, a->ln2), W(m, LT(m, l, TD_FC1_W)),
+  td_linear_forward(m->dev, a->fc1, m->md, gather_input(m, a->ln2), W(m, LT(m, l, TD_FC1_W)),
                     P(m, LT(m, l, TD_FC1_B)), N, C, F, m->md);
-  ops->gelu_forward(m->dev, a->gelu, m->md, a->fc1, N * F, gelu_kind(m));
+  ops->gelu_forward(m->dev, a->gelu, m->md, a->fc1, m->md, N * F, gelu_kind(m));
   matmul_input(m, a->gelu, N * F);
   td_linear_forward(m->dev, m->hidden, TD_F32, a->gelu, W(m, LT(m, l, TD_FC2_W)),
                     row_parallel_bias(m, LT(m, l, TD_FC2_B)), N, F, C, m->md);
@@ -310,7 +311,7 @@ static void mlp_block_backward(td_gpt *m, int64_t l) {
   td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC2_W)), dfc2_c, a->gelu, N, F, C, m->md);
   td_linear_backward_input(m->dev, m->dff, TD_F32, dfc2_c, W(m, LT(m, l, TD_FC2_W)), N, F, C,
                            m->md);
-  ops->gelu_backward(m->dev, m->dff, m->dff, a->fc1, N * F, gelu_kind(m));
+  ops->gelu_backward(m->dev, m->dff, m->dff, a->fc1, m->md, N * F, gelu_kind(m));
   const void *dfc1_c = to_compute(m, m->dff, N * F);
   ops->bias_backward(m->dev, G(m, LT(m, l, TD_FC1_B)), bias_dy(m, m->dff, dfc1_c), N, F);
   td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC1_W)), dfc1_c, gather_input(m, a->ln2), N,
@@ -505,7 +506,7 @@ static void carve_layer(td_gpt *m, bump *b, td_gpt_layer_acts *a) {
   a->mid = take(b, NS * C, TD_F32);
   a->ln2_mean = take(b, NS, TD_F32), a->ln2_rstd = take(b, NS, TD_F32);
   a->ln2 = take(b, NS * C, m->md);
-  a->fc1 = take(b, N * F, TD_F32);
+  a->fc1 = take(b, N * F, m->md);
   a->gelu = take(b, N * F, m->md);
   a->out = take(b, NS * C, TD_F32);
   m->layer_bytes = b->used - before;

@@ -30,7 +30,7 @@ typedef struct {
   float *mid;                  /* NS x C   residual after attention */
   float *ln2_mean, *ln2_rstd;  /* NS */
   void *ln2;                   /* NS x C   md */
-  float *fc1;                  /* N x F    before GELU */
+  void *fc1;                   /* N x F    md, before GELU */
   void *gelu;                  /* N x F    md */
   float *out;                  /* NS x C   residual after the MLP: the next layer's x */
 } td_gpt_layer_acts;

@@ -182,26 +182,44 @@ static void cpu_layernorm_backward(td_device *d, float *dx, float *dw, float *db
 
 /* ---------------------------------------------------------------------- gelu */
 
-/* out[i] = gelu(x[i]) in out_dtype (F32 or BF16); i < n */
-static void cpu_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const float *x,
-                             int64_t n, td_gelu_kind kind) {
+/* Elements [i, i + len) of x (fp32 or bf16) as fp32: x itself, or converted into
+ * buf (EW_CHUNK floats). */
+static const float *f32_piece(const td_ew_isa *isa, const void *x, td_dtype x_dtype, int64_t i,
+                              int64_t len, float *buf) {
+  if (x_dtype == TD_F32) return (const float *)x + i;
+  isa->cast(buf, TD_F32, (const uint16_t *)x + i, TD_BF16, len);
+  return buf;
+}
+
+/* out[i] = gelu(x[i]) in out_dtype (F32 or BF16), x fp32 or bf16; i < n */
+static void cpu_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const void *x,
+                             td_dtype x_dtype, int64_t n, td_gelu_kind kind) {
   (void)d;
   TD_CHECK(out_dtype == TD_F32 || out_dtype == TD_BF16, "gelu output must be fp32 or bf16");
+  TD_CHECK(x_dtype == TD_F32 || x_dtype == TD_BF16, "gelu input must be fp32 or bf16");
   const td_ew_isa *isa = ew_isa();
   size_t os = td_dtype_size(out_dtype);
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
-  for (int64_t i = 0; i < n; i += EW_CHUNK)
-    isa->gelu_forward((char *)out + (size_t)i * os, out_dtype, x + i, min64(EW_CHUNK, n - i), kind);
+  for (int64_t i = 0; i < n; i += EW_CHUNK) {
+    float buf[EW_CHUNK];
+    int64_t len = min64(EW_CHUNK, n - i);
+    isa->gelu_forward((char *)out + (size_t)i * os, out_dtype, f32_piece(isa, x, x_dtype, i, len, buf),
+                      len, kind);
+  }
 }
 
-/* dx[i] = dout[i] gelu'(x[i]) (overwrites; dx may alias dout) */
-static void cpu_gelu_backward(td_device *d, float *dx, const float *dout, const float *x,
-                              int64_t n, td_gelu_kind kind) {
+/* dx[i] = dout[i] gelu'(x[i]), x fp32 or bf16 (overwrites; dx may alias dout) */
+static void cpu_gelu_backward(td_device *d, float *dx, const float *dout, const void *x,
+                              td_dtype x_dtype, int64_t n, td_gelu_kind kind) {
   (void)d;
+  TD_CHECK(x_dtype == TD_F32 || x_dtype == TD_BF16, "gelu input must be fp32 or bf16");
   const td_ew_isa *isa = ew_isa();
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
-  for (int64_t i = 0; i < n; i += EW_CHUNK)
-    isa->gelu_backward(dx + i, dout + i, x + i, min64(EW_CHUNK, n - i), kind);
+  for (int64_t i = 0; i < n; i += EW_CHUNK) {
+    float buf[EW_CHUNK];
+    int64_t len = min64(EW_CHUNK, n - i);
+    isa->gelu_backward(dx + i, dout + i, f32_piece(isa, x, x_dtype, i, len, buf), len, kind);
+  }
 }
 
 /* ------------------------------------------------------- add, scale, dropout */
