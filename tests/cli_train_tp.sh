@@ -70,9 +70,11 @@ for tp in 1 4; do
 done
 c="$tmp/ck_tp2dp2"
 run 4 "$tmp/save_tp2dp2.log" --tensor-model-parallel-size 2 --exit-interval 10 --save "$c" --save-interval 100
-run 1 "$tmp/resume_tp2dp2.log" --load "$c"
-cat "$tmp/save_tp2dp2.log" "$tmp/resume_tp2dp2.log" >"$tmp/joined_tp2dp2.log"
-same "$tmp/tp1.log" "$tmp/joined_tp2dp2.log" 1e-5 "TP=2 x DP=2 checkpoint at 10, resumed on one rank to 20 == straight"
+for tp in 1 4; do
+  run $tp "$tmp/resume_tp2dp2_tp$tp.log" --tensor-model-parallel-size $tp --load "$c"
+  cat "$tmp/save_tp2dp2.log" "$tmp/resume_tp2dp2_tp$tp.log" >"$tmp/joined_tp2dp2_tp$tp.log"
+  same "$tmp/tp1.log" "$tmp/joined_tp2dp2_tp$tp.log" 1e-5 "TP=2 x DP=2 checkpoint at 10, resumed at TP=$tp to 20 == straight"
+done
 
 # trident convert exports a TP-sharded checkpoint to one Hugging Face file: the
 # export of the TP=2 checkpoint and of a TP=1 one at the same iteration, imported
