@@ -110,6 +110,9 @@ refused "TP=4 with FFN 130" "--ffn-hidden-size 130 is not divisible by --tensor-
   --tensor-model-parallel-size 4 --num-attention-heads 8 --ffn-hidden-size 130
 refused "TP=2 on 3 ranks" "3 ranks cannot be split into --tensor-model-parallel-size 2" 3 \
   --tensor-model-parallel-size 2
+refused "a checkpoint padded to 512 loaded at TP=4 padding to 1024" \
+  "padded vocabulary .*: 512 in the checkpoint, 1024 in this run .*choose --make-vocab-size-divisible-by" 4 \
+  --tensor-model-parallel-size 4 --make-vocab-size-divisible-by 256 --load "$tmp/ck_tp1"
 refused "sequence parallel, seq 30 at TP=4" "--seq-length 30 is not divisible by --tensor-model-parallel-size 4" 4 \
   --tensor-model-parallel-size 4 --sequence-parallel --seq-length 30
 exit $failed

@@ -146,8 +146,16 @@ int td_gpt_config_check_args(const td_gpt_config *run, const cJSON *saved_args, 
     if (w > 0) len = len + (size_t)w < sizeof list ? len + (size_t)w : sizeof list - 1;
   }
   if (!len) return 0;
+  /* The padding is a multiple of --make-vocab-size-divisible-by x TP (Megatron's), so
+   * a checkpoint moved to another TP size can differ in it alone. */
+  const char *tp_hint = saved.vocab_size != run->vocab_size
+                            ? "; the padded vocabulary is a multiple of "
+                              "--make-vocab-size-divisible-by x --tensor-model-parallel-size, so "
+                              "at another TP size choose --make-vocab-size-divisible-by to pad "
+                              "to the checkpoint's size"
+                            : "";
   return td_errorf(err, errlen,
                    "the checkpoint's model differs from this run's flags: %s (pass the flags the "
-                   "checkpoint was made with)",
-                   list);
+                   "checkpoint was made with%s)",
+                   list, tp_hint);
 }
