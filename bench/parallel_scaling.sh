@@ -57,5 +57,6 @@ for l in $layouts; do
   [ -n "$ms" ] || { echo "$l failed:"; tail -5 "$tmp/$l.log"; continue; }
   [ -z "$base" ] && base=$ms
   printf "%-6s %-9s %12.1f %10.0f %8.3f %14s %12s\n" "$l" "$dtype" "$ms" \
-    "$(echo "$tokens * 1000 / $ms" | bc -l)" "$(echo "$base / $ms" | bc -l)" "${exposed:+$exposed%}" "$act"
+    "$(awk -v t="$tokens" -v m="$ms" 'BEGIN { print t * 1000 / m }')" \
+    "$(awk -v b="$base" -v m="$ms" 'BEGIN { print b / m }')" "${exposed:+$exposed%}" "$act"
 done
