@@ -1,4 +1,4 @@
-/* Data-parallel buckets (train/ddp.h): whole tensors in backward order (the last
+/* Data-parallel buckets (parallel/ddp.h): whole tensors in backward order (the last
  * tensor in the first bucket), each bucket at most the bucket size unless one
  * tensor alone is larger, every tensor in exactly one bucket, and a bucket's
  * range covering its tensors and nothing of another bucket's. The all-reduce
@@ -8,7 +8,7 @@
 #include "base/mem.h"
 #include "check.h"
 #include "comm/comm.h"
-#include "train/ddp.h"
+#include "parallel/ddp.h"
 
 static void check_layout(const td_ddp_tensor *t, int n, int64_t bucket_size) {
   td_ddp d;

@@ -22,7 +22,7 @@
 #include "model/gpt_config.h"
 #include "optim/adamw.h"
 #include "train/checkpoint.h"
-#include "train/ddp.h"
+#include "parallel/ddp.h"
 #include "train/train_log.h"
 
 enum { SPLIT_TRAIN = 0, SPLIT_VALID = 1, SPLIT_TEST = 2 };

@@ -17,8 +17,8 @@
  *
  * Every rank must start the same buckets in the same order: backward finishes
  * the tensors in the same order on every rank, so they do. */
-#ifndef TD_TRAIN_DDP_H
-#define TD_TRAIN_DDP_H
+#ifndef TD_PARALLEL_DDP_H
+#define TD_PARALLEL_DDP_H
 
 #include <stdint.h>
 

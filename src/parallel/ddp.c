@@ -1,4 +1,4 @@
-#include "train/ddp.h"
+#include "parallel/ddp.h"
 
 #include <time.h>
 
