@@ -37,7 +37,8 @@ static void check_layout(const td_ddp_tensor *t, int n, int64_t bucket_size) {
   for (int i = n - 1; i >= 0; i--) td_ddp_grads_ready(&d, i, 1);
   int armed = 1;
   td_ddp_finish(&d);
-  for (int k = 0; k < d.n_buckets; k++) armed &= d.buckets[k].pending == d.buckets[k].n_tensors && !d.buckets[k].started;
+  for (int k = 0; k < d.n_buckets; k++) armed &= d.buckets[k].pending == d.buckets[k].n_tensors &&
+             d.buckets[k].state == TD_BUCKET_WAITING;
   CHECK(armed, "bucket %lld: every bucket re-armed after finish", (long long)bucket_size);
   td_ddp_free(&d);
 }

@@ -162,16 +162,16 @@ static double slowest(td_comm *c, double seconds) {
 static double time_case(const bench_case *b, double seconds, int *iters) {
   run(b);
   td_comm_barrier(b->comm);
-  double t0 = td_bench_now();
+  double t0 = td_now_seconds();
   run(b);
-  double one = slowest(b->comm, td_bench_now() - t0);
+  double one = slowest(b->comm, td_now_seconds() - t0);
   int k = one > 0 && seconds / one < 1000 ? (int)(seconds / one) : 1000;
   if (k < 3) k = 3;
   td_comm_barrier(b->comm);
-  t0 = td_bench_now();
+  t0 = td_now_seconds();
   for (int i = 0; i < k; i++) run(b);
   *iters = k;
-  return slowest(b->comm, (td_bench_now() - t0) / k);
+  return slowest(b->comm, (td_now_seconds() - t0) / k);
 }
 
 /* nccl-tests' bus bandwidth factor. */

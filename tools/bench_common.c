@@ -1,17 +1,10 @@
 #include "bench_common.h"
 
 #include <stdlib.h>
-#include <time.h>
 
 #include "base/error.h"
 #include "base/mem.h"
 #include "base/rng.h"
-
-double td_bench_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -28,11 +21,11 @@ double td_bench_time_median(double min_seconds, void (*fn)(void *), void *arg) {
   double t[64];
   int n = 0;
   fn(arg);
-  double start = td_bench_now();
-  while (n < 64 && (n < 3 || td_bench_now() - start < min_seconds)) {
-    double t0 = td_bench_now();
+  double start = td_now_seconds();
+  while (n < 64 && (n < 3 || td_now_seconds() - start < min_seconds)) {
+    double t0 = td_now_seconds();
     fn(arg);
-    t[n++] = td_bench_now() - t0;
+    t[n++] = td_now_seconds() - t0;
   }
   return td_bench_median(t, n);
 }

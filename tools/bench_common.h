@@ -1,13 +1,12 @@
-/* Helpers shared by the `trident bench` tools: a monotonic clock, medians,
+/* Helpers shared by the `trident bench` tools (the clock: base/clock.h): medians,
  * repeated timing of a closure, and device buffers of random values. */
 #ifndef TD_TOOLS_BENCH_COMMON_H
 #define TD_TOOLS_BENCH_COMMON_H
 
 #include <stdint.h>
 
+#include "base/clock.h"
 #include "device/device.h"
-
-double td_bench_now(void); /* seconds, CLOCK_MONOTONIC */
 
 /* Median of v[0..n) (sorts v in place); n >= 1. */
 double td_bench_median(double *v, int n);

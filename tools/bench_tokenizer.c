@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/mem.h"
@@ -23,12 +23,6 @@ typedef struct {
   char **text;
   size_t *len, n_docs, bytes;
 } corpus;
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -117,7 +111,7 @@ static corpus load_corpus(const bench_args *a) {
 static double encode_pass(td_bpe_worker *w, const corpus *c, int32_t **ids, size_t *cap,
                           size_t *tokens) {
   char err[256];
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   *tokens = 0;
   for (size_t d = 0; d < c->n_docs; d++) {
     size_t n = 0;
@@ -125,7 +119,7 @@ static double encode_pass(td_bpe_worker *w, const corpus *c, int32_t **ids, size
       td_fail("document %zu: %s", d + 1, err);
     *tokens += n;
   }
-  return now_seconds() - t0;
+  return td_now_seconds() - t0;
 }
 
 static void report(const bench_args *a, const corpus *c, const char *cache, double seconds,
@@ -156,9 +150,9 @@ int td_bench_tokenizer(int argc, char **argv) {
   size_t cap = 0, tokens;
   double cold = encode_pass(w, &c, &ids, &cap, &tokens);
   report(&a, &c, "cold", cold, tokens);
-  double t[64], start = now_seconds();
+  double t[64], start = td_now_seconds();
   int n = 0;
-  while (n < 64 && (n < 3 || now_seconds() - start < a.min_seconds))
+  while (n < 64 && (n < 3 || td_now_seconds() - start < a.min_seconds))
     t[n++] = encode_pass(w, &c, &ids, &cap, &tokens);
   qsort(t, (size_t)n, sizeof *t, cmp_double);
   report(&a, &c, "warm", t[n / 2], tokens);

@@ -242,7 +242,7 @@ static step_result train_step(bench *b, int64_t step) {
   td_device *dev = b->prof;
   step_result r;
   fill_tokens(b, step);
-  double t0 = td_bench_now();
+  double t0 = td_now_seconds();
   td_profile_set_region(dev, "optimizer");
   td_gpt_zero_grads(b->model);
   td_profile_set_region(dev, "forward");
@@ -258,7 +258,7 @@ static step_result train_step(bench *b, int64_t step) {
   td_adamw_step(&b->opt, td_gpt_params(b->model), td_gpt_grads(b->model), (float)lr, (float)clip);
   td_gpt_cast_weights(b->model);
   dev->ops->synchronize(dev);
-  r.seconds = td_bench_now() - t0;
+  r.seconds = td_now_seconds() - t0;
   r.loss = loss_sum / ms;
   return r;
 }

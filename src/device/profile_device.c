@@ -2,8 +2,8 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/mem.h"
 
@@ -20,12 +20,6 @@ typedef struct {
 
 static profiler *PR(td_device *d) { return d->impl; }
 static td_device *IN(td_device *d) { return PR(d)->inner; }
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static td_profile_entry *entry(profiler *p, const char *op, const char *name, td_prof_kind kind) {
   for (int i = p->n_entries - 1; i >= 0; i--) {
@@ -45,7 +39,7 @@ static void done(td_device *d, double t0, const char *op, const char *name, td_p
                  double flops) {
   profiler *p = PR(d);
   p->inner->ops->synchronize(p->inner);
-  double dt = now_seconds() - t0;
+  double dt = td_now_seconds() - t0;
   td_profile_entry *e = entry(p, op, name, kind);
   e->calls++, e->seconds += dt, e->flops += flops;
 }
@@ -61,22 +55,22 @@ static void p_free(td_device *d, void *ptr) { IN(d)->ops->free(IN(d), ptr); }
 static void p_synchronize(td_device *d) { IN(d)->ops->synchronize(IN(d)); }
 
 static void p_copy_h2d(td_device *d, void *dst, const void *src, size_t bytes) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->copy_h2d(IN(d), dst, src, bytes);
   kernel_done(d, t0, "copy_h2d");
 }
 static void p_copy_d2h(td_device *d, void *dst, const void *src, size_t bytes) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->copy_d2h(IN(d), dst, src, bytes);
   kernel_done(d, t0, "copy_d2h");
 }
 static void p_copy_d2d(td_device *d, void *dst, const void *src, size_t bytes) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->copy_d2d(IN(d), dst, src, bytes);
   kernel_done(d, t0, "copy_d2d");
 }
 static void p_fill(td_device *d, void *dst, td_dtype dt, int64_t n, float value) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->fill(IN(d), dst, dt, n, value);
   kernel_done(d, t0, "fill");
 }
@@ -84,7 +78,7 @@ static void p_fill(td_device *d, void *dst, td_dtype dt, int64_t n, float value)
 /* ------------------------------------------------------------------ matmul */
 
 static void p_matmul(td_device *d, const td_matmul_desc *g) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->matmul(IN(d), g);
   char name[TD_PROF_NAME_MAX], batch[32] = "";
   if (g->batch > 1) snprintf(batch, sizeof batch, " batch=%lld", (long long)g->batch);
@@ -98,7 +92,7 @@ static void p_matmul(td_device *d, const td_matmul_desc *g) {
 
 static void p_bias_backward(td_device *d, float *dbias, const float *dout, int64_t rows,
                             int64_t cols) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->bias_backward(IN(d), dbias, dout, rows, cols);
   kernel_done(d, t0, "bias_backward");
 }
@@ -108,37 +102,37 @@ static void p_bias_backward(td_device *d, float *dbias, const float *dout, int64
 static void p_layernorm_forward(td_device *d, void *out, td_dtype out_dtype, float *mean,
                                 float *rstd, const float *x, const float *w, const float *b,
                                 int64_t rows, int64_t cols, float eps) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->layernorm_forward(IN(d), out, out_dtype, mean, rstd, x, w, b, rows, cols, eps);
   kernel_done(d, t0, "layernorm_forward");
 }
 static void p_layernorm_backward(td_device *d, float *dx, float *dw, float *db, const float *dout,
                                  const float *x, const float *w, const float *mean,
                                  const float *rstd, int64_t rows, int64_t cols) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->layernorm_backward(IN(d), dx, dw, db, dout, x, w, mean, rstd, rows, cols);
   kernel_done(d, t0, "layernorm_backward");
 }
 static void p_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const void *x,
                            td_dtype x_dtype, int64_t n, td_gelu_kind kind) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->gelu_forward(IN(d), out, out_dtype, x, x_dtype, n, kind);
   kernel_done(d, t0, "gelu_forward");
 }
 static void p_gelu_backward(td_device *d, float *dx, const float *dout, const void *x,
                             td_dtype x_dtype, int64_t n, td_gelu_kind kind) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->gelu_backward(IN(d), dx, dout, x, x_dtype, n, kind);
   kernel_done(d, t0, "gelu_backward");
 }
 static void p_add(td_device *d, float *out, const float *a, const float *b, int64_t n) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->add(IN(d), out, a, b, n);
   kernel_done(d, t0, "add");
 }
 static void p_dropout(td_device *d, float *x, int64_t n, float p, uint64_t seed, uint64_t stream,
                       uint64_t first) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->dropout(IN(d), x, n, p, seed, stream, first);
   kernel_done(d, t0, "dropout");
 }
@@ -157,14 +151,14 @@ static void attention_name(char *name, const char *op, const td_attention_desc *
 
 /* FLOPs as FlashAttention counts them: forward 4 B H T^2 D / 2 (causal), backward 2.5x. */
 static void p_attention_forward(td_device *d, const td_attention_desc *a) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->attention_forward(IN(d), a);
   char name[TD_PROF_NAME_MAX];
   attention_name(name, "attention_forward", a);
   done(d, t0, "attention_forward", name, TD_PROF_ATTENTION, attention_flops(a, 1.0));
 }
 static void p_attention_backward(td_device *d, const td_attention_desc *a) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->attention_backward(IN(d), a);
   char name[TD_PROF_NAME_MAX];
   attention_name(name, "attention_backward", a);
@@ -176,7 +170,7 @@ static void p_attention_backward(td_device *d, const td_attention_desc *a) {
 static void p_embedding_forward(td_device *d, float *out, const int32_t *ids, int64_t n,
                                 const float *table, int64_t vocab_start, int64_t rows_in_table,
                                 int64_t cols, int accumulate) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->embedding_forward(IN(d), out, ids, n, table, vocab_start, rows_in_table, cols,
                                 accumulate);
   kernel_done(d, t0, "embedding_forward");
@@ -184,27 +178,27 @@ static void p_embedding_forward(td_device *d, float *out, const int32_t *ids, in
 static void p_embedding_backward(td_device *d, float *dtable, const float *dout, const int32_t *ids,
                                  int64_t n, int64_t vocab_start, int64_t rows_in_table,
                                  int64_t cols) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->embedding_backward(IN(d), dtable, dout, ids, n, vocab_start, rows_in_table, cols);
   kernel_done(d, t0, "embedding_backward");
 }
 static void p_cross_entropy_forward(td_device *d, float *losses, float *lse, const float *logits,
                                     const int32_t *targets, int64_t n, int64_t vocab) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->cross_entropy_forward(IN(d), losses, lse, logits, targets, n, vocab);
   kernel_done(d, t0, "cross_entropy_forward");
 }
 static void p_cross_entropy_slice(td_device *d, float *lse, float *target_logit,
                                   const float *logits, const int32_t *targets, int64_t n,
                                   int64_t vocab, int64_t vocab_start) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->cross_entropy_slice(IN(d), lse, target_logit, logits, targets, n, vocab, vocab_start);
   kernel_done(d, t0, "cross_entropy_slice");
 }
 static void p_cross_entropy_backward(td_device *d, float *dlogits, const float *logits,
                                      const float *lse, const int32_t *targets, const float *dloss,
                                      int64_t n, int64_t vocab, int64_t vocab_start) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->cross_entropy_backward(IN(d), dlogits, logits, lse, targets, dloss, n, vocab,
                                      vocab_start);
   kernel_done(d, t0, "cross_entropy_backward");
@@ -215,26 +209,26 @@ static void p_cross_entropy_backward(td_device *d, float *dlogits, const float *
 static void p_adamw(td_device *d, float *param, const float *grad, float *m, float *v, int64_t n,
                     float lr, float beta1, float beta2, float eps, float weight_decay,
                     float grad_scale, int64_t step) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->adamw(IN(d), param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale,
                     step);
   kernel_done(d, t0, "adamw");
 }
 static void p_cast(td_device *d, void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dtype,
                    int64_t n) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->cast(IN(d), dst, dst_dtype, src, src_dtype, n);
   char name[TD_PROF_NAME_MAX];
   snprintf(name, sizeof name, "cast %s->%s", td_dtype_name(src_dtype), td_dtype_name(dst_dtype));
   done(d, t0, "cast", name, TD_PROF_KERNEL, 0);
 }
 static void p_scale(td_device *d, float *x, int64_t n, float alpha) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   IN(d)->ops->scale(IN(d), x, n, alpha);
   kernel_done(d, t0, "scale");
 }
 static double p_sum_squares(td_device *d, const float *x, int64_t n) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   double s = IN(d)->ops->sum_squares(IN(d), x, n);
   kernel_done(d, t0, "sum_squares");
   return s;

@@ -12,8 +12,8 @@
  * stream stay fp32. */
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "comm/comm.h"
@@ -79,23 +79,17 @@ static const float *bias_dy(const td_gpt *m, const float *dy, const void *dy_c) 
 
 /* ---------------------------------------------------------- tensor parallel */
 
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* The TP group's collectives, timed (td_gpt_take_comm_seconds). */
 static void tp_sum(td_gpt *m, float *x, int64_t n) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   td_comm_all_reduce(m->lay.tp_comm, x, x, n, TD_F32, TD_OP_SUM);
-  m->comm_seconds += now_seconds() - t0;
+  m->comm_seconds += td_now_seconds() - t0;
 }
 
 static void tp_gather(td_gpt *m, const void *x, void *all, int64_t n, td_dtype dt) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   td_comm_all_gather(m->lay.tp_comm, x, all, n, dt);
-  m->comm_seconds += now_seconds() - t0;
+  m->comm_seconds += td_now_seconds() - t0;
 }
 
 double td_gpt_take_comm_seconds(td_gpt *m) {
@@ -117,14 +111,11 @@ static const float *row_parallel_bias(const td_gpt *m, int t) {
  * `partial` and a copy of this rank's rows: Open MPI 4.1's reduce_scatter_block
  * took 2.8 ms for 4 MB on 2 ranks where its all-reduce took 0.54 ms (`trident bench
  * comm`), and sequence parallelism ran 31% slower than tensor parallelism alone
- * with it, 3.5% with this (bench/RESULTS.md). */
+ * with it, 0.3-2.7% with this (bench/RESULTS.md). */
 static float *reduce_rows(td_gpt *m, float *partial, float *out) {
   if (m->lay.tp_size == 1) return partial;
-  if (!m->sp) {
-    tp_sum(m, partial, m->N * m->C);
-    return partial;
-  }
   tp_sum(m, partial, m->N * m->C);
+  if (!m->sp) return partial;
   OPS(m)->copy_d2d(m->dev, out, partial + m->ns0 * m->C, (size_t)(m->NS * m->C) * sizeof(float));
   return out;
 }

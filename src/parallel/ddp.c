@@ -1,15 +1,8 @@
 #include "parallel/ddp.h"
 
-#include <time.h>
-
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/mem.h"
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int64_t td_ddp_default_bucket_size(int dp_size) {
   int64_t by_dp = 1000000LL * dp_size;
@@ -51,11 +44,11 @@ void td_ddp_free(td_ddp *d) {
 }
 
 static void start_bucket(td_ddp *d, td_ddp_bucket *b) {
-  b->started = 1;
   if (td_comm_size(d->dp) == 1) { /* nothing to reduce */
-    b->started = 2;
+    b->state = TD_BUCKET_DONE;
     return;
   }
+  b->state = TD_BUCKET_IN_FLIGHT;
   float *g = d->grads + b->begin;
   td_comm_iall_reduce(d->dp, g, g, b->end - b->begin, TD_F32, TD_OP_SUM, &b->req);
   d->reductions++;
@@ -64,33 +57,34 @@ static void start_bucket(td_ddp *d, td_ddp_bucket *b) {
 /* Let MPI move the buckets in flight (completed requests are finished by test). */
 static void progress(td_ddp *d) {
   for (int k = 0; k < d->n_buckets; k++)
-    if (d->buckets[k].started == 1 && td_comm_test(&d->buckets[k].req)) d->buckets[k].started = 2;
+    if (d->buckets[k].state == TD_BUCKET_IN_FLIGHT && td_comm_test(&d->buckets[k].req))
+      d->buckets[k].state = TD_BUCKET_DONE;
 }
 
 void td_ddp_grads_ready(td_ddp *d, int first, int count) {
   TD_CHECK(first >= 0 && count >= 0 && first + count <= d->n_tensors, "ddp: tensors [%d, %d) of %d",
            first, first + count, d->n_tensors);
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   for (int i = first; i < first + count; i++) {
     td_ddp_bucket *b = &d->buckets[d->bucket_of[i]];
     TD_CHECK(b->pending > 0, "ddp: tensor %d marked ready twice in one backward", i);
     if (--b->pending == 0) start_bucket(d, b);
   }
   progress(d);
-  d->comm_seconds += now_seconds() - t0;
+  d->comm_seconds += td_now_seconds() - t0;
 }
 
 void td_ddp_finish(td_ddp *d) {
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   for (int k = 0; k < d->n_buckets; k++) {
     td_ddp_bucket *b = &d->buckets[k];
-    if (!b->started) start_bucket(d, b);
+    if (b->state == TD_BUCKET_WAITING) start_bucket(d, b);
   }
   for (int k = 0; k < d->n_buckets; k++) {
     td_ddp_bucket *b = &d->buckets[k];
-    if (b->started == 1) td_comm_wait(&b->req);
-    b->started = 0;
+    if (b->state == TD_BUCKET_IN_FLIGHT) td_comm_wait(&b->req);
+    b->state = TD_BUCKET_WAITING;
     b->pending = b->n_tensors;
   }
-  d->comm_seconds += now_seconds() - t0;
+  d->comm_seconds += td_now_seconds() - t0;
 }

@@ -28,11 +28,13 @@ typedef struct {
   int64_t offset, numel; /* of a tensor in the flat buffer */
 } td_ddp_tensor;
 
+typedef enum { TD_BUCKET_WAITING = 0, TD_BUCKET_IN_FLIGHT, TD_BUCKET_DONE } td_bucket_state;
+
 typedef struct {
   int64_t begin, end;  /* element range of the flat buffer (whole tensors, gaps included) */
   int pending;         /* tensors not yet finished by this backward */
   int n_tensors;
-  int started;
+  td_bucket_state state;
   td_comm_request req;
 } td_ddp_bucket;
 

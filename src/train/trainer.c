@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mem.h"
@@ -57,12 +58,6 @@ typedef struct {
   td_ckpt_tensor *ck_params, *ck_m, *ck_v;
   char (*ck_names)[2][TD_GPT_NAME_MAX + 16];
 } trainer;
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ------------------------------------------------------------------ setup */
 
@@ -415,7 +410,7 @@ static void save_checkpoint(trainer *t) {
                         .n_params = td_gpt_num_tensors(t->model), .exp_avg = t->ck_m,
                         .exp_avg_sq = t->ck_v, .state_json = state, .rng_json = rng,
                         .tp_rank = t->topo.coord.tp, .tp_size = t->topo.layout.tp};
-  double t0 = now_seconds();
+  double t0 = td_now_seconds();
   const char *dir = t->a->save;
   int rc = 0;
   if (t->is_logger) rc = td_checkpoint_save_prepare(dir, t->iteration, err, sizeof err);
@@ -427,7 +422,7 @@ static void save_checkpoint(trainer *t) {
   free(state);
   if (t->is_logger) {
     printf("  successfully saved checkpoint at iteration %7lld to %s [ t %.3fs ]\n",
-           (long long)t->iteration, dir, now_seconds() - t0);
+           (long long)t->iteration, dir, td_now_seconds() - t0);
     fflush(stdout);
   }
   td_comm_barrier(t->topo.world);
@@ -545,7 +540,7 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
 static void train_loop(trainer *t) {
   const td_args *a = t->a;
   td_log_interval w = {0};
-  double interval_start = now_seconds();
+  double interval_start = td_now_seconds();
   int saved_last = 0;
   while (t->iteration < a->train_iters) {
     step_result r = train_step(t);
@@ -554,20 +549,20 @@ static void train_loop(trainer *t) {
     td_log_interval_add(&w, r.lm_loss, r.skipped);
     saved_last = 0;
     if (t->iteration % a->log_interval == 0) {
-      log_line(t, &w, now_seconds() - interval_start, &r);
-      interval_start = now_seconds();
+      log_line(t, &w, td_now_seconds() - interval_start, &r);
+      interval_start = td_now_seconds();
     }
     if (a->eval_interval > 0 && a->eval_iters > 0 && t->iteration % a->eval_interval == 0) {
       char prefix[64];
       snprintf(prefix, sizeof prefix, "iteration %lld", (long long)t->iteration);
       print_validation(t, prefix, SPLIT_VALID, &t->consumed_valid);
-      interval_start = now_seconds(); /* evaluation is not training time */
+      interval_start = td_now_seconds(); /* evaluation is not training time */
       td_gpt_take_comm_seconds(t->model);
     }
     if (a->save && a->save_interval > 0 && t->iteration % a->save_interval == 0) {
       save_checkpoint(t);
       saved_last = 1;
-      interval_start = now_seconds();
+      interval_start = td_now_seconds();
     }
     if (a->exit_interval > 0 && t->iteration % a->exit_interval == 0) {
       if (a->save && !saved_last) save_checkpoint(t);
