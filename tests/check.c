@@ -69,6 +69,15 @@ double tst_rel_err(const float *got, const double *ref, int64_t n) {
   return den > 0 ? num / den : num;
 }
 
+double tst_err_over(const float *got, const double *ref, int64_t n, double scale) {
+  double num = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)got[i] - ref[i]);
+    if (!(d <= num)) num = d;
+  }
+  return scale > 0 ? num / scale : num;
+}
+
 double tst_rel_err_f(const float *got, const float *ref, int64_t n) {
   double num = 0, den = 0;
   for (int64_t i = 0; i < n; i++) {

@@ -26,6 +26,9 @@ void tst_fill_normal(float *x, int64_t n, uint64_t stream, float std);
 
 /* Normwise relative error max_i |got_i - ref_i| / max_i |ref_i| (double reference). */
 double tst_rel_err(const float *got, const double *ref, int64_t n);
+/* max_i |got_i - ref_i| / scale: for sums, whose natural scale is sum |terms|
+ * (a sum that cancels to ~0 has no meaningful relative error). */
+double tst_err_over(const float *got, const double *ref, int64_t n, double scale);
 /* Same, with the reference given as float. */
 double tst_rel_err_f(const float *got, const float *ref, int64_t n);
 /* Check rel err < tol and print the measured value. */
