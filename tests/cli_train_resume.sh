@@ -48,6 +48,30 @@ c="$tmp/fp32/ckpt"
   [ -f "$c/iter_0000020/mp_rank_00/optim_dp000.safetensors" ] && [ -f "$c/iter_0000020/metadata.json" ] &&
   ok "Megatron layout: latest=20, iter_0000010/ and iter_0000020/ with mp_rank_00/" || fail "checkpoint layout"
 
+# The RNG state is read from rng_dp000.json unless --no-load-rng: a checkpoint
+# whose saved seed is changed resumes with other dropout masks; with
+# --no-load-rng it resumes from --seed, bit for bit; a missing file is refused.
+r="$tmp/rng"
+cp -r "$c" "$r" && rm -rf "$r/iter_0000020" && echo 10 >"$r/latest_checkpointed_iteration.txt"
+rngf="$r/iter_0000010/mp_rank_00/rng_dp000.json"
+grep -q '"seed": *7' "$rngf" && ok "rng_dp000.json holds the seed: $(cat "$rngf")" || fail "rng file: $(cat "$rngf")"
+sed -i 's/"seed": *7/"seed": 99/' "$rngf"
+tail -10 "$tmp/fp32/a" >"$tmp/rng_expect"
+"$bin" train "${model[@]}" --train-iters 20 --load "$r" >"$tmp/out" 2>&1 || fail "rng resume: $(tail -3 "$tmp/out")"
+losses "$tmp/out" >"$tmp/rng_got"
+[ "$(wc -l <"$tmp/rng_got")" -eq 10 ] && ! cmp -s "$tmp/rng_expect" "$tmp/rng_got" &&
+  ok "the saved seed is loaded: seed 99 in rng_dp000.json changes the dropout masks" ||
+  fail "rng file not read: $(head -2 "$tmp/rng_got")"
+"$bin" train "${model[@]}" --train-iters 20 --load "$r" --no-load-rng >"$tmp/out" 2>&1 || fail "--no-load-rng: $(tail -3 "$tmp/out")"
+losses "$tmp/out" >"$tmp/rng_got"
+cmp -s "$tmp/rng_expect" "$tmp/rng_got" && ok "--no-load-rng resumes from --seed, bit for bit" ||
+  fail "--no-load-rng differs: $(diff "$tmp/rng_expect" "$tmp/rng_got" | head -3)"
+rm "$rngf"
+"$bin" train "${model[@]}" --train-iters 20 --load "$r" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "trident: error: .*rng_dp000.json.*--no-load-rng" "$tmp/err" &&
+  ok "a missing RNG state is refused: $(head -c 200 "$tmp/err")" || fail "missing rng: rc $rc $(cat "$tmp/err")"
+
 # Refusals: other model shape, truncated tensor file, damaged latest file.
 "$bin" train "${model[@]}" --hidden-size 64 --train-iters 30 --load "$c" >"$tmp/out" 2>"$tmp/err"
 rc=$?

@@ -531,6 +531,22 @@ int td_checkpoint_has_optimizer_state(const char *dir, int64_t iteration) {
   return has;
 }
 
+char *td_checkpoint_read_rng(const char *dir, int64_t iteration, char *err, size_t errlen) {
+  char iterdir[CK_PATH], shard[64], sdir[CK_PATH], p[CK_PATH];
+  iter_dir(iterdir, sizeof iterdir, dir, iteration);
+  shard_name(shard, sizeof shard, 0);
+  path_join(sdir, sizeof sdir, iterdir, shard);
+  path_join(p, sizeof p, sdir, RNG_NAME);
+  cJSON *root = read_json(p, err, errlen);
+  if (!root) return NULL;
+  char *text = cJSON_PrintUnformatted(root);
+  cJSON_Delete(root);
+  char *copy = td_malloc(strlen(text) + 1);
+  strcpy(copy, text);
+  free(text);
+  return copy;
+}
+
 /* The safetensors files a load needs, each opened (and validated) once. */
 typedef struct {
   int n, cap;

@@ -97,6 +97,11 @@ int64_t td_checkpoint_latest(const char *dir, char *err, size_t errlen);
  * 0 also when the metadata cannot be read: td_checkpoint_load then says why. */
 int td_checkpoint_has_optimizer_state(const char *dir, int64_t iteration);
 
+/* The saved RNG state of iteration `iteration` (mp_rank_00/rng_dp000.json), a
+ * td_malloc'ed JSON object text; NULL with err set when it is missing or not a
+ * JSON object. */
+char *td_checkpoint_read_rng(const char *dir, int64_t iteration, char *err, size_t errlen);
+
 /* Load iteration `iteration` from dir into c's tensors (params always; Adam state
  * when c->exp_avg is not NULL). Each tensor is a slice (global_shape, offset,
  * shape; or the whole tensor) assembled from the saved slices that overlap it,

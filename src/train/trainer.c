@@ -450,10 +450,21 @@ static void restore_state(trainer *t, const char *text, const char *dir, int wit
     t->scaler.growth_tracker = (int)json_number(ls, "growth_tracker", dir);
     t->scaler.hysteresis_tracker = (int)json_number(ls, "hysteresis_tracker", dir);
   }
-  const cJSON *args = cJSON_GetObjectItemCaseSensitive(s, "args");
-  const cJSON *seed = cJSON_GetObjectItemCaseSensitive(args, "seed");
-  if (!t->a->no_load_rng && cJSON_IsNumber(seed)) t->seed = (uint64_t)seed->valuedouble;
   cJSON_Delete(s);
+}
+
+/* The dropout streams continue from the checkpoint's seed (rng_dp000.json; the
+ * counter is the iteration, restored with the state). A converted checkpoint
+ * has an empty RNG state: --seed then stands. */
+static void restore_rng(trainer *t, const char *dir, int64_t it) {
+  char err[1024];
+  char *text = td_checkpoint_read_rng(dir, it, err, sizeof err);
+  if (!text) td_fail("--load %s: %s (or pass --no-load-rng)", dir, err);
+  cJSON *r = cJSON_Parse(text);
+  td_free(text);
+  const cJSON *seed = cJSON_GetObjectItemCaseSensitive(r, "seed");
+  if (cJSON_IsNumber(seed)) t->seed = (uint64_t)seed->valuedouble;
+  cJSON_Delete(r);
 }
 
 /* The checkpoint's model (its args) must be this run's: a flag that keeps every
@@ -496,6 +507,7 @@ static void load_checkpoint(trainer *t) {
   if (td_checkpoint_load(t->dev, a->load, it, &c, &state, err, sizeof err))
     td_fail("--load %s: %s", a->load, err);
   if (!a->finetune) restore_state(t, state, a->load, with_optim);
+  if (!a->finetune && !a->no_load_rng) restore_rng(t, a->load, it);
   td_free(state);
   td_gpt_cast_weights(t->model);
   if (!t->is_logger) return;
