@@ -112,6 +112,11 @@ int main(void) {
           run_case(&c, (td_gemm_library)lib, stream += 4);
           c.beta = 0, c.alpha = 1, c.batch = 1, c.c_bf16 = 1, c.bias = 1; /* bf16 output */
           if (ab) run_case(&c, (td_gemm_library)lib, stream += 4);
+          /* bias with alpha != 1: alpha * AB + beta * C + bias, the bias unscaled */
+          c.c_bf16 = 0, c.alpha = 0.25f, c.beta = 0.5f, c.batch = 3;
+          run_case(&c, (td_gemm_library)lib, stream += 4);
+          c.beta = 0, c.batch = 1, c.c_bf16 = ab;
+          run_case(&c, (td_gemm_library)lib, stream += 4);
         }
   /* bf16 deeper than one pass of the AMX GEMM (TD_GEMM_AMX_KMAX = 4096): accumulated
    * through C in passes, the first with the caller's beta and bias */

@@ -113,6 +113,11 @@ typedef struct {
   float alpha, beta;
 } gemm_key;
 
+/* oneDNN applies the output scale after its own bias: scale * (AB + bias). With
+ * alpha != 1 the bias is instead a binary-add post-op after the scale (and after
+ * the sum post-op): alpha * AB + beta * C + bias, as the device interface says. */
+static int bias_as_post_op(const gemm_key *k) { return k->has_bias && k->alpha != 1.0f; }
+
 typedef struct {
   gemm_key key;
   dnnl_primitive_t prim;
@@ -152,19 +157,19 @@ static void entry_create(gemm_entry *e, const gemm_key *k) {
     }
   }
   dnnl_matmul_desc_t desc;
-  DNNL_OK(dnnl_matmul_desc_init(&desc, &e->a_md, &e->b_md, k->has_bias ? &e->bias_md : NULL,
+  int inner_bias = k->has_bias && !bias_as_post_op(k);
+  DNNL_OK(dnnl_matmul_desc_init(&desc, &e->a_md, &e->b_md, inner_bias ? &e->bias_md : NULL,
                                 &e->c_md));
   dnnl_primitive_attr_t attr;
   DNNL_OK(dnnl_primitive_attr_create(&attr));
   DNNL_OK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
   if (k->alpha != 1.0f) DNNL_OK(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha));
-  if (k->beta != 0.0f) {
-    dnnl_post_ops_t po;
-    DNNL_OK(dnnl_post_ops_create(&po));
-    DNNL_OK(dnnl_post_ops_append_sum(po, k->beta));
-    DNNL_OK(dnnl_primitive_attr_set_post_ops(attr, po));
-    dnnl_post_ops_destroy(po);
-  }
+  dnnl_post_ops_t po;
+  DNNL_OK(dnnl_post_ops_create(&po));
+  if (k->beta != 0.0f) DNNL_OK(dnnl_post_ops_append_sum(po, k->beta));
+  if (bias_as_post_op(k)) DNNL_OK(dnnl_post_ops_append_binary(po, dnnl_binary_add, &e->bias_md));
+  DNNL_OK(dnnl_primitive_attr_set_post_ops(attr, po));
+  dnnl_post_ops_destroy(po);
   dnnl_primitive_desc_t pd;
   DNNL_OK(dnnl_primitive_desc_create(&pd, &desc, attr, g_engine, NULL));
   e->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
@@ -224,7 +229,13 @@ static void gemm_onednn(const td_matmul_desc *g) {
       {DNNL_ARG_SCRATCHPAD, wrap(&e->scratch_md, t_scratch)},
   };
   int nargs = 4;
-  if (g->bias) args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, wrap(&e->bias_md, g->bias)};
+  if (g->bias) {
+    /* the binary post-op's index in the chain: after the sum post-op, if any */
+    int arg = bias_as_post_op(&k)
+                  ? DNNL_ARG_ATTR_MULTIPLE_POST_OP(k.beta != 0.0f ? 1 : 0) | DNNL_ARG_SRC_1
+                  : DNNL_ARG_BIAS;
+    args[nargs++] = (dnnl_exec_arg_t){arg, wrap(&e->bias_md, g->bias)};
+  }
   DNNL_OK(dnnl_primitive_execute(e->prim, t_stream, nargs, args));
   DNNL_OK(dnnl_stream_wait(t_stream));
   for (int i = 0; i < nargs; i++) dnnl_memory_destroy(args[i].memory);
@@ -247,8 +258,7 @@ void td_cpu_gemm_with(const td_matmul_desc *g, td_gemm_library lib) {
   if (lib == TD_GEMM_AMX && !omp_in_parallel() &&
       (g->c_dtype == TD_F32 || g->k <= TD_GEMM_AMX_KMAX))
     td_cpu_gemm_amx(g);
-  /* oneDNN adds the bias before the output scale; keep alpha * AB + bias exact. */
-  else if (lib == TD_GEMM_OPENBLAS || (g->bias && g->alpha != 1.0f && g->ab_dtype == TD_F32))
+  else if (lib == TD_GEMM_OPENBLAS)
     gemm_openblas(g);
   else
     gemm_onednn(g);
