@@ -163,6 +163,34 @@ static const float *own_rows(const td_gpt *m, const float *dy_full) {
   return dy_full + m->ns0 * m->C;
 }
 
+/* ---------------------------------------------------- row-parallel output */
+
+/* The output of a block (attention proj, MLP fc2): a row-parallel linear over
+ * this rank's share K of the inner dimension, summed over TP, then hidden
+ * dropout and the residual (Megatron's RowParallelLinear + bias-dropout-add):
+ *   y[NS, C] = resid + dropout(sum_tp(x[N, K] W[C, K]^T) + b)
+ * w and b are the weight and bias tensor indices, site the dropout site. */
+static void row_parallel_output_forward(td_gpt *m, int64_t l, int site, int w, int b,
+                                        const void *x, int64_t K, float *y, const float *resid) {
+  td_linear_forward(m->dev, m->hidden, TD_F32, x, W(m, w), row_parallel_bias(m, b), m->N, K, m->C,
+                    m->md);
+  dropout_residual(m, y, resid, reduce_rows(m, m->hidden, m->hs), dropout_stream(m, l, site));
+}
+
+/* Its backward from m->dres = d y: accumulates the weight and bias gradients and
+ * writes dx[N, K] (dtype dx_dt) = d x. The gradient reaching the GEMMs is all N
+ * tokens' (all-gathered under sequence parallelism); the bias gradient sums this
+ * rank's tokens only (summed over TP after backward, as replicated tensors are). */
+static void row_parallel_output_backward(td_gpt *m, int64_t l, int site, int w, int b,
+                                         const void *x, int64_t K, void *dx, td_dtype dx_dt) {
+  int64_t N = m->N, C = m->C;
+  const float *dy = gather_grad(m, dropout_grad(m, m->dres, m->gf, dropout_stream(m, l, site)));
+  const void *dy_c = to_compute(m, dy, N * C);
+  OPS(m)->bias_backward(m->dev, G(m, b), own_rows(m, bias_dy(m, dy, dy_c)), m->NS, C);
+  td_linear_backward_weight(m->dev, G(m, w), dy_c, x, N, K, C, m->md);
+  td_linear_backward_input(m->dev, dx, dx_dt, dy_c, W(m, w), N, K, C, m->md);
+}
+
 /* --------------------------------------------------------------- embedding */
 
 /* emb[NS, C] = dropout(wte[tokens] + wpe[positions]); the vocabulary-parallel
@@ -223,10 +251,8 @@ static void attention_block_forward(td_gpt *m, int64_t l) {
   td_attention_desc ad = attention_desc(m, a, l);
   ops->attention_forward(m->dev, &ad);
   matmul_input(m, a->att, N * A);
-  td_linear_forward(m->dev, m->hidden, TD_F32, a->att, W(m, LT(m, l, TD_PROJ_W)),
-                    row_parallel_bias(m, LT(m, l, TD_PROJ_B)), N, A, C, m->md);
-  dropout_residual(m, a->mid, a->x, reduce_rows(m, m->hidden, m->hs),
-                   dropout_stream(m, l, SITE_PROJ));
+  row_parallel_output_forward(m, l, SITE_PROJ, LT(m, l, TD_PROJ_W), LT(m, l, TD_PROJ_B), a->att, A,
+                              a->mid, a->x);
 }
 
 /* In: dres = d mid. Out: dres = d x (the residual passes through, ln1 adds). */
@@ -234,14 +260,8 @@ static void attention_block_backward(td_gpt *m, int64_t l) {
   const td_device_ops *ops = OPS(m);
   const td_gpt_layer_acts *a = &m->acts[l];
   int64_t N = m->N, C = m->C, A = m->A;
-  const float *dproj =
-      gather_grad(m, dropout_grad(m, m->dres, m->gf, dropout_stream(m, l, SITE_PROJ)));
-  const void *dproj_c = to_compute(m, dproj, N * C);
-  ops->bias_backward(m->dev, G(m, LT(m, l, TD_PROJ_B)), own_rows(m, bias_dy(m, dproj, dproj_c)),
-                     m->NS, C);
-  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_PROJ_W)), dproj_c, a->att, N, A, C, m->md);
-  td_linear_backward_input(m->dev, m->gatt, m->md, dproj_c, W(m, LT(m, l, TD_PROJ_W)), N, A, C,
-                           m->md);
+  row_parallel_output_backward(m, l, SITE_PROJ, LT(m, l, TD_PROJ_W), LT(m, l, TD_PROJ_B), a->att, A,
+                               m->gatt, m->md);
   matmul_input(m, m->gatt, N * A); /* the attention backward's matmuls read it */
   td_attention_desc ad = attention_desc(m, a, l);
   ad.dout = m->gatt, ad.dqkv = m->gh;
@@ -283,10 +303,8 @@ static void mlp_block_forward(td_gpt *m, int64_t l) {
                     P(m, LT(m, l, TD_FC1_B)), N, C, F, m->md);
   ops->gelu_forward(m->dev, a->gelu, m->md, a->fc1, m->md, N * F, gelu_kind(m));
   matmul_input(m, a->gelu, N * F);
-  td_linear_forward(m->dev, m->hidden, TD_F32, a->gelu, W(m, LT(m, l, TD_FC2_W)),
-                    row_parallel_bias(m, LT(m, l, TD_FC2_B)), N, F, C, m->md);
-  dropout_residual(m, a->out, a->mid, reduce_rows(m, m->hidden, m->hs),
-                   dropout_stream(m, l, SITE_FC2));
+  row_parallel_output_forward(m, l, SITE_FC2, LT(m, l, TD_FC2_W), LT(m, l, TD_FC2_B), a->gelu, F,
+                              a->out, a->mid);
 }
 
 /* In: dres = d out. Out: dres = d mid. */
@@ -294,14 +312,8 @@ static void mlp_block_backward(td_gpt *m, int64_t l) {
   const td_device_ops *ops = OPS(m);
   const td_gpt_layer_acts *a = &m->acts[l];
   int64_t N = m->N, C = m->C, F = m->F;
-  const float *dfc2 =
-      gather_grad(m, dropout_grad(m, m->dres, m->gf, dropout_stream(m, l, SITE_FC2)));
-  const void *dfc2_c = to_compute(m, dfc2, N * C);
-  ops->bias_backward(m->dev, G(m, LT(m, l, TD_FC2_B)), own_rows(m, bias_dy(m, dfc2, dfc2_c)),
-                     m->NS, C);
-  td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC2_W)), dfc2_c, a->gelu, N, F, C, m->md);
-  td_linear_backward_input(m->dev, m->dff, TD_F32, dfc2_c, W(m, LT(m, l, TD_FC2_W)), N, F, C,
-                           m->md);
+  row_parallel_output_backward(m, l, SITE_FC2, LT(m, l, TD_FC2_W), LT(m, l, TD_FC2_B), a->gelu, F,
+                               m->dff, TD_F32);
   ops->gelu_backward(m->dev, m->dff, m->dff, a->fc1, m->md, N * F, gelu_kind(m));
   const void *dfc1_c = to_compute(m, m->dff, N * F);
   ops->bias_backward(m->dev, G(m, LT(m, l, TD_FC1_B)), bias_dy(m, m->dff, dfc1_c), N, F);
