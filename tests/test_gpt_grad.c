@@ -3,8 +3,8 @@
  * differences of a double-precision re-implementation of the loss, determinism
  * (repeat, 1 vs 2 threads), bf16 and fp16 against fp32, fp16's overflow to Inf
  * under a loss scale too large (what the loss scaler must see) and its underflow
- * under one too small, and dropout (seeded, and its backward against finite
- * differences of the model itself). */
+ * under one too small, dropout (seeded, and its backward against finite
+ * differences of the model itself), and full activation recomputation. */
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -483,6 +483,47 @@ static void test_dropout(void) {
   td_gpt_destroy(m), td_gpt_destroy(plain);
 }
 
+/* Full recomputation reruns a chunk's forward in backward: with dropout on, the
+ * loss and every gradient are bitwise those of the run that keeps everything,
+ * for uniform chunks (one that does not divide the layers) and block, in fp32,
+ * bf16 and fp16; the activation arena shrinks. */
+static void test_recompute(td_dtype cd) {
+  td_gpt_config c = tiny_config();
+  c.num_layers = 5, c.hidden_dropout = 0.2f, c.attention_dropout = 0.2f;
+  td_gpt *keep = make(&c, cd);
+  randomize(keep, 10);
+  batch b = random_batch(11);
+  uint64_t seed = td_gpt_dropout_seed(99, 3, 1);
+  size_t bytes = (size_t)td_gpt_flat_numel(keep) * sizeof(float);
+  float *g0 = td_malloc(bytes), *g = td_malloc(bytes), *p = td_malloc(bytes);
+  double l0 = gradient(keep, &b, seed, 1, g0);
+  td_device *d = tst_device();
+  d->ops->copy_d2h(d, p, td_gpt_params(keep), bytes);
+  size_t arena0 = td_gpt_memory_report(keep).activations;
+  static const struct { td_recompute how; int64_t n; const char *name; } cases[] = {
+      {TD_RECOMPUTE_UNIFORM, 1, "uniform 1"}, {TD_RECOMPUTE_UNIFORM, 2, "uniform 2 (chunks 2+2+1)"},
+      {TD_RECOMPUTE_UNIFORM, 5, "uniform 5"}, {TD_RECOMPUTE_BLOCK, 3, "block 3"}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    td_gpt_layout lay = td_gpt_layout_single(&c);
+    lay.recompute = cases[i].how, lay.recompute_num_layers = cases[i].n;
+    td_gpt *m = td_gpt_create(d, &c, &lay, MB, cd);
+    d->ops->copy_h2d(d, td_gpt_params(m), p, bytes);
+    td_gpt_cast_weights(m);
+    double l = gradient(m, &b, seed, 1, g);
+    l = gradient(m, &b, seed, 1, g); /* twice: the slots are reused */
+    size_t arena = td_gpt_memory_report(m).activations;
+    CHECK(l == l0 && !memcmp(g, g0, bytes),
+          "%s recompute %s: loss and gradients bitwise equal to keeping all activations",
+          td_dtype_name(cd), cases[i].name);
+    CHECK(cases[i].n == c.num_layers ? arena <= arena0 : arena < arena0,
+          "%s recompute %s: activations %zu bytes (all kept: %zu)", td_dtype_name(cd),
+          cases[i].name, arena, arena0);
+    td_gpt_destroy(m);
+  }
+  td_free(g0), td_free(g), td_free(p);
+  td_gpt_destroy(keep);
+}
+
 int main(void) {
   test_padded_vocab();
   td_gpt_config c = tiny_config();
@@ -505,5 +546,8 @@ int main(void) {
   test_fp16_overflow_underflow();
   test_fp16_forward_range();
   test_dropout();
+  test_recompute(TD_F32);
+  test_recompute(TD_BF16);
+  test_recompute(TD_F16);
   return tst_finish();
 }

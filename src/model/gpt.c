@@ -397,6 +397,32 @@ static void head_backward(td_gpt *m, float dloss_scale) {
                           P(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, m->NS, C);
 }
 
+/* ------------------------------------------------------------ recomputation */
+
+static void layer_forward(td_gpt *m, int64_t l) {
+  attention_block_forward(m, l);
+  mlp_block_forward(m, l);
+}
+
+/* Whether layer l is recomputed (td_recompute), and its chunk [*c0, *c1). */
+static int recompute_chunk(const td_gpt *m, int64_t l, int64_t *c0, int64_t *c1) {
+  int64_t n = m->lay.recompute_num_layers;
+  *c0 = l, *c1 = l + 1;
+  if (m->lay.recompute == TD_RECOMPUTE_UNIFORM) {
+    *c0 = l / n * n;
+    *c1 = *c0 + n < m->n_layers ? *c0 + n : m->n_layers;
+    return 1;
+  }
+  return m->lay.recompute == TD_RECOMPUTE_BLOCK && l < n;
+}
+
+/* Activation slots the recomputed chunks share: the longest chunk's layers. */
+static int64_t recompute_slots(const td_gpt *m) {
+  int64_t n = m->lay.recompute_num_layers;
+  if (m->lay.recompute == TD_RECOMPUTE_UNIFORM) return n < m->n_layers ? n : m->n_layers;
+  return m->lay.recompute == TD_RECOMPUTE_BLOCK ? 1 : 0;
+}
+
 /* ------------------------------------------------------------------- model */
 
 /* Ids come from user data: one outside the vocabulary is a user-facing error. */
@@ -423,10 +449,7 @@ double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
   m->p_attn = training ? m->cfg.attention_dropout : 0.0f;
 
   embedding_forward(m);
-  for (int64_t l = 0; l < m->n_layers; l++) {
-    attention_block_forward(m, l);
-    mlp_block_forward(m, l);
-  }
+  for (int64_t l = 0; l < m->n_layers; l++) layer_forward(m, l);
   head_forward(m);
   m->pending_backward = 1;
 
@@ -458,6 +481,9 @@ void td_gpt_backward(td_gpt *m, float dloss_scale) {
   head_backward(m, dloss_scale);
   grads_ready(m, after_layers, m->n_tensors - after_layers);
   for (int64_t l = m->n_layers - 1; l >= 0; l--) {
+    int64_t c0, c1;
+    if (recompute_chunk(m, l, &c0, &c1) && l == c1 - 1) /* entering a recomputed chunk */
+      for (int64_t k = c0; k < c1; k++) layer_forward(m, k);
     mlp_block_backward(m, l);
     attention_block_backward(m, l);
     grads_ready(m, LT(m, l, 0), TD_GPT_LAYER_TENSORS);
@@ -492,13 +518,19 @@ typedef struct {
   size_t used;
 } bump;
 
+static size_t aligned_bytes(int64_t n, td_dtype dt) {
+  return ((size_t)n * td_dtype_size(dt) + 63) / 64 * 64;
+}
+
 static void *take(bump *b, int64_t n, td_dtype dt) {
   void *p = b->base ? b->base + b->used : NULL;
-  b->used += ((size_t)n * td_dtype_size(dt) + 63) / 64 * 64;
+  b->used += aligned_bytes(n, dt);
   return p;
 }
 
-static void carve_layer(td_gpt *m, bump *b, td_gpt_layer_acts *a) {
+/* One layer's activations; out only with_out (a chunk's last layer writes its
+ * output to a buffer of its own). */
+static void carve_layer(td_gpt *m, bump *b, td_gpt_layer_acts *a, int with_out) {
   int64_t N = m->N, NS = m->NS, C = m->C, F = m->F, A = m->A;
   size_t before = b->used;
   a->ln1_mean = take(b, NS, TD_F32), a->ln1_rstd = take(b, NS, TD_F32);
@@ -511,8 +543,29 @@ static void carve_layer(td_gpt *m, bump *b, td_gpt_layer_acts *a) {
   a->ln2 = take(b, NS * C, m->md);
   a->fc1 = take(b, N * F, m->md);
   a->gelu = take(b, N * F, m->md);
-  a->out = take(b, NS * C, TD_F32);
-  m->layer_bytes = b->used - before;
+  a->out = with_out ? take(b, NS * C, TD_F32) : NULL;
+  /* what a layer that keeps everything holds, out included */
+  m->layer_bytes = b->used - before + (with_out ? 0 : aligned_bytes(NS * C, TD_F32));
+}
+
+/* The layers' activations. A recomputed layer's live in the slot of its place
+ * in its chunk (slots are shared by every chunk), except the chunk's output,
+ * which the next chunk (or the head) reads after the slots are reused. */
+static void carve_layers(td_gpt *m, bump *b) {
+  int64_t slots = recompute_slots(m);
+  td_gpt_layer_acts *slot = td_calloc((size_t)(slots ? slots : 1) * sizeof *slot);
+  for (int64_t s = 0; s < slots; s++) carve_layer(m, b, &slot[s], s < slots - 1);
+  for (int64_t l = 0; l < m->n_layers; l++) {
+    int64_t c0, c1;
+    if (!recompute_chunk(m, l, &c0, &c1)) {
+      carve_layer(m, b, &m->acts[l], 1);
+    } else {
+      m->acts[l] = slot[l - c0];
+      if (l == c1 - 1) m->acts[l].out = take(b, m->NS * m->C, TD_F32);
+    }
+    m->acts[l].x = l ? m->acts[l - 1].out : m->emb;
+  }
+  td_free(slot);
 }
 
 static void carve(td_gpt *m, bump *b) {
@@ -520,10 +573,7 @@ static void carve(td_gpt *m, bump *b) {
   m->tokens = take(b, N, TD_I32), m->targets = take(b, N, TD_I32);
   m->positions = take(b, N, TD_I32);
   m->emb = take(b, m->NS * C, TD_F32);
-  for (int64_t l = 0; l < m->n_layers; l++) {
-    carve_layer(m, b, &m->acts[l]);
-    m->acts[l].x = l ? m->acts[l - 1].out : m->emb;
-  }
+  carve_layers(m, b);
   m->lnf_mean = take(b, m->NS, TD_F32), m->lnf_rstd = take(b, m->NS, TD_F32);
   m->lnf = take(b, m->NS * C, m->md);
   m->logits = take(b, N * V, TD_F32);
@@ -581,12 +631,17 @@ static void check_config(const td_gpt_config *c, const td_gpt_layout *lay, int64
   TD_CHECK(!lay->sequence_parallel || (micro_batch * c->seq_len) % lay->tp_size == 0,
            "sequence parallelism: %lld tokens not divisible by tp %d",
            (long long)(micro_batch * c->seq_len), lay->tp_size);
+  int64_t layers = lay->layer_end - lay->layer_begin;
+  TD_CHECK(lay->recompute == TD_RECOMPUTE_NONE ||
+               (lay->recompute_num_layers >= 1 && lay->recompute_num_layers <= layers),
+           "recompute_num_layers %lld outside [1, %lld]", (long long)lay->recompute_num_layers,
+           (long long)layers);
   /* Pipeline stages (send/recv between stages) are not built yet. */
   TD_CHECK(lay->has_embedding && lay->has_head, "only one pipeline stage runs so far");
 }
 
 td_gpt_layout td_gpt_layout_single(const td_gpt_config *cfg) {
-  td_gpt_layout lay = {1, 0, 0, cfg->num_layers, 1, 1, NULL, 0};
+  td_gpt_layout lay = {1, 0, 0, cfg->num_layers, 1, 1, NULL, 0, TD_RECOMPUTE_NONE, 0};
   return lay;
 }
 

@@ -82,12 +82,22 @@ typedef struct td_comm td_comm;
  * range, and whether it holds the embedding and the output layer). One stage
  * holding everything (pipeline-parallel 1) is what runs today; other stages are
  * refused by td_gpt_create. */
+/* Full activation recomputation (Megatron's --recompute-granularity full): a
+ * recomputed layer keeps only its chunk's input; backward reruns the chunk's
+ * forward (the same dropout masks: they are counters, not a stream) and then
+ * its backward. UNIFORM: the stage's layers in chunks of recompute_num_layers;
+ * BLOCK: the first recompute_num_layers layers, each a chunk of one, the rest
+ * keep everything. */
+typedef enum { TD_RECOMPUTE_NONE = 0, TD_RECOMPUTE_UNIFORM, TD_RECOMPUTE_BLOCK } td_recompute;
+
 typedef struct td_gpt_layout {
   int tp_size, tp_rank;
   int64_t layer_begin, layer_end; /* global layer indices [begin, end) */
   int has_embedding, has_head;
   td_comm *tp_comm;
   int sequence_parallel; /* with tp_size > 1: LayerNorm / dropout regions split by tokens */
+  td_recompute recompute;
+  int64_t recompute_num_layers; /* 1 .. this stage's layers, with recompute */
 } td_gpt_layout;
 
 /* The single-process layout: tp = 1, all layers, embedding and head. */
