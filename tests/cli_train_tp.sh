@@ -6,7 +6,8 @@
 # global head), bf16 within 1e-3; and TP x DP on 4 and 8 ranks (2x2, 2x4, 4x2);
 # all again with sequence parallelism (whose hidden dropout draws each token's
 # counters from its place in the micro-batch), which also keeps fewer activation
-# bytes per layer.
+# bytes per layer; full activation recomputation (uniform and block) changes no
+# bit of the losses and keeps fewer activation bytes.
 # Checkpoints saved at TP=2 (and TP=2 x DP=2) resume at TP=1 and TP=4 with the
 # unsplit run's losses, and export to one Hugging Face file. A TP size that does
 # not divide the heads or the FFN is refused with the reason.
@@ -49,6 +50,20 @@ layer_mib() { grep -oE '[0-9.]+ per layer' "$1" | cut -d' ' -f1; }
 awk -v a="$(layer_mib "$tmp/tp2.log")" -v b="$(layer_mib "$tmp/sp2.log")" 'BEGIN { exit !(b > 0 && b < a) }' &&
   ok "activations per layer at TP=2: $(layer_mib "$tmp/tp2.log") MiB, with sequence parallelism $(layer_mib "$tmp/sp2.log") MiB" ||
   fail "activations per layer TP=2 $(layer_mib "$tmp/tp2.log") vs SP $(layer_mib "$tmp/sp2.log")"
+
+# Full activation recomputation reruns each chunk's forward (collectives and
+# dropout masks included) in backward: the same losses, bit for bit, with fewer
+# activation bytes.
+recompute=(--recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
+run 2 "$tmp/sp2_rc.log" --tensor-model-parallel-size 2 --sequence-parallel "${recompute[@]}"
+same "$tmp/sp2.log" "$tmp/sp2_rc.log" 0 "TP=2 + SP with full recomputation == without, bit for bit"
+run 4 "$tmp/sp2dp2_rc.log" --tensor-model-parallel-size 2 --sequence-parallel --recompute-granularity full \
+  --recompute-method block --recompute-num-layers 1
+same "$tmp/sp2dp2.log" "$tmp/sp2dp2_rc.log" 0 "TP=2 + SP x DP=2 with block recomputation == without, bit for bit"
+act_mib() { grep -oE 'activations [0-9.]+' "$1" | cut -d' ' -f2; }
+awk -v a="$(act_mib "$tmp/sp2.log")" -v b="$(act_mib "$tmp/sp2_rc.log")" 'BEGIN { exit !(b > 0 && b < a) }' &&
+  ok "activations at TP=2 + SP: $(act_mib "$tmp/sp2.log") MiB, with full recomputation $(act_mib "$tmp/sp2_rc.log") MiB" ||
+  fail "recomputation activations $(act_mib "$tmp/sp2_rc.log") vs $(act_mib "$tmp/sp2.log")"
 
 run 4 "$tmp/tp2dp2.log" --tensor-model-parallel-size 2
 run 8 "$tmp/tp2dp4.log" --tensor-model-parallel-size 2

@@ -116,17 +116,20 @@ static void test_forms(void) {
   char err[256] = "";
   CHECK(run(&a, &c,
             SMALL " --train-iters=50 --lr-decay-style=WSD --lr-wsd-decay-iters=10 --norm-epsilon "
-                  "1e-6 --deepspeed --deepspeed-config ds.json --use-distributed-optimizer",
+                  "1e-6 --use-distributed-optimizer --recompute-granularity=full "
+                  "--recompute-method block --recompute-num-layers 2",
             1, err, sizeof err) == 0,
         "--flag=value, aliases (%s)", err);
   CHECK(a.train_iters == 50 && a.lr_decay_style == TD_LR_WSD && a.lr_wsd_decay_iters == 10,
         "values after =");
-  CHECK(a.layernorm_epsilon == 1e-6 && !strcmp(a.deepspeed_config, "ds.json"),
-        "--norm-epsilon and --deepspeed-config are aliases");
-  CHECK(td_args_given(&a, "deepspeed_config") && td_args_given(&a, "norm-epsilon") &&
+  CHECK(a.layernorm_epsilon == 1e-6, "--norm-epsilon is an alias of --layernorm-epsilon");
+  CHECK(td_args_given(&a, "layernorm-epsilon") && td_args_given(&a, "norm-epsilon") &&
             !td_args_given(&a, "seed"),
         "td_args_given knows both spellings");
   CHECK(a.zero_stage == 1, "--use-distributed-optimizer is ZeRO stage 1");
+  CHECK(a.recompute_granularity == TD_GRANULARITY_FULL && a.recompute_method == 1 &&
+            a.recompute_num_layers == 2,
+        "--recompute-granularity full --recompute-method block --recompute-num-layers 2");
   CHECK(a.global_batch_size == 2 && a.lr_decay_iters == 50,
         "global batch = micro x DP, decay = train");
   td_args_free(&a);
@@ -292,7 +295,20 @@ static void test_validation_errors(void) {
       {"--train-iters 10 --split 1,2,3,4", 1, "bad --split: more than three numbers"},
       {"--train-iters 10 --split 0,0,0", 1, "bad --split '0,0,0': the weights sum to 0"},
       {"--train-iters 10 --save ckpt", 1, "--save needs --save-interval N"},
-      {"--train-iters 10 --deepspeed", 1, "--deepspeed needs --deepspeed_config FILE"},
+      {"--train-iters 10 --deepspeed", 1, "--deepspeed: trident does not read DeepSpeed JSON configs"},
+      {"--train-iters 10 --deepspeed-config ds.json", 1,
+       "--deepspeed_config: trident does not read DeepSpeed JSON configs"},
+      {"--train-iters 10 --recompute-granularity full", 1,
+       "--recompute-granularity full needs --recompute-method uniform or block"},
+      {"--train-iters 10 --recompute-granularity full --recompute-method uniform", 1,
+       "--recompute-granularity full needs --recompute-num-layers between 1 and the layers per "
+       "pipeline stage (2)"},
+      {"--train-iters 10 --recompute-granularity full --recompute-method block "
+       "--recompute-num-layers 3", 1, "--recompute-num-layers between 1 and the layers"},
+      {"--train-iters 10 --recompute-activations --recompute-method uniform", 1,
+       "--recompute-method does not apply to selective recomputation"},
+      {"--train-iters 10 --recompute-granularity selective --recompute-num-layers 1", 1,
+       "--recompute-num-layers does not apply to selective recomputation"},
       {"--train-iters 10 --min-loss-scale 8 --initial-loss-scale 4", 1,
        "--min-loss-scale 8 is larger than --initial-loss-scale 4"},
   };

@@ -69,8 +69,6 @@ static const char *const k_recompute_methods[] = {"uniform", "block", NULL};
 #define LIST(field) .k = K_LIST, .off = F(field)
 #define CHOICE(field) .k = K_CHOICE, .off = F(field)
 #define NOTE .k = K_NOTE
-#define NOTE_RECOMPUTE                                                                             \
-  "activation recomputation is not implemented; all activations are kept (see the memory report)"
 #define NOTE_FUSION "switches a fused CUDA kernel; the CPU kernels are unaffected"
 
 // clang-format off
@@ -229,13 +227,21 @@ static const flag k_flags[] = {
     {.name = "ddp-bucket-size", INT(ddp_bucket_size), .defdoc = "max(40M, 1M x data-parallel size)", .c = C_POS, .g = G_PARALLEL, .meta = "N",
      .help = "gradient elements per data-parallel all-reduce bucket"},
     {.name = "use-distributed-optimizer", BOOL(use_distributed_optimizer), .g = G_PARALLEL,
-     .help = "shard the optimizer state over data-parallel ranks (ZeRO-1)"},
+     .help = "ZeRO-1 (not built yet: noted; every DP rank keeps the whole optimizer state)"},
     {.name = "deepspeed", BOOL(deepspeed), .g = G_PARALLEL,
-     .help = "take ZeRO, offload and batch settings from --deepspeed_config"},
+     .help = "DeepSpeed JSON configs (not read yet: refused)"},
     {.name = "deepspeed_config", .alias = "deepspeed-config", STR(deepspeed_config), .g = G_PARALLEL, .meta = "FILE",
-     .help = "DeepSpeed JSON config"},
+     .help = "DeepSpeed JSON config (not read yet: refused)"},
     {.name = "zero-stage", CHOICE(zero_stage), .def = "0", .choices = k_zero_stages, .g = G_PARALLEL, .meta = "N",
-     .help = "ZeRO stage (1 with --use-distributed-optimizer)"},
+     .help = "ZeRO stage (not built yet: noted as --use-distributed-optimizer)"},
+    {.name = "recompute-activations", BOOL(recompute_activations), .g = G_PARALLEL,
+     .help = "selective recomputation (--recompute-granularity selective)"},
+    {.name = "recompute-granularity", CHOICE(recompute_granularity), .choices = k_granularities, .g = G_PARALLEL, .meta = "G",
+     .help = "full: recompute whole layers in backward; selective: the attention core"},
+    {.name = "recompute-method", CHOICE(recompute_method), .choices = k_recompute_methods, .g = G_PARALLEL, .meta = "M",
+     .help = "with full: uniform (chunks of N layers) or block (the first N layers)"},
+    {.name = "recompute-num-layers", INT(recompute_num_layers), .c = C_POS, .g = G_PARALLEL, .meta = "N",
+     .help = "with full: layers per chunk (uniform) or layers recomputed (block)"},
     /* accepted for compatibility */
     {.name = "transformer-impl", NOTE, .choices = k_impls, .g = G_COMPAT, .meta = "IMPL",
      .note = "trident runs its own C kernels; there is no Transformer Engine, so local and transformer_engine are the same model"},
@@ -260,13 +266,6 @@ static const flag k_flags[] = {
      .note = "gradients are always accumulated and reduced in fp32 here"},
     {.name = "use-cpu-initialization", NOTE, .g = G_COMPAT,
      .note = "weights are always initialised on the host from the global seed, identical for every TP/PP layout"},
-    {.name = "recompute-activations", NOTE, .g = G_COMPAT, .note = NOTE_RECOMPUTE},
-    {.name = "recompute-granularity", NOTE, .choices = k_granularities, .g = G_COMPAT, .meta = "G",
-     .note = NOTE_RECOMPUTE},
-    {.name = "recompute-method", NOTE, .choices = k_recompute_methods, .g = G_COMPAT, .meta = "M",
-     .note = NOTE_RECOMPUTE},
-    {.name = "recompute-num-layers", NOTE, .c = C_POS, .g = G_COMPAT, .meta = "N",
-     .note = NOTE_RECOMPUTE},
     {.name = "distributed-timeout-minutes", NOTE, .c = C_POS, .g = G_COMPAT, .meta = "N",
      .note = "MPI has no collective timeout; a failing rank aborts every rank instead"},
     {.name = "no-async-tensor-model-parallel-allreduce", NOTE, .g = G_COMPAT,
@@ -719,9 +718,37 @@ static int check_data(td_args *a, char *err, size_t errlen) {
 static int check_run(td_args *a, char *err, size_t errlen) {
   if (a->save && a->save_interval == TD_UNSET)
     return td_errorf(err, errlen, "--save needs --save-interval N (as in Megatron)");
-  if (a->deepspeed && !a->deepspeed_config)
-    return td_errorf(err, errlen, "--deepspeed needs --deepspeed_config FILE");
+  if (a->deepspeed || a->deepspeed_config)
+    return td_errorf(err, errlen,
+                     "--%s: trident does not read DeepSpeed JSON configs yet (ZeRO and offload "
+                     "are not built); give the batch, precision and optimizer settings as "
+                     "Megatron flags instead",
+                     a->deepspeed ? "deepspeed" : "deepspeed_config");
   if (a->use_distributed_optimizer && a->zero_stage == 0) a->zero_stage = 1;
+  return 0;
+}
+
+/* Megatron's rules (TransformerConfig): --recompute-activations means selective;
+ * full needs a method and 1 <= N <= the layers of a pipeline stage; selective
+ * takes neither. */
+static int check_recompute(td_args *a, char *err, size_t errlen) {
+  if (a->recompute_activations) a->recompute_granularity = TD_GRANULARITY_SELECTIVE;
+  int64_t stage_layers = a->num_layers / a->pipeline_model_parallel_size;
+  if (a->recompute_granularity == TD_GRANULARITY_SELECTIVE &&
+      (a->recompute_method >= 0 || a->recompute_num_layers != TD_UNSET))
+    return td_errorf(err, errlen,
+                     "--recompute-%s does not apply to selective recomputation (as in Megatron): "
+                     "use --recompute-granularity full",
+                     a->recompute_method >= 0 ? "method" : "num-layers");
+  if (a->recompute_granularity != TD_GRANULARITY_FULL) return 0;
+  if (a->recompute_method < 0)
+    return td_errorf(err, errlen,
+                     "--recompute-granularity full needs --recompute-method uniform or block");
+  if (a->recompute_num_layers == TD_UNSET || a->recompute_num_layers > stage_layers)
+    return td_errorf(err, errlen,
+                     "--recompute-granularity full needs --recompute-num-layers between 1 and the "
+                     "layers per pipeline stage (%lld)",
+                     (long long)stage_layers);
   return 0;
 }
 
@@ -730,7 +757,8 @@ int td_args_validate(td_args *a, int world_size, char *err, size_t errlen) {
       check_precision(a, err, errlen) || check_length(a, err, errlen) ||
       check_layout(a, world_size, err, errlen) || check_batch(a, err, errlen) ||
       check_schedule(a, err, errlen) || check_tokenizer(a, err, errlen) ||
-      check_data(a, err, errlen) || check_run(a, err, errlen))
+      check_data(a, err, errlen) || check_run(a, err, errlen) ||
+      check_recompute(a, err, errlen))
     return -1;
   return 0;
 }
@@ -778,6 +806,19 @@ void td_args_print_notes(const td_args *a, FILE *f) {
   if (td_args_given(a, "sequence-parallel") && a->tensor_model_parallel_size == 1)
     fprintf(f, "trident: note: --sequence-parallel: off, because tensor parallelism is off (as in "
                "Megatron)\n");
+  if (a->zero_stage > 0)
+    fprintf(f, "trident: note: --%s: ZeRO is not built yet; every data-parallel rank keeps the "
+               "whole optimizer state (the same numerics, more memory: see the memory report)\n",
+            a->use_distributed_optimizer ? "use-distributed-optimizer" : "zero-stage");
+  if (a->recompute_granularity == TD_GRANULARITY_SELECTIVE)
+    fprintf(f, "trident: note: --recompute-%s: selective recomputation keeps no attention "
+               "scores, and trident's attention never stores them (flash-style, O(seq) per "
+               "head): nothing more to recompute\n",
+            a->recompute_activations ? "activations" : "granularity selective");
+  if (a->recompute_granularity < 0 &&
+      (a->recompute_method >= 0 || a->recompute_num_layers != TD_UNSET))
+    fprintf(f, "trident: note: --recompute-method / --recompute-num-layers: no effect without "
+               "--recompute-granularity full (as in Megatron)\n");
   if (a->data_path.v && !td_args_given(a, "split"))
     fprintf(f,
             "trident: note: --split not given; using Megatron's legacy default \"969, 30, 1\"\n");

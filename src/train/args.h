@@ -32,6 +32,8 @@
 #define TD_ARGS_MAX_FLAGS 160
 
 typedef enum { TD_TOK_GPT2BPE, TD_TOK_NULL } td_tokenizer_type;
+/* --recompute-granularity, in the order of its choices */
+typedef enum { TD_GRANULARITY_FULL, TD_GRANULARITY_SELECTIVE } td_recompute_granularity;
 
 /* A list flag (nargs='*'): n words; NULL when the flag was not given. The
  * --data-path lists are checked with data/blend.h's td_blend_parse, which
@@ -67,12 +69,18 @@ typedef struct {
   int mock_data, eod_mask_loss, reset_position_ids, reset_attention_mask;
   int64_t num_workers;
   /* evaluation, checkpoints, logging */
-  int64_t eval_interval, eval_iters, save_interval, log_interval, timing_log_level;
+  int64_t eval_interval, eval_iters, save_interval, log_interval;
+  int timing_log_level;
   const char *save, *load;
   int no_load_optim, no_load_rng, finetune, log_throughput;
   /* parallelism */
-  int64_t tensor_model_parallel_size, pipeline_model_parallel_size, ddp_bucket_size, zero_stage;
+  int64_t tensor_model_parallel_size, pipeline_model_parallel_size, ddp_bucket_size;
+  int zero_stage;
   int sequence_parallel, use_distributed_optimizer, deepspeed;
+  int recompute_activations;
+  int recompute_granularity; /* td_recompute_granularity, or -1: none */
+  int recompute_method;      /* 0 uniform, 1 block, or -1 */
+  int64_t recompute_num_layers;
   const char *deepspeed_config;
   int help; /* --help / -h was given: print td_args_print_help, nothing else is checked */
 

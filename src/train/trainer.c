@@ -221,11 +221,16 @@ static void print_summary(const trainer *t) {
     printf(" > data-parallel gradient all-reduce: %d buckets of at most %lld elements, "
            "overlapped with backward\n",
            t->ddp.n_buckets, (long long)ddp_bucket_size(t));
+  char recompute[96] = "";
+  if (a->recompute_granularity == TD_GRANULARITY_FULL)
+    snprintf(recompute, sizeof recompute, "; full recomputation, %s %lld",
+             a->recompute_method == 0 ? "uniform" : "block", (long long)a->recompute_num_layers);
   printf(" > memory per rank (MiB): parameters %.1f | gradients %.1f | optimizer state %.1f | "
-         "%s weights %.1f | activations %.1f (%.2f per layer%s)\n",
+         "%s weights %.1f | activations %.1f (%.2f per layer%s%s)\n",
          mem.params / 1048576.0, mem.grads / 1048576.0, optim / 1048576.0,
          td_dtype_name(t->compute), mem.weights_bf16 / 1048576.0, mem.activations / 1048576.0,
-         mem.activations_per_layer / 1048576.0, a->sequence_parallel ? ", sequence-parallel" : "");
+         mem.activations_per_layer / 1048576.0, a->sequence_parallel ? ", sequence-parallel" : "",
+         recompute);
   printf(" > global batch %lld = micro batch %lld x %lld micro-batches x data-parallel %d; "
          "padded vocab %lld\n",
          (long long)a->global_batch_size, (long long)a->micro_batch_size,
@@ -618,6 +623,10 @@ int td_train(td_args *a) {
   lay.tp_size = t.topo.layout.tp, lay.tp_rank = t.topo.coord.tp;
   lay.tp_comm = t.topo.group[TD_GROUP_TP];
   lay.sequence_parallel = (int)a->sequence_parallel;
+  if (a->recompute_granularity == TD_GRANULARITY_FULL) {
+    lay.recompute = a->recompute_method == 0 ? TD_RECOMPUTE_UNIFORM : TD_RECOMPUTE_BLOCK;
+    lay.recompute_num_layers = a->recompute_num_layers;
+  }
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);
   td_gpt_init_params(t.model, (uint64_t)a->seed);
   setup_optimizer(&t);
