@@ -2,7 +2,7 @@
 # `trident train` with Megatron-LM's flags: --help lists them (and docs/flags.md
 # documents each), every refusal is "trident: error: ..." on stderr with exit
 # code 1, a GPU-only flag is explained once, and a tiny run prints Megatron's
-# log line. Arguments: the trident binary and the source directory.
+# log line and, with --timing-log-level, Megatron's timer block. Arguments: the trident binary and the source directory.
 set -u
 bin=$1
 src=$2
@@ -89,6 +89,27 @@ if "$bin" train "${small[@]}" --train-iters 2 --log-interval 1 --eval-iters 0 --
 else
   fail "the tiny run failed: $(cat "$tmp/err")"
 fi
+
+# --timing-log-level: Megatron's "(min, max) time across ranks (ms):" block after
+# each log line, timers of level <= L only, none at level 0 (the default).
+timer='^    [a-z-]+ \.+: \([0-9]+\.[0-9]{2}, [0-9]+\.[0-9]{2}\)$'
+for level in 0 1 2; do
+  "$bin" train "${small[@]}" --train-iters 2 --log-interval 1 --eval-iters 0 --timing-log-level $level \
+    >"$tmp/out" 2>"$tmp/err" || fail "--timing-log-level $level: $(cat "$tmp/err")"
+  blocks=$(grep -c '^(min, max) time across ranks (ms):$' "$tmp/out")
+  names=$(grep -E "$timer" "$tmp/out" | awk '{print $1}' | sort -u | tr '\n' ' ')
+  widths=$(grep -E "$timer" "$tmp/out" | awk -F: '{print length($1)}' | sort -u)
+  case $level in
+  0) want_blocks=0 want='' ;;
+  1) want_blocks=2 want='all-grads-sync forward-backward optimizer optimizer-clip-main-grad optimizer-copy-main-to-model-params optimizer-inner-step ' ;;
+  2) want_blocks=2 want='all-grads-sync backward-compute batch-generator forward-backward forward-compute optimizer optimizer-clip-main-grad optimizer-copy-main-to-model-params optimizer-inner-step ' ;;
+  esac
+  if [ "$blocks" -eq "$want_blocks" ] && [ "$names" = "$want" ] && { [ -z "$want" ] || [ "$widths" = 52 ]; }; then
+    echo "ok    --timing-log-level $level: $blocks timer blocks, timers: ${names:-none}"
+  else
+    fail "--timing-log-level $level: $blocks blocks, timers '$names', label widths '$widths': $(head -20 "$tmp/out")"
+  fi
+done
 
 [ "$failed" -eq 0 ] && echo "all passed"
 exit "$failed"

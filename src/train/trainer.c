@@ -24,6 +24,7 @@
 #include "optim/adamw.h"
 #include "train/checkpoint.h"
 #include "parallel/ddp.h"
+#include "train/timers.h"
 #include "train/train_log.h"
 
 enum { SPLIT_TRAIN = 0, SPLIT_VALID = 1, SPLIT_TEST = 2 };
@@ -35,6 +36,7 @@ typedef struct {
   int dp_rank, dp_size;
   int is_logger;    /* rank 0 prints the log and writes checkpoints */
   td_ddp ddp;       /* bucketed gradient all-reduce over dp */
+  td_timers timers; /* --timing-log-level */
   td_device *dev;
   td_gpt *model;
   td_gpt_config cfg;
@@ -310,11 +312,42 @@ static double grad_sum_squares(trainer *t) {
   return s;
 }
 
+/* Norm, loss-scaler update, clipping, AdamW and the low-precision weight copy;
+ * an overflowed (fp16) step is skipped. */
+static void optimizer_step(trainer *t, step_result *r, float scale) {
+  const td_args *a = t->a;
+  td_timers *tm = &t->timers;
+  td_timers_start(tm, TD_TIMER_OPTIMIZER_CLIP_MAIN_GRAD);
+  r->grad_norm = sqrt(grad_sum_squares(t)) / scale;
+  int found_inf = !isfinite(r->grad_norm);
+  td_loss_scaler_update(&t->scaler, found_inf);
+  td_timers_stop(tm, TD_TIMER_OPTIMIZER_CLIP_MAIN_GRAD);
+  if (found_inf) {
+    r->skipped = 1;
+    return;
+  }
+  double clip = 1.0;
+  if (a->clip_grad > 0 && r->grad_norm > a->clip_grad) clip = a->clip_grad / (r->grad_norm + 1e-6);
+  double lr = td_lr_at(&t->lr, (double)t->lr_steps);
+  td_timers_start(tm, TD_TIMER_OPTIMIZER_INNER_STEP);
+  td_adamw_step(&t->opt, td_gpt_params(t->model), td_gpt_grads(t->model), (float)lr,
+                (float)(clip / scale));
+  td_timers_stop(tm, TD_TIMER_OPTIMIZER_INNER_STEP);
+  td_timers_start(tm, TD_TIMER_OPTIMIZER_COPY_MAIN_TO_MODEL_PARAMS);
+  td_gpt_cast_weights(t->model);
+  td_timers_stop(tm, TD_TIMER_OPTIMIZER_COPY_MAIN_TO_MODEL_PARAMS);
+  t->lr_steps += a->global_batch_size;
+}
+
 static step_result train_step(trainer *t) {
   const td_args *a = t->a;
-  const int64_t mb = a->micro_batch_size, s = a->seq_length, gb = a->global_batch_size;
+  const int64_t mb = a->micro_batch_size, s = a->seq_length;
+  td_timers *tm = &t->timers;
   step_result r = {0};
+  td_timers_start(tm, TD_TIMER_FORWARD_BACKWARD);
+  td_timers_start(tm, TD_TIMER_BATCH_GENERATOR);
   double mask_total = dp_sum(t, fill_batch(t, SPLIT_TRAIN, t->consumed_train));
+  td_timers_stop(tm, TD_TIMER_BATCH_GENERATOR);
   double denom = mask_total > 0 ? mask_total : 1;
   float scale = t->scaler.scale;
   td_gpt_zero_grads(t->model);
@@ -322,31 +355,27 @@ static step_result train_step(trainer *t) {
   for (int64_t m = 0; m < a->num_micro_batches; m++) {
     double ms;
     int64_t o = m * mb * s;
+    td_timers_start(tm, TD_TIMER_FORWARD_COMPUTE);
     loss_sum += td_gpt_forward(t->model, t->tokens + o, t->targets + o, t->mask + o,
                                micro_batch_seed(t, m), 1, &ms);
+    td_timers_stop(tm, TD_TIMER_FORWARD_COMPUTE);
     /* the last micro-batch's backward all-reduces finished buckets as it goes */
     int last = m == a->num_micro_batches - 1 && t->dp_size > 1;
     if (last) td_gpt_set_grads_ready_hook(t->model, on_grads_ready, &t->ddp);
+    td_timers_start(tm, TD_TIMER_BACKWARD_COMPUTE);
     td_gpt_backward(t->model, (float)(scale / denom));
+    td_timers_stop(tm, TD_TIMER_BACKWARD_COMPUTE);
     if (last) td_gpt_set_grads_ready_hook(t->model, NULL, NULL);
   }
+  td_timers_start(tm, TD_TIMER_ALL_GRADS_SYNC);
   if (t->dp_size > 1) td_ddp_finish(&t->ddp);
   td_gpt_reduce_sequence_parallel_grads(t->model);
+  td_timers_stop(tm, TD_TIMER_ALL_GRADS_SYNC);
+  td_timers_stop(tm, TD_TIMER_FORWARD_BACKWARD);
   r.lm_loss = dp_sum(t, loss_sum) / denom;
-  r.grad_norm = sqrt(grad_sum_squares(t)) / scale;
-  int found_inf = !isfinite(r.grad_norm);
-  td_loss_scaler_update(&t->scaler, found_inf);
-  if (found_inf) {
-    r.skipped = 1;
-    return r;
-  }
-  double clip = 1.0;
-  if (a->clip_grad > 0 && r.grad_norm > a->clip_grad) clip = a->clip_grad / (r.grad_norm + 1e-6);
-  double lr = td_lr_at(&t->lr, (double)t->lr_steps);
-  td_adamw_step(&t->opt, td_gpt_params(t->model), td_gpt_grads(t->model), (float)lr,
-                (float)(clip / scale));
-  td_gpt_cast_weights(t->model);
-  t->lr_steps += gb;
+  td_timers_start(tm, TD_TIMER_OPTIMIZER);
+  optimizer_step(t, &r, scale);
+  td_timers_stop(tm, TD_TIMER_OPTIMIZER);
   return r;
 }
 
@@ -539,6 +568,8 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
   char buf[1024];
   td_format_train_log(buf, sizeof buf, &l, w);
   double iters = (double)(w->advanced + w->skipped), tp_s = td_gpt_take_comm_seconds(t->model);
+  char timers[2048];
+  td_timers_format(&t->timers, t->topo.world, iters, timers, sizeof timers);
   if (t->is_logger) {
     puts(buf);
     if (t->dp_size > 1)
@@ -548,6 +579,7 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
     if (t->topo.layout.tp > 1)
       printf("  tensor-parallel communication: %.1f ms per iteration (%.1f%% of the iteration)\n",
              1e3 * tp_s / iters, 100 * tp_s / seconds);
+    if (timers[0]) puts(timers);
     fflush(stdout);
   }
   t->ddp.comm_seconds = 0;
@@ -629,6 +661,7 @@ int td_train(td_args *a) {
   }
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);
   td_gpt_init_params(t.model, (uint64_t)a->seed);
+  td_timers_init(&t.timers, a->timing_log_level);
   setup_optimizer(&t);
   setup_checkpoint_views(&t);
   setup_ddp(&t);

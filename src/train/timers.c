@@ -1,0 +1,65 @@
+#include "train/timers.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/clock.h"
+
+static const struct {
+  const char *name;
+  int level;
+} k_timers[TD_TIMERS] = {
+    [TD_TIMER_FORWARD_BACKWARD] = {"forward-backward", 1},
+    [TD_TIMER_FORWARD_COMPUTE] = {"forward-compute", 2},
+    [TD_TIMER_BACKWARD_COMPUTE] = {"backward-compute", 2},
+    [TD_TIMER_BATCH_GENERATOR] = {"batch-generator", 2},
+    [TD_TIMER_ALL_GRADS_SYNC] = {"all-grads-sync", 1},
+    [TD_TIMER_OPTIMIZER_CLIP_MAIN_GRAD] = {"optimizer-clip-main-grad", 1},
+    [TD_TIMER_OPTIMIZER_INNER_STEP] = {"optimizer-inner-step", 1},
+    [TD_TIMER_OPTIMIZER_COPY_MAIN_TO_MODEL_PARAMS] = {"optimizer-copy-main-to-model-params", 1},
+    [TD_TIMER_OPTIMIZER] = {"optimizer", 1},
+};
+
+void td_timers_init(td_timers *t, int level) {
+  memset(t, 0, sizeof *t);
+  t->level = level;
+}
+
+static int active(const td_timers *t, td_timer_id id) { return k_timers[id].level <= t->level; }
+
+void td_timers_start(td_timers *t, td_timer_id id) {
+  if (active(t, id)) t->started[id] = td_now_seconds();
+}
+
+void td_timers_stop(td_timers *t, td_timer_id id) {
+  if (!active(t, id) || t->started[id] == 0) return;
+  t->elapsed[id] += td_now_seconds() - t->started[id];
+  t->started[id] = 0;
+  t->ran[id] = 1;
+}
+
+void td_timers_format(td_timers *t, td_comm *comm, double iterations, char *out, size_t n) {
+  double lo[TD_TIMERS], hi[TD_TIMERS];
+  out[0] = 0;
+  if (t->level < 1) return;
+  /* a rank where a timer did not run must not make its minimum 0; one that ran
+   * on no rank (lo stays NOT_RUN) is not printed */
+  const double NOT_RUN = 1e300;
+  for (int i = 0; i < TD_TIMERS; i++) lo[i] = t->ran[i] ? t->elapsed[i] : NOT_RUN;
+  td_comm_all_reduce(comm, lo, lo, TD_TIMERS, TD_F64, TD_OP_MIN);
+  td_comm_all_reduce(comm, t->elapsed, hi, TD_TIMERS, TD_F64, TD_OP_MAX);
+  memset(t->elapsed, 0, sizeof t->elapsed);
+  memset(t->ran, 0, sizeof t->ran);
+  size_t used = 0;
+  for (int i = 0; i < TD_TIMERS && used < n; i++) {
+    if (lo[i] == NOT_RUN) continue;
+    if (!used) used += (size_t)snprintf(out, n, "(min, max) time across ranks (ms):");
+    char label[64];
+    int len = snprintf(label, sizeof label, "%s ", k_timers[i].name);
+    while (len < 48) label[len++] = '.'; /* Megatron: (name + ' ').ljust(48, '.') */
+    label[len] = 0;
+    if (used < n)
+      used += (size_t)snprintf(out + used, n - used, "\n    %s: (%.2f, %.2f)", label,
+                               1e3 * lo[i] / iterations, 1e3 * hi[i] / iterations);
+  }
+}

@@ -1,0 +1,53 @@
+/* Megatron's training timers (--timing-log-level): named wall-clock
+ * accumulators, each with the log level Megatron gives it, printed after the
+ * iteration line as the minimum and maximum over ranks of the time per
+ * iteration (Megatron's default --timing-log-option minmax):
+ *
+ *   (min, max) time across ranks (ms):
+ *       forward-backward ...............................: (1234.56, 1240.01)
+ *       optimizer ......................................: (52.30, 52.38)
+ *
+ * Level 1: forward-backward (data, forward and backward of every micro-batch
+ * and the gradient all-reduce), all-grads-sync (waiting for the data-parallel
+ * buckets, the sequence-parallel gradient sums), the optimizer and its parts.
+ * Level 2 adds batch-generator, forward-compute and backward-compute. A timer
+ * that did not run on any rank is left out, as Megatron does. */
+#ifndef TD_TRAIN_TIMERS_H
+#define TD_TRAIN_TIMERS_H
+
+#include <stddef.h>
+
+#include "comm/comm.h"
+
+/* In Megatron's printing order (training.py's timers_to_log). */
+typedef enum {
+  TD_TIMER_FORWARD_BACKWARD,
+  TD_TIMER_FORWARD_COMPUTE,
+  TD_TIMER_BACKWARD_COMPUTE,
+  TD_TIMER_BATCH_GENERATOR,
+  TD_TIMER_ALL_GRADS_SYNC,
+  TD_TIMER_OPTIMIZER_CLIP_MAIN_GRAD,
+  TD_TIMER_OPTIMIZER_INNER_STEP,
+  TD_TIMER_OPTIMIZER_COPY_MAIN_TO_MODEL_PARAMS,
+  TD_TIMER_OPTIMIZER,
+  TD_TIMERS
+} td_timer_id;
+
+typedef struct {
+  int level;                   /* --timing-log-level: timers above it do not run */
+  double elapsed[TD_TIMERS];   /* seconds since the last td_timers_format */
+  double started[TD_TIMERS];   /* td_now_seconds() of a running timer, else 0 */
+  int ran[TD_TIMERS];          /* stopped at least once since the last format */
+} td_timers;
+
+void td_timers_init(td_timers *t, int level);
+/* Start / stop one timer (nothing when its level is above t->level). */
+void td_timers_start(td_timers *t, td_timer_id id);
+void td_timers_stop(td_timers *t, td_timer_id id);
+
+/* Collective over comm (every rank calls it): the min and max over ranks of each
+ * timer's time divided by iterations, written into out as the block above
+ * (empty when no timer ran); the accumulators restart. */
+void td_timers_format(td_timers *t, td_comm *comm, double iterations, char *out, size_t n);
+
+#endif
