@@ -26,17 +26,15 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
-model=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 256
-  --max-position-embeddings 1024 --micro-batch-size 4 --global-batch-size 8 --lr 1e-4
-  --hidden-dropout 0 --attention-dropout 0 --mock-data --tokenizer-type NullTokenizer
-  --vocab-size 50256 --log-interval 1 --eval-iters 0 --train-iters "$iters")
+source "$(dirname "$0")/common.sh"
+model=("${gpt2_124m[@]}" --global-batch-size 8 --hidden-dropout 0 --attention-dropout 0
+  --train-iters "$iters")
 [ "$dtype" = bf16 ] && model+=(--bf16)
 mpi=(mpirun --oversubscribe --allow-run-as-root -np 2 --bind-to core)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 tokens=$((8 * 256))
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 printf "%-6s %-9s %12s %10s %8s %14s %12s\n" layout dtype "ms/iter" "tokens/s" "vs 1x2" "comm share" "act/layer MiB"
 base=

@@ -22,10 +22,8 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
-model=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 256
-  --max-position-embeddings 1024 --micro-batch-size 4 --global-batch-size 4 --lr 1e-4
-  --mock-data --tokenizer-type NullTokenizer --vocab-size 50256 --log-interval 1
-  --eval-iters 0 --train-iters "$iters")
+source "$(dirname "$0")/common.sh"
+model=("${gpt2_124m[@]}" --global-batch-size 4 --train-iters "$iters")
 [ "$dtype" = bf16 ] && model+=(--bf16)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -39,7 +37,6 @@ flags_of() {
 }
 timer=() # peak RSS from GNU time (Debian package "time") when present
 [ -x /usr/bin/time ] && timer=(/usr/bin/time -f "peak RSS %M KiB")
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 for r in $(seq "$rounds"); do
   for n in "${names[@]}"; do
