@@ -25,9 +25,11 @@ bench: build
 	$(BUILD)/trident bench kernels
 
 # Opt-in (not in make test): exported checkpoints load in Hugging Face transformers
-# and back; installs transformers into a venv from PyPI.
+# and back, and TensorBoard reads --tensorboard-dir; installs transformers and
+# tensorboard into venvs from PyPI.
 interop: build
 	bash scripts/check_hf_interop.sh $(BUILD)
+	bash scripts/check_tensorboard_interop.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

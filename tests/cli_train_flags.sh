@@ -111,5 +111,28 @@ for level in 0 1 2; do
   fi
 done
 
+# --tensorboard-dir: one event file (its format is test_tb_events'), holding
+# Megatron's tags: every iteration's scalars and their "vs samples" twins, the
+# validation loss (and perplexity), the timers at each log line.
+tb="$tmp/tb/run"
+if "$bin" train "${small[@]}" --train-iters 4 --log-interval 2 --eval-interval 2 --eval-iters 1 \
+  --clip-grad 1 --tensorboard-dir "$tb" --log-validation-ppl-to-tensorboard --log-timers-to-tensorboard \
+  --timing-log-level 1 >"$tmp/out" 2>"$tmp/err"; then
+  files=("$tb"/events.out.tfevents.*)
+  count() { grep -a -o -- "$1" "${files[0]}" | wc -l; }
+  # substring counts: "lm loss" is in "lm loss vs samples" and the validation tags
+  got="$(count 'lm loss vs samples') $(count 'learning-rate') $(count 'grad-norm vs samples') $(count 'lm loss validation ppl vs samples') $(count 'forward-backward-time') $(count 'iteration-time')"
+  if [ "${#files[@]}" -eq 1 ] && [ "$got" = "4 8 4 3 2 2" ]; then
+    echo "ok    --tensorboard-dir: ${files[0]##*/} with Megatron's tags (counts $got)"
+  else
+    fail "--tensorboard-dir: ${#files[@]} files, tag counts '$got' (want '4 8 4 3 2 2')"
+  fi
+else
+  fail "--tensorboard-dir run: $(cat "$tmp/err")"
+fi
+: >"$tmp/not_a_dir"
+expect_error "--tensorboard-dir: '$tmp/not_a_dir' exists and is not a directory" "${small[@]}" \
+  --train-iters 1 --tensorboard-dir "$tmp/not_a_dir/run"
+
 [ "$failed" -eq 0 ] && echo "all passed"
 exit "$failed"

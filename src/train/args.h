@@ -73,6 +73,10 @@ typedef struct {
   int timing_log_level;
   const char *save, *load;
   int no_load_optim, no_load_rng, finetune, log_throughput;
+  const char *tensorboard_dir;
+  int64_t tensorboard_log_interval;
+  int log_timers_to_tensorboard, log_validation_ppl_to_tensorboard;
+  int log_world_size_to_tensorboard, no_log_loss_scale_to_tensorboard;
   /* parallelism */
   int64_t tensor_model_parallel_size, pipeline_model_parallel_size, ddp_bucket_size;
   int zero_stage;

@@ -38,21 +38,31 @@ void td_timers_stop(td_timers *t, td_timer_id id) {
   t->ran[id] = 1;
 }
 
-void td_timers_format(td_timers *t, td_comm *comm, double iterations, char *out, size_t n) {
-  double lo[TD_TIMERS], hi[TD_TIMERS];
-  out[0] = 0;
+const char *td_timer_name(td_timer_id id) { return k_timers[id].name; }
+
+void td_timers_collect(td_timers *t, td_comm *comm, double iterations, td_timer_stats *s) {
+  memset(s, 0, sizeof *s);
   if (t->level < 1) return;
   /* a rank where a timer did not run must not make its minimum 0; one that ran
-   * on no rank (lo stays NOT_RUN) is not printed */
+   * on no rank keeps NOT_RUN */
   const double NOT_RUN = 1e300;
-  for (int i = 0; i < TD_TIMERS; i++) lo[i] = t->ran[i] ? t->elapsed[i] : NOT_RUN;
-  td_comm_all_reduce(comm, lo, lo, TD_TIMERS, TD_F64, TD_OP_MIN);
-  td_comm_all_reduce(comm, t->elapsed, hi, TD_TIMERS, TD_F64, TD_OP_MAX);
+  for (int i = 0; i < TD_TIMERS; i++) s->min[i] = t->ran[i] ? t->elapsed[i] : NOT_RUN;
+  td_comm_all_reduce(comm, s->min, s->min, TD_TIMERS, TD_F64, TD_OP_MIN);
+  td_comm_all_reduce(comm, t->elapsed, s->max, TD_TIMERS, TD_F64, TD_OP_MAX);
   memset(t->elapsed, 0, sizeof t->elapsed);
   memset(t->ran, 0, sizeof t->ran);
+  for (int i = 0; i < TD_TIMERS; i++) {
+    s->ran[i] = s->min[i] != NOT_RUN;
+    s->min[i] = s->ran[i] ? s->min[i] / iterations : 0;
+    s->max[i] /= iterations;
+  }
+}
+
+void td_timers_format(const td_timer_stats *s, char *out, size_t n) {
   size_t used = 0;
+  out[0] = 0;
   for (int i = 0; i < TD_TIMERS && used < n; i++) {
-    if (lo[i] == NOT_RUN) continue;
+    if (!s->ran[i]) continue;
     if (!used) used += (size_t)snprintf(out, n, "(min, max) time across ranks (ms):");
     char label[64];
     int len = snprintf(label, sizeof label, "%s ", k_timers[i].name);
@@ -60,6 +70,6 @@ void td_timers_format(td_timers *t, td_comm *comm, double iterations, char *out,
     label[len] = 0;
     if (used < n)
       used += (size_t)snprintf(out + used, n - used, "\n    %s: (%.2f, %.2f)", label,
-                               1e3 * lo[i] / iterations, 1e3 * hi[i] / iterations);
+                               1e3 * s->min[i], 1e3 * s->max[i]);
   }
 }

@@ -45,9 +45,21 @@ void td_timers_init(td_timers *t, int level);
 void td_timers_start(td_timers *t, td_timer_id id);
 void td_timers_stop(td_timers *t, td_timer_id id);
 
-/* Collective over comm (every rank calls it): the min and max over ranks of each
- * timer's time divided by iterations, written into out as the block above
- * (empty when no timer ran); the accumulators restart. */
-void td_timers_format(td_timers *t, td_comm *comm, double iterations, char *out, size_t n);
+/* Per iteration, over ranks: seconds; ran: the timer ran on some rank. */
+typedef struct {
+  double min[TD_TIMERS], max[TD_TIMERS];
+  int ran[TD_TIMERS];
+} td_timer_stats;
+
+/* Collective over comm (every rank calls it): each timer's time divided by
+ * iterations, its min and max over ranks; the accumulators restart. Nothing
+ * (and no communication) below level 1. */
+void td_timers_collect(td_timers *t, td_comm *comm, double iterations, td_timer_stats *s);
+
+/* The block above from s (empty when no timer ran). */
+void td_timers_format(const td_timer_stats *s, char *out, size_t n);
+
+/* Megatron's name of a timer ("forward-backward"). */
+const char *td_timer_name(td_timer_id id);
 
 #endif

@@ -24,6 +24,7 @@
 #include "optim/adamw.h"
 #include "train/checkpoint.h"
 #include "parallel/ddp.h"
+#include "train/tb_events.h"
 #include "train/timers.h"
 #include "train/train_log.h"
 
@@ -37,6 +38,7 @@ typedef struct {
   int is_logger;    /* rank 0 prints the log and writes checkpoints */
   td_ddp ddp;       /* bucketed gradient all-reduce over dp */
   td_timers timers; /* --timing-log-level */
+  td_tb_writer *tb; /* --tensorboard-dir, on the logging rank */
   td_device *dev;
   td_gpt *model;
   td_gpt_config cfg;
@@ -402,11 +404,66 @@ static double evaluate(trainer *t, int split, int64_t *consumed) {
   return loss / (mask > 0 ? mask : 1);
 }
 
+/* ------------------------------------------------------------------ tensorboard */
+
+/* A Megatron scalar at this iteration and its "vs samples" twin (x: consumed
+ * training samples). */
+static void tb_pair(trainer *t, const char *tag, double v) {
+  char err[1024], vs[128];
+  snprintf(vs, sizeof vs, "%s vs samples", tag);
+  if (td_tb_scalar(t->tb, tag, v, t->iteration, err, sizeof err) ||
+      td_tb_scalar(t->tb, vs, v, t->consumed_train, err, sizeof err))
+    td_fail("--tensorboard-dir: %s", err);
+}
+
+static void tb_flush(trainer *t) {
+  char err[1024];
+  if (t->tb && td_tb_flush(t->tb, err, sizeof err)) td_fail("--tensorboard-dir: %s", err);
+}
+
+/* Every --tensorboard-log-interval iterations, as Megatron's training_log. */
+static void tb_iteration(trainer *t, const step_result *r) {
+  const td_args *a = t->a;
+  if (!t->tb || t->iteration % a->tensorboard_log_interval) return;
+  tb_pair(t, "learning-rate", td_lr_at(&t->lr, (double)t->lr_steps));
+  tb_pair(t, "batch-size", (double)a->global_batch_size);
+  tb_pair(t, "lm loss", r->lm_loss);
+  if (!a->no_log_loss_scale_to_tensorboard) tb_pair(t, "loss-scale", t->scaler.scale);
+  if (a->log_world_size_to_tensorboard) tb_pair(t, "world-size", t->topo.layout.world);
+  if (a->clip_grad > 0 && !r->skipped) tb_pair(t, "grad-norm", r->grad_norm);
+}
+
+/* At a log line, with --log-timers-to-tensorboard: seconds per iteration, each
+ * timer's slowest rank (NAME-time), and TFLOP/s per rank with --log-throughput. */
+static void tb_timers(trainer *t, double seconds_per_iter, double flops_per_iter,
+                      const td_timer_stats *s) {
+  char err[1024], tag[96];
+  if (!t->tb || !t->a->log_timers_to_tensorboard) return;
+  int rc = td_tb_scalar(t->tb, "iteration-time", seconds_per_iter, t->iteration, err, sizeof err);
+  if (t->a->log_throughput)
+    rc |= td_tb_scalar(t->tb, "throughput",
+                       flops_per_iter / (seconds_per_iter * 1e12 * t->topo.layout.world),
+                       t->iteration, err, sizeof err);
+  for (int i = 0; i < TD_TIMERS && !rc; i++) {
+    if (!s->ran[i]) continue;
+    snprintf(tag, sizeof tag, "%s-time", td_timer_name((td_timer_id)i));
+    rc |= td_tb_scalar(t->tb, tag, s->max[i], t->iteration, err, sizeof err);
+  }
+  if (rc) td_fail("--tensorboard-dir: %s", err);
+}
+
 static void print_validation(trainer *t, const char *prefix, int split, int64_t *consumed) {
   char buf[1024];
   if (!t->a->mock_data && !t->split[split]) return; /* no such split (e.g. --split 100,0,0) */
-  td_format_validation(buf, sizeof buf, prefix, evaluate(t, split, consumed));
+  double loss = evaluate(t, split, consumed);
+  td_format_validation(buf, sizeof buf, prefix, loss);
   if (!t->is_logger) return;
+  if (t->tb && split == SPLIT_VALID) { /* Megatron's evaluate_and_print_results */
+    tb_pair(t, "lm loss validation", loss);
+    if (t->a->log_validation_ppl_to_tensorboard)
+      tb_pair(t, "lm loss validation ppl", exp(fmin(20.0, loss)));
+    tb_flush(t);
+  }
   fputs(buf, stdout);
   fflush(stdout);
 }
@@ -569,7 +626,13 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
   td_format_train_log(buf, sizeof buf, &l, w);
   double iters = (double)(w->advanced + w->skipped), tp_s = td_gpt_take_comm_seconds(t->model);
   char timers[2048];
-  td_timers_format(&t->timers, t->topo.world, iters, timers, sizeof timers);
+  td_timer_stats stats;
+  td_timers_collect(&t->timers, t->topo.world, iters, &stats);
+  td_timers_format(&stats, timers, sizeof timers);
+  if (t->is_logger) {
+    tb_timers(t, seconds / iters, l.flops_per_iteration, &stats);
+    tb_flush(t);
+  }
   if (t->is_logger) {
     puts(buf);
     if (t->dp_size > 1)
@@ -596,6 +659,7 @@ static void train_loop(trainer *t) {
     t->iteration++;
     t->consumed_train += a->global_batch_size;
     td_log_interval_add(&w, r.lm_loss, r.skipped);
+    tb_iteration(t, &r);
     saved_last = 0;
     if (t->iteration % a->log_interval == 0) {
       log_line(t, &w, td_now_seconds() - interval_start, &r);
@@ -631,6 +695,8 @@ static void train_loop(trainer *t) {
 }
 
 static void trainer_free(trainer *t) {
+  tb_flush(t);
+  td_tb_close(t->tb);
   td_ddp_free(&t->ddp);
   for (int s = 0; s < 3; s++) td_mock_data_free(&t->mock[s]);
   td_gpt_datasets_close(t->datasets);
@@ -672,6 +738,11 @@ int td_train(td_args *a) {
   t.tokens = td_malloc(n * sizeof(int32_t)), t.targets = td_malloc(n * sizeof(int32_t));
   t.mask = td_malloc(n * sizeof(float)), t.sample = td_malloc((size_t)(a->seq_length + 1) * 4);
   print_summary(&t);
+  if (a->tensorboard_dir && t.is_logger) {
+    char err[1024];
+    if (!(t.tb = td_tb_open(a->tensorboard_dir, err, sizeof err)))
+      td_fail("--tensorboard-dir: %s", err);
+  }
   if (a->load) load_checkpoint(&t);
   train_loop(&t);
   trainer_free(&t);
