@@ -181,6 +181,22 @@ TD_ATTN_INLINE float td_attn_fwd_max(__m512 ext, float scale) {
   return scale * (scale >= 0 ? _mm512_reduce_max_ps(ext) : _mm512_reduce_min_ps(ext));
 }
 
+/* The prologue both forward row-pair kernels share: mx[i] = max_j scale s_j of
+ * rows r0, r1, and vm[i] = mx[i] log2 e (0 for a padding row), the shift
+ * td_attn_fwd_exp takes. */
+TD_ATTN_INLINE void td_attn_fwd_max2(const td_attn_fwd_row *r0, const td_attn_fwd_row *r1,
+                                     float scale, float mx[2], __m512 vm[2]) {
+  const int64_t live = r0->nvalid > r1->nvalid ? r0->nvalid : r1->nvalid;
+  __m512 ext0 = _mm512_set1_ps(scale >= 0 ? -INFINITY : INFINITY), ext1 = ext0;
+  for (int64_t j = 0; j < live; j += 16) {
+    ext0 = td_attn_fwd_extreme(r0, j, scale, ext0);
+    ext1 = td_attn_fwd_extreme(r1, j, scale, ext1);
+  }
+  mx[0] = td_attn_fwd_max(ext0, scale), mx[1] = td_attn_fwd_max(ext1, scale);
+  vm[0] = _mm512_set1_ps(r0->nvalid ? mx[0] * TD_ATTN_LOG2E : 0.0f);
+  vm[1] = _mm512_set1_ps(r1->nvalid ? mx[1] * TD_ATTN_LOG2E : 0.0f);
+}
+
 /* e_j = exp(scale s_j - max) of chunk j (vscale2 = scale log2 e, vm2 = max log2 e),
  * 0 outside the visible part; added to *sum; then dropped lanes zeroed. */
 TD_ATTN_INLINE __m512 td_attn_fwd_exp(const td_attn_fwd_row *r, int64_t j, __m512 vscale2,

@@ -147,16 +147,9 @@ static void store_transposed(float *dst, int64_t ld, const float *src, int64_t p
  * row's scores; mx = max_j scale s_j, l = sum_j exp(scale s_j - mx). */
 static void fwd_row_pair(const td_attn_fwd_row *r0, const td_attn_fwd_row *r1, int64_t n,
                          float scale, td_attn_dropout dr, float mx[2], float l[2]) {
-  const int64_t live = r0->nvalid > r1->nvalid ? r0->nvalid : r1->nvalid;
-  __m512 ext0 = _mm512_set1_ps(scale >= 0 ? -INFINITY : INFINITY), ext1 = ext0;
-  for (int64_t j = 0; j < live; j += 16) {
-    ext0 = td_attn_fwd_extreme(r0, j, scale, ext0);
-    ext1 = td_attn_fwd_extreme(r1, j, scale, ext1);
-  }
-  mx[0] = td_attn_fwd_max(ext0, scale), mx[1] = td_attn_fwd_max(ext1, scale);
-  const __m512 vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E);
-  const __m512 vm0 = _mm512_set1_ps(r0->nvalid ? mx[0] * TD_ATTN_LOG2E : 0.0f);
-  const __m512 vm1 = _mm512_set1_ps(r1->nvalid ? mx[1] * TD_ATTN_LOG2E : 0.0f);
+  __m512 vm[2];
+  td_attn_fwd_max2(r0, r1, scale, mx, vm);
+  const __m512 vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E), vm0 = vm[0], vm1 = vm[1];
   __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0;
   for (int64_t j = 0; j < n; j += 16) {
     __m512 e0 = td_attn_fwd_exp(r0, j, vscale2, vm0, dr, 5, &sum0);
