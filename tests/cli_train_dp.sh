@@ -5,7 +5,9 @@
 # relative, bf16 within 1e-3; with gradient accumulation (G = 8, micro-batch 2:
 # 4, 2 and 1 micro-batches per rank) and without (micro-batch 4 at DP=2), with
 # one gradient bucket and with many (--ddp-bucket-size). A checkpoint saved at
-# DP=2 resumes at DP=1 and at DP=4 with the losses of the straight run.
+# DP=2 resumes at DP=1 and at DP=4 with the losses of the straight run. ZeRO-1
+# (--use-distributed-optimizer) is bit for bit DP without it, keeps 1/DP of the
+# Adam state, and its checkpoints resume with and without it at other DP sizes.
 # Arguments: the trident binary and the source directory.
 set -u
 bin=$1
@@ -49,5 +51,30 @@ for np in 1 4; do
   run $np "$tmp/resume$np.log" --micro-batch-size 2 --load "$c"
   cat "$tmp/save.log" "$tmp/resume$np.log" >"$tmp/joined$np.log"
   same "$tmp/fp32/np1.log" "$tmp/joined$np.log" 1e-6 "DP=2 checkpoint at 10, resumed at DP=$np to 20 == DP=1 straight"
+done
+
+# ZeRO-1 (--use-distributed-optimizer): the Adam state sharded over DP changes
+# no bit of the training at the same layout, holds 1/DP of the state per rank,
+# and its checkpoints are whole: saved at DP=2 with ZeRO, they resume at DP=1
+# without it and at DP=4 with it.
+zero=(--use-distributed-optimizer)
+run 2 "$tmp/zero2.log" --micro-batch-size 2 "${zero[@]}"
+run 2 "$tmp/zero2_bf16.log" --micro-batch-size 2 --bf16 "${zero[@]}"
+run 4 "$tmp/zero4.log" --micro-batch-size 2 "${zero[@]}" --timing-log-level 1
+same "$tmp/fp32/np2.log" "$tmp/zero2.log" 0 "ZeRO-1 at DP=2 == DP=2 without it, bit for bit"
+same "$tmp/bf16/np2.log" "$tmp/zero2_bf16.log" 0 "bf16 ZeRO-1 at DP=2 == DP=2 without it, bit for bit"
+same "$tmp/fp32/np1.log" "$tmp/zero4.log" 1e-6 "ZeRO-1 at DP=4 == DP=1"
+shard=$(grep -oE 'sharded over 4 data-parallel ranks, [0-9]+ of [0-9]+ elements' "$tmp/zero4.log")
+awk -v s="$shard" 'BEGIN { split(s, w, " "); exit !(w[6] > 0 && w[6] * 4 == w[8]) }' &&
+  grep -q 'params-all-gather \.*: ' "$tmp/zero4.log" &&
+  ok "ZeRO-1 at DP=4: Adam state $shard; params-all-gather timed" ||
+  fail "ZeRO-1 shard / timer: $(grep -E 'ZeRO|params-all-gather' "$tmp/zero4.log" | head -3)"
+c="$tmp/ckpt_zero"
+run 2 "$tmp/zsave.log" --micro-batch-size 2 --exit-interval 10 --save "$c" --save-interval 100 "${zero[@]}"
+run 1 "$tmp/zresume1.log" --micro-batch-size 2 --load "$c"
+run 4 "$tmp/zresume4.log" --micro-batch-size 2 --load "$c" "${zero[@]}"
+for np in 1 4; do
+  cat "$tmp/zsave.log" "$tmp/zresume$np.log" >"$tmp/zjoined$np.log"
+  same "$tmp/fp32/np1.log" "$tmp/zjoined$np.log" 1e-6 "ZeRO-1 DP=2 checkpoint at 10, resumed at DP=$np to 20 == DP=1 straight"
 done
 exit $failed

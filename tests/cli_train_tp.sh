@@ -69,6 +69,8 @@ run 4 "$tmp/tp2dp2.log" --tensor-model-parallel-size 2
 run 8 "$tmp/tp2dp4.log" --tensor-model-parallel-size 2
 run 8 "$tmp/tp4dp2.log" --tensor-model-parallel-size 4
 same "$tmp/tp1.log" "$tmp/tp2dp2.log" 1e-5 "fp32 TP=2 x DP=2 (4 ranks) == one rank"
+run 4 "$tmp/tp2dp2_zero.log" --tensor-model-parallel-size 2 --use-distributed-optimizer
+same "$tmp/tp2dp2.log" "$tmp/tp2dp2_zero.log" 0 "TP=2 x DP=2 with ZeRO-1 == without, bit for bit"
 same "$tmp/tp1.log" "$tmp/tp2dp4.log" 1e-5 "fp32 TP=2 x DP=4 (8 ranks) == one rank"
 same "$tmp/tp1.log" "$tmp/tp4dp2.log" 1e-5 "fp32 TP=4 x DP=2 (8 ranks) == one rank"
 

@@ -641,7 +641,7 @@ static void check_config(const td_gpt_config *c, const td_gpt_layout *lay, int64
 }
 
 td_gpt_layout td_gpt_layout_single(const td_gpt_config *cfg) {
-  td_gpt_layout lay = {1, 0, 0, cfg->num_layers, 1, 1, NULL, 0, TD_RECOMPUTE_NONE, 0};
+  td_gpt_layout lay = {1, 0, 0, cfg->num_layers, 1, 1, NULL, 0, TD_RECOMPUTE_NONE, 0, 1};
   return lay;
 }
 

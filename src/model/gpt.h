@@ -98,6 +98,8 @@ typedef struct td_gpt_layout {
   int sequence_parallel; /* with tp_size > 1: LayerNorm / dropout regions split by tokens */
   td_recompute recompute;
   int64_t recompute_num_layers; /* 1 .. this stage's layers, with recompute */
+  int64_t flat_multiple; /* > 1: the flat buffers' length is padded (with zeros) to a
+                            multiple of it, so ZeRO can split them into equal shards */
 } td_gpt_layout;
 
 /* The single-process layout: tp = 1, all layers, embedding and head. */

@@ -121,6 +121,8 @@ void td_gpt_build_tensors(td_gpt *m) {
                                           COLUMN, c->init_std, 0)
                                     : m->wte;
   }
+  int64_t k = m->lay.flat_multiple > 1 ? m->lay.flat_multiple : 1;
+  m->flat_numel = (m->flat_numel + k - 1) / k * k;
 }
 
 td_gpt_tensor *td_gpt_single_tensors(const td_gpt_config *cfg, int *n, int64_t *flat_numel) {

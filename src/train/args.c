@@ -239,13 +239,13 @@ static const flag k_flags[] = {
     {.name = "ddp-bucket-size", INT(ddp_bucket_size), .defdoc = "max(40M, 1M x data-parallel size)", .c = C_POS, .g = G_PARALLEL, .meta = "N",
      .help = "gradient elements per data-parallel all-reduce bucket"},
     {.name = "use-distributed-optimizer", BOOL(use_distributed_optimizer), .g = G_PARALLEL,
-     .help = "ZeRO-1 (not built yet: noted; every DP rank keeps the whole optimizer state)"},
+     .help = "ZeRO-1: shard the Adam state over the data-parallel ranks"},
     {.name = "deepspeed", BOOL(deepspeed), .g = G_PARALLEL,
      .help = "DeepSpeed JSON configs (not read yet: refused)"},
     {.name = "deepspeed_config", .alias = "deepspeed-config", STR(deepspeed_config), .g = G_PARALLEL, .meta = "FILE",
      .help = "DeepSpeed JSON config (not read yet: refused)"},
     {.name = "zero-stage", CHOICE(zero_stage), .def = "0", .choices = k_zero_stages, .g = G_PARALLEL, .meta = "N",
-     .help = "ZeRO stage (not built yet: noted as --use-distributed-optimizer)"},
+     .help = "ZeRO stage: 1 shards the Adam state (2 and 3 run as 1, with a note)"},
     {.name = "recompute-activations", BOOL(recompute_activations), .g = G_PARALLEL,
      .help = "selective recomputation (--recompute-granularity selective)"},
     {.name = "recompute-granularity", CHOICE(recompute_granularity), .choices = k_granularities, .g = G_PARALLEL, .meta = "G",
@@ -820,10 +820,10 @@ void td_args_print_notes(const td_args *a, FILE *f) {
   if (td_args_given(a, "sequence-parallel") && a->tensor_model_parallel_size == 1)
     fprintf(f, "trident: note: --sequence-parallel: off, because tensor parallelism is off (as in "
                "Megatron)\n");
-  if (a->zero_stage > 0)
-    fprintf(f, "trident: note: --%s: ZeRO is not built yet; every data-parallel rank keeps the "
-               "whole optimizer state (the same numerics, more memory: see the memory report)\n",
-            a->use_distributed_optimizer ? "use-distributed-optimizer" : "zero-stage");
+  if (a->zero_stage > 1)
+    fprintf(f, "trident: note: --zero-stage %d: stages 2 and 3 (sharded gradients and parameters) "
+               "are not built yet; running stage 1 (sharded optimizer state)\n",
+            a->zero_stage);
   if (a->recompute_granularity == TD_GRANULARITY_SELECTIVE)
     fprintf(f, "trident: note: --recompute-%s: selective recomputation keeps no attention "
                "scores, and trident's attention never stores them (flash-style, O(seq) per "

@@ -14,6 +14,7 @@ static const struct {
     [TD_TIMER_BACKWARD_COMPUTE] = {"backward-compute", 2},
     [TD_TIMER_BATCH_GENERATOR] = {"batch-generator", 2},
     [TD_TIMER_ALL_GRADS_SYNC] = {"all-grads-sync", 1},
+    [TD_TIMER_PARAMS_ALL_GATHER] = {"params-all-gather", 1},
     [TD_TIMER_OPTIMIZER_CLIP_MAIN_GRAD] = {"optimizer-clip-main-grad", 1},
     [TD_TIMER_OPTIMIZER_INNER_STEP] = {"optimizer-inner-step", 1},
     [TD_TIMER_OPTIMIZER_COPY_MAIN_TO_MODEL_PARAMS] = {"optimizer-copy-main-to-model-params", 1},

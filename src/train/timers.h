@@ -9,7 +9,8 @@
  *
  * Level 1: forward-backward (data, forward and backward of every micro-batch
  * and the gradient all-reduce), all-grads-sync (waiting for the data-parallel
- * buckets, the sequence-parallel gradient sums), the optimizer and its parts.
+ * buckets, the sequence-parallel gradient sums), params-all-gather (ZeRO's),
+ * the optimizer and its parts.
  * Level 2 adds batch-generator, forward-compute and backward-compute. A timer
  * that did not run on any rank is left out, as Megatron does. */
 #ifndef TD_TRAIN_TIMERS_H
@@ -26,6 +27,7 @@ typedef enum {
   TD_TIMER_BACKWARD_COMPUTE,
   TD_TIMER_BATCH_GENERATOR,
   TD_TIMER_ALL_GRADS_SYNC,
+  TD_TIMER_PARAMS_ALL_GATHER,
   TD_TIMER_OPTIMIZER_CLIP_MAIN_GRAD,
   TD_TIMER_OPTIMIZER_INNER_STEP,
   TD_TIMER_OPTIMIZER_COPY_MAIN_TO_MODEL_PARAMS,

@@ -24,6 +24,7 @@
 #include "optim/adamw.h"
 #include "train/checkpoint.h"
 #include "parallel/ddp.h"
+#include "parallel/zero.h"
 #include "train/tb_events.h"
 #include "train/timers.h"
 #include "train/train_log.h"
@@ -37,6 +38,8 @@ typedef struct {
   int dp_rank, dp_size;
   int is_logger;    /* rank 0 prints the log and writes checkpoints */
   td_ddp ddp;       /* bucketed gradient all-reduce over dp */
+  int zero;         /* ZeRO-1: the Adam state is sharded over dp (td_zero) */
+  td_zero zshard;   /* this rank's shard of the flat buffers (the whole of them without ZeRO) */
   td_timers timers; /* --timing-log-level */
   td_tb_writer *tb; /* --tensorboard-dir, on the logging rank */
   td_device *dev;
@@ -136,6 +139,15 @@ static void setup_data(trainer *t) {
   }
 }
 
+/* The checkpoint views of the Adam state into whole flat buffers m and v: the
+ * optimizer's own without ZeRO, gathered or to-be-sharded copies with it. */
+static void point_optim_views(trainer *t, float *m, float *v) {
+  for (int i = 0; i < td_gpt_num_tensors(t->model); i++) {
+    int64_t off = td_gpt_tensor_at(t->model, i)->offset;
+    t->ck_m[i].data = m + off, t->ck_v[i].data = v + off;
+  }
+}
+
 static void setup_checkpoint_views(trainer *t) {
   int n = td_gpt_num_tensors(t->model);
   t->ck_params = td_calloc(sizeof *t->ck_params * (size_t)n);
@@ -155,21 +167,26 @@ static void setup_checkpoint_views(trainer *t) {
     snprintf(t->ck_names[i][0], sizeof t->ck_names[i][0], "%s.exp_avg", v->name);
     snprintf(t->ck_names[i][1], sizeof t->ck_names[i][1], "%s.exp_avg_sq", v->name);
     t->ck_m[i] = c, t->ck_v[i] = c;
-    t->ck_m[i].name = t->ck_names[i][0], t->ck_m[i].data = t->opt.exp_avg + v->offset;
-    t->ck_v[i].name = t->ck_names[i][1], t->ck_v[i].data = t->opt.exp_avg_sq + v->offset;
+    t->ck_m[i].name = t->ck_names[i][0], t->ck_v[i].name = t->ck_names[i][1];
   }
+  if (!t->zero) point_optim_views(t, t->opt.exp_avg, t->opt.exp_avg_sq);
 }
 
+/* AdamW over this rank's shard of the flat buffers (all of them without ZeRO):
+ * each tensor's part inside [first, first + size), at offsets relative to first. */
 static void setup_optimizer(trainer *t) {
-  int n = td_gpt_num_tensors(t->model);
+  int n = td_gpt_num_tensors(t->model), k = 0;
+  td_zero_init(&t->zshard, t->zero ? t->dp : NULL, td_gpt_flat_numel(t->model));
+  int64_t lo = t->zshard.first, hi = lo + t->zshard.size;
   td_param_range *r = td_malloc(sizeof *r * (size_t)n);
   for (int i = 0; i < n; i++) {
     const td_gpt_tensor *v = td_gpt_tensor_at(t->model, i);
-    r[i] = (td_param_range){.offset = v->offset, .numel = v->numel, .weight_decay = v->weight_decay};
+    int64_t b = v->offset > lo ? v->offset : lo, e = v->offset + v->numel < hi ? v->offset + v->numel : hi;
+    if (b < e) r[k++] = (td_param_range){.offset = b - lo, .numel = e - b, .weight_decay = v->weight_decay};
   }
   const td_args *a = t->a;
-  td_adamw_init(&t->opt, t->dev, td_gpt_flat_numel(t->model), r, n, (float)a->adam_beta1,
-                (float)a->adam_beta2, (float)a->adam_eps, (float)a->weight_decay);
+  td_adamw_init(&t->opt, t->dev, t->zshard.size, r, k, (float)a->adam_beta1, (float)a->adam_beta2,
+                (float)a->adam_eps, (float)a->weight_decay);
   td_free(r);
 }
 
@@ -225,6 +242,10 @@ static void print_summary(const trainer *t) {
     printf(" > data-parallel gradient all-reduce: %d buckets of at most %lld elements, "
            "overlapped with backward\n",
            t->ddp.n_buckets, (long long)ddp_bucket_size(t));
+  if (t->zero)
+    printf(" > distributed optimizer (ZeRO-1): Adam state sharded over %d data-parallel ranks, "
+           "%lld of %lld elements here\n",
+           t->zshard.dp_size, (long long)t->zshard.size, (long long)t->zshard.numel);
   char recompute[96] = "";
   if (a->recompute_granularity == TD_GRANULARITY_FULL)
     snprintf(recompute, sizeof recompute, "; full recomputation, %s %lld",
@@ -331,10 +352,16 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
   double clip = 1.0;
   if (a->clip_grad > 0 && r->grad_norm > a->clip_grad) clip = a->clip_grad / (r->grad_norm + 1e-6);
   double lr = td_lr_at(&t->lr, (double)t->lr_steps);
+  int64_t first = t->zshard.first;
   td_timers_start(tm, TD_TIMER_OPTIMIZER_INNER_STEP);
-  td_adamw_step(&t->opt, td_gpt_params(t->model), td_gpt_grads(t->model), (float)lr,
-                (float)(clip / scale));
+  td_adamw_step(&t->opt, td_gpt_params(t->model) + first, td_gpt_grads(t->model) + first,
+                (float)lr, (float)(clip / scale));
   td_timers_stop(tm, TD_TIMER_OPTIMIZER_INNER_STEP);
+  if (t->zero) {
+    td_timers_start(tm, TD_TIMER_PARAMS_ALL_GATHER);
+    td_zero_all_gather(&t->zshard, td_gpt_params(t->model));
+    td_timers_stop(tm, TD_TIMER_PARAMS_ALL_GATHER);
+  }
   td_timers_start(tm, TD_TIMER_OPTIMIZER_COPY_MAIN_TO_MODEL_PARAMS);
   td_gpt_cast_weights(t->model);
   td_timers_stop(tm, TD_TIMER_OPTIMIZER_COPY_MAIN_TO_MODEL_PARAMS);
@@ -504,6 +531,16 @@ static void save_checkpoint(trainer *t) {
   double t0 = td_now_seconds();
   const char *dir = t->a->save;
   int rc = 0;
+  float *full_m = NULL, *full_v = NULL; /* ZeRO: the whole Adam state, on DP rank 0 */
+  if (t->zero) {
+    if (t->dp_rank == 0) {
+      full_m = t->dev->ops->alloc(t->dev, (size_t)t->zshard.numel * sizeof(float));
+      full_v = t->dev->ops->alloc(t->dev, (size_t)t->zshard.numel * sizeof(float));
+      point_optim_views(t, full_m, full_v);
+    }
+    td_zero_gather_to_first(&t->zshard, t->opt.exp_avg, full_m);
+    td_zero_gather_to_first(&t->zshard, t->opt.exp_avg_sq, full_v);
+  }
   if (t->is_logger) rc = td_checkpoint_save_prepare(dir, t->iteration, err, sizeof err);
   if (!rc) td_comm_barrier(t->topo.world);
   if (!rc && t->dp_rank == 0) rc = td_checkpoint_save_shard(t->dev, dir, &c, err, sizeof err);
@@ -511,6 +548,7 @@ static void save_checkpoint(trainer *t) {
   if (!rc && t->is_logger) rc = td_checkpoint_save_commit(dir, &c, err, sizeof err);
   if (rc) td_fail("saving checkpoint at iteration %lld: %s", (long long)t->iteration, err);
   free(state);
+  if (full_m) t->dev->ops->free(t->dev, full_m), t->dev->ops->free(t->dev, full_v);
   if (t->is_logger) {
     printf("  successfully saved checkpoint at iteration %7lld to %s [ t %.3fs ]\n",
            (long long)t->iteration, dir, td_now_seconds() - t0);
@@ -595,8 +633,20 @@ static void load_checkpoint(trainer *t) {
                         .exp_avg = with_optim ? t->ck_m : NULL,
                         .exp_avg_sq = with_optim ? t->ck_v : NULL};
   char *state = NULL;
+  float *full_m = NULL, *full_v = NULL; /* ZeRO: read whole, keep this rank's shard */
+  if (with_optim && t->zero) {
+    full_m = t->dev->ops->alloc(t->dev, (size_t)t->zshard.numel * sizeof(float));
+    full_v = t->dev->ops->alloc(t->dev, (size_t)t->zshard.numel * sizeof(float));
+    point_optim_views(t, full_m, full_v);
+  }
   if (td_checkpoint_load(t->dev, a->load, it, &c, &state, err, sizeof err))
     td_fail("--load %s: %s", a->load, err);
+  if (full_m) {
+    size_t bytes = (size_t)t->zshard.size * sizeof(float);
+    t->dev->ops->copy_d2d(t->dev, t->opt.exp_avg, full_m + t->zshard.first, bytes);
+    t->dev->ops->copy_d2d(t->dev, t->opt.exp_avg_sq, full_v + t->zshard.first, bytes);
+    t->dev->ops->free(t->dev, full_m), t->dev->ops->free(t->dev, full_v);
+  }
   if (!a->finetune) restore_state(t, state, a->load, with_optim);
   if (!a->finetune && !a->no_load_rng) restore_rng(t, a->load, it);
   td_free(state);
@@ -725,6 +775,8 @@ int td_train(td_args *a) {
     lay.recompute = a->recompute_method == 0 ? TD_RECOMPUTE_UNIFORM : TD_RECOMPUTE_BLOCK;
     lay.recompute_num_layers = a->recompute_num_layers;
   }
+  t.zero = a->zero_stage >= 1;
+  if (t.zero) lay.flat_multiple = 16 * (int64_t)t.dp_size; /* equal, 64-byte aligned shards */
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);
   td_gpt_init_params(t.model, (uint64_t)a->seed);
   td_timers_init(&t.timers, a->timing_log_level);
