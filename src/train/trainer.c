@@ -682,8 +682,6 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
   if (t->is_logger) {
     tb_timers(t, seconds / iters, l.flops_per_iteration, &stats);
     tb_flush(t);
-  }
-  if (t->is_logger) {
     puts(buf);
     if (t->dp_size > 1)
       printf("  data-parallel all-reduce not hidden behind backward: %.1f ms per iteration "
@@ -758,6 +756,22 @@ static void trainer_free(trainer *t) {
   td_topology_free(&t->topo);
 }
 
+/* This rank's part of the model: its TP slice, sequence parallelism,
+ * recomputation, and (ZeRO) flat buffers that split into equal DP shards. */
+static td_gpt_layout model_layout(const trainer *t) {
+  const td_args *a = t->a;
+  td_gpt_layout lay = td_gpt_layout_single(&t->cfg);
+  lay.tp_size = t->topo.layout.tp, lay.tp_rank = t->topo.coord.tp;
+  lay.tp_comm = t->topo.group[TD_GROUP_TP];
+  lay.sequence_parallel = (int)a->sequence_parallel;
+  if (a->recompute_granularity == TD_GRANULARITY_FULL) {
+    lay.recompute = a->recompute_method == 0 ? TD_RECOMPUTE_UNIFORM : TD_RECOMPUTE_BLOCK;
+    lay.recompute_num_layers = a->recompute_num_layers;
+  }
+  if (t->zero) lay.flat_multiple = 16 * (int64_t)t->dp_size; /* equal, 64-byte aligned shards */
+  return lay;
+}
+
 int td_train(td_args *a) {
   trainer t = {.a = a, .seed = (uint64_t)a->seed};
   t.compute = a->bf16 ? TD_BF16 : a->fp16 ? TD_F16 : TD_F32;
@@ -767,16 +781,8 @@ int td_train(td_args *a) {
   t.cfg = model_config(a, td_args_padded_vocab_size(a, t.true_vocab));
   setup_topology(&t);
   t.dev = td_device_open("cpu");
-  td_gpt_layout lay = td_gpt_layout_single(&t.cfg);
-  lay.tp_size = t.topo.layout.tp, lay.tp_rank = t.topo.coord.tp;
-  lay.tp_comm = t.topo.group[TD_GROUP_TP];
-  lay.sequence_parallel = (int)a->sequence_parallel;
-  if (a->recompute_granularity == TD_GRANULARITY_FULL) {
-    lay.recompute = a->recompute_method == 0 ? TD_RECOMPUTE_UNIFORM : TD_RECOMPUTE_BLOCK;
-    lay.recompute_num_layers = a->recompute_num_layers;
-  }
   t.zero = a->zero_stage >= 1;
-  if (t.zero) lay.flat_multiple = 16 * (int64_t)t.dp_size; /* equal, 64-byte aligned shards */
+  td_gpt_layout lay = model_layout(&t);
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);
   td_gpt_init_params(t.model, (uint64_t)a->seed);
   td_timers_init(&t.timers, a->timing_log_level);
