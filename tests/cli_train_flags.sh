@@ -111,6 +111,36 @@ for level in 0 1 2; do
   fi
 done
 
+# --log-num-zeros-in-grad / --log-params-norm: Megatron's fields after grad norm.
+# With 48 position rows and sequences of 16, rows 16..47 of the position
+# embedding get no gradient: (48 - 16) x 32 hidden = 1024 zeros (dropout off: a
+# dropped element in every sequence of the batch would zero one more). The key
+# biases' gradient is zero in exact arithmetic (softmax ignores a constant
+# added to a row), so up to their 2 x 32 elements may round to exactly 0 too.
+if "$bin" train "${small[@]}" --max-position-embeddings 48 --train-iters 2 --log-interval 1 --eval-iters 0 \
+  --hidden-dropout 0 --attention-dropout 0 --clip-grad 1 --log-num-zeros-in-grad --log-params-norm >"$tmp/out" 2>"$tmp/err"; then
+  z=$(grep -oE '\| grad norm: [0-9.]+ \| num zeros: [0-9]+\.0 \| params norm: [0-9]+\.[0-9]{3} \| number of skipped' "$tmp/out" |
+    sed -E 's/.*num zeros: ([0-9]+).*/\1/' | tr '\n' ' ')
+  awk -v z="$z" 'BEGIN { n = split(z, v, " "); ok = n == 2; for (i = 1; i <= n; i++) ok = ok && v[i] >= 1024 && v[i] <= 1088; exit !ok }' &&
+    echo "ok    num zeros $z(1024 unused position rows, + key-bias roundings <= 64) and params norm on both log lines" ||
+    fail "num zeros / params norm: $(grep -o 'grad norm.*' "$tmp/out")"
+else
+  fail "--log-num-zeros-in-grad run: $(cat "$tmp/err")"
+fi
+
+# The weight-decay schedule reaches AdamW: linear from W to W trains as constant
+# W, bit for bit; cosine from 0 to 0.5 trains differently.
+wd_losses() {
+  "$bin" train "${small[@]}" --train-iters 6 --log-interval 1 --eval-iters 0 --lr 1e-2 "$@" 2>/dev/null |
+    grep -oE 'lm loss: [^ ]+' | tr '\n' ' '
+}
+w0=$(wd_losses --weight-decay 0.3)
+w1=$(wd_losses --weight-decay 0.3 --weight-decay-incr-style linear --start-weight-decay 0.3 --end-weight-decay 0.3)
+w2=$(wd_losses --weight-decay-incr-style cosine --start-weight-decay 0 --end-weight-decay 0.5)
+[ -n "$w0" ] && [ "$w0" = "$w1" ] && [ -n "$w2" ] && [ "$w2" != "$w0" ] &&
+  echo "ok    weight-decay schedule: linear W -> W == constant W; cosine 0 -> 0.5 differs" ||
+  fail "weight-decay schedule: '$w0' / '$w1' / '$w2'"
+
 # --tensorboard-dir: one event file (its format is test_tb_events'), holding
 # Megatron's tags: every iteration's scalars and their "vs samples" twins, the
 # validation loss (and perplexity), the timers at each log line.

@@ -72,6 +72,25 @@ rc=$?
 [ $rc -eq 1 ] && grep -q "trident: error: .*rng_dp000.json.*--no-load-rng" "$tmp/err" &&
   ok "a missing RNG state is refused: $(head -c 200 "$tmp/err")" || fail "missing rng: rc $rc $(cat "$tmp/err")"
 
+# Leaving early with a checkpoint, as Megatron does: --exit-duration-in-mins
+# (a fraction here, to be quick) and --exit-signal-handler (SIGTERM, e.g. a
+# scheduler's notice) finish the iteration, save with --save, exit 0.
+long=(--train-iters 100000000 --save-interval 100000000)
+"$bin" train "${model[@]}" "${long[@]}" --exit-duration-in-mins 0.005 --save "$tmp/exd" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+it=$(sed -n 's/^exiting program after [0-9.]* minutes, at iteration \([0-9]*\)$/\1/p' "$tmp/out")
+[ $rc -eq 0 ] && [ -n "$it" ] && [ "$(cat "$tmp/exd/latest_checkpointed_iteration.txt" 2>/dev/null)" = "$it" ] &&
+  ok "--exit-duration-in-mins: saved iteration $it and exited 0" || fail "exit duration: rc $rc $(tail -2 "$tmp/out") $(cat "$tmp/err")"
+"$bin" train "${model[@]}" "${long[@]}" --exit-signal-handler --save "$tmp/exs" >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+for _ in $(seq 300); do grep -q 'iteration' "$tmp/out" && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid
+rc=$?
+it=$(sed -n 's/^exiting program after receiving SIGTERM, at iteration \([0-9]*\)$/\1/p' "$tmp/out")
+[ $rc -eq 0 ] && [ -n "$it" ] && [ "$(cat "$tmp/exs/latest_checkpointed_iteration.txt" 2>/dev/null)" = "$it" ] &&
+  ok "--exit-signal-handler: SIGTERM -> saved iteration $it and exited 0" || fail "SIGTERM: rc $rc $(tail -2 "$tmp/out") $(cat "$tmp/err")"
+
 # Refusals: other model shape, truncated tensor file, damaged latest file.
 "$bin" train "${model[@]}" --hidden-size 64 --train-iters 30 --load "$c" >"$tmp/out" 2>"$tmp/err"
 rc=$?

@@ -69,6 +69,22 @@ run 4 "$tmp/tp2dp2.log" --tensor-model-parallel-size 2
 run 8 "$tmp/tp2dp4.log" --tensor-model-parallel-size 2
 run 8 "$tmp/tp4dp2.log" --tensor-model-parallel-size 4
 same "$tmp/tp1.log" "$tmp/tp2dp2.log" 1e-5 "fp32 TP=2 x DP=2 (4 ranks) == one rank"
+# The model statistics count each element once under TP: TP=2 prints TP=1's params
+# norm (within 1e-3) and zero count (the 8 unused position rows x 32, plus up to
+# the 2 x 32 key-bias elements whose gradient is 0 in exact arithmetic).
+stats=(--log-params-norm --log-num-zeros-in-grad --max-position-embeddings 40 --hidden-dropout 0
+  --attention-dropout 0)
+run 1 "$tmp/stats1.log" "${stats[@]}"
+run 2 "$tmp/stats2.log" "${stats[@]}" --tensor-model-parallel-size 2
+stat_pairs() { grep -oE 'num zeros: [0-9.]+ \| params norm: [0-9.]+' "$1" | awk '{ print $3, $7 }'; }
+if paste <(stat_pairs "$tmp/stats1.log") <(stat_pairs "$tmp/stats2.log") | awk '
+    { n++; d = $2 - $4; if (d < 0) d = -d
+      if ($1 < 256 || $1 > 320 || $3 < 256 || $3 > 320 || d > 1e-3 * $2) bad = 1 }
+    END { exit !(n == 20 && !bad) }'; then
+  ok "TP=2 prints TP=1's params norm and zero count (256 + key-bias roundings) at all 20 iterations"
+else
+  fail "TP=2 statistics: $(paste <(stat_pairs "$tmp/stats1.log") <(stat_pairs "$tmp/stats2.log") | head -3)"
+fi
 run 4 "$tmp/tp2dp2_zero.log" --tensor-model-parallel-size 2 --use-distributed-optimizer
 same "$tmp/tp2dp2.log" "$tmp/tp2dp2_zero.log" 0 "TP=2 x DP=2 with ZeRO-1 == without, bit for bit"
 same "$tmp/tp1.log" "$tmp/tp2dp4.log" 1e-5 "fp32 TP=2 x DP=4 (8 ranks) == one rank"

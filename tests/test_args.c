@@ -130,6 +130,9 @@ static void test_forms(void) {
   CHECK(a.recompute_granularity == TD_GRANULARITY_FULL && a.recompute_method == 1 &&
             a.recompute_num_layers == 2,
         "--recompute-granularity full --recompute-method block --recompute-num-layers 2");
+  CHECK(a.start_weight_decay == a.weight_decay && a.end_weight_decay == a.weight_decay &&
+            a.weight_decay_incr_style == 0,
+        "start and end weight decay default to --weight-decay (constant style)");
   CHECK(a.global_batch_size == 2 && a.lr_decay_iters == 50,
         "global batch = micro x DP, decay = train");
   td_args_free(&a);
@@ -298,6 +301,16 @@ static void test_validation_errors(void) {
       {"--train-iters 10 --deepspeed", 1, "--deepspeed: trident does not read DeepSpeed JSON configs"},
       {"--train-iters 10 --deepspeed-config ds.json", 1,
        "--deepspeed_config: trident does not read DeepSpeed JSON configs"},
+      {"--train-iters 10 --swiglu", 1, "--swiglu: trident's GPT is GPT-2"},
+      {"--train-iters 10 --num-query-groups 2", 1, "--num-query-groups: trident's GPT is GPT-2"},
+      {"--train-iters 10 --use-checkpoint-args", 1, "--use-checkpoint-args: not built"},
+      {"--train-iters 10 --position-embedding-type rope", 1,
+       "--position-embedding-type rope: trident's GPT is GPT-2"},
+      {"--train-iters 10 --normalization RMSNorm", 1, "--normalization RMSNorm: trident's GPT is GPT-2"},
+      {"--train-iters 10 --dataloader-type cyclic", 1,
+       "--dataloader-type cyclic: only Megatron's 'single' pretraining sampler is built"},
+      {"--train-iters 10 --start-weight-decay 0.1", 1,
+       "--start-weight-decay 0.1 and --end-weight-decay 0.01 differ"},
       {"--train-iters 10 --recompute-granularity full", 1,
        "--recompute-granularity full needs --recompute-method uniform or block"},
       {"--train-iters 10 --recompute-granularity full --recompute-method uniform", 1,

@@ -457,6 +457,21 @@ static void test_sum_squares_special(void) {
   CHECK(isfinite(OPS->sum_squares(DEV, x, 100)), "sum_squares of 3e38 is finite (double)");
 }
 
+/* count_zeros: random zeros (and -0) placed at seeded positions, counted exactly */
+static void test_count_zeros(int64_t n, uint64_t s) {
+  float *x = falloc(n);
+  tst_fill_normal(x, n, s, 1.0f);
+  int64_t want = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (td_rng_u32(tst_seed(), s + 1, (uint64_t)i) % 7 == 0) x[i] = i % 2 ? -0.0f : 0.0f;
+    want += x[i] == 0.0f;
+  }
+  int64_t got = OPS->count_zeros(DEV, x, n);
+  CHECK(got == want, "count_zeros n=%lld: %lld (want %lld)", (long long)n, (long long)got,
+        (long long)want);
+  td_free(x);
+}
+
 /* --------------------------------------------------- thread-count independence */
 
 static void test_threads(void) {
@@ -507,6 +522,7 @@ int main(void) {
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
     test_add_scale(sizes[i], 260 + i * 10);
     test_sum_squares(sizes[i], 270 + i * 10);
+    test_count_zeros(sizes[i], 600 + i * 10);
   }
   test_sum_squares_special();
   test_dropout_identity();

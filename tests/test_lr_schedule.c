@@ -78,7 +78,25 @@ static void test_wsd(void) {
   CHECK_LR(&s, 900, 0.00029996428662531794); /* 1 - sqrt(0.5) */
 }
 
+/* Weight decay from 0.01 to 0.1 over 1000 samples: constant stays at the end
+ * value; linear and cosine meet start at 0, end at 1000 and after, and the
+ * midpoint at 500 (cos(pi / 2) = 0); cosine at 250 is start + (1 - cos(pi/4))/2 x delta. */
+static void test_weight_decay(void) {
+  td_wd_schedule w = {.start = 0.01, .end = 0.1, .incr_steps = 1000, .style = TD_WD_CONSTANT};
+  CHECK(td_wd_at(&w, 0) == 0.1 && td_wd_at(&w, 700) == 0.1, "constant: the end value");
+  w.style = TD_WD_LINEAR;
+  CHECK(fabs(td_wd_at(&w, 0) - 0.01) < 1e-15 && fabs(td_wd_at(&w, 500) - 0.055) < 1e-15 &&
+            fabs(td_wd_at(&w, 250) - 0.0325) < 1e-15 && td_wd_at(&w, 2000) == 0.1,
+        "linear: 0.01 at 0, 0.0325 at 250, 0.055 at 500, 0.1 past the end");
+  w.style = TD_WD_COSINE;
+  double quarter = 0.01 + (1.0 - cos(M_PI / 4)) / 2 * 0.09;
+  CHECK(fabs(td_wd_at(&w, 0) - 0.01) < 1e-15 && fabs(td_wd_at(&w, 500) - 0.055) < 1e-15 &&
+            fabs(td_wd_at(&w, 250) - quarter) < 1e-15 && fabs(td_wd_at(&w, 1000) - 0.1) < 1e-15,
+        "cosine: 0.01 at 0, %.6f at 250, 0.055 at 500, 0.1 at the end", quarter);
+}
+
 int main(void) {
+  test_weight_decay();
   test_warmup();
   test_decay();
   test_inverse_sqrt();

@@ -44,6 +44,21 @@ static void test_full_line(void) {
         "truncated like snprintf, full length returned");
 }
 
+/* --log-num-zeros-in-grad and --log-params-norm: after grad norm, in Megatron's
+ * order and formats ({:.1f} and {:.3f}). */
+static void test_zeros_and_params_norm(void) {
+  td_train_log l = sample_line();
+  l.log_throughput = 0;
+  l.has_num_zeros = 1, l.num_zeros = 12;
+  l.has_params_norm = 1, l.params_norm = 183.45678;
+  td_log_interval w = {.loss_sum = 512.3456, .advanced = 100};
+  char buf[1024];
+  td_format_train_log(buf, sizeof buf, &l, &w);
+  CHECK(strstr(buf, " grad norm: 1.234 | num zeros: 12.0 | params norm: 183.457 |"
+                    " number of skipped iterations:") != NULL,
+        "num zeros and params norm after grad norm: %s", buf);
+}
+
 static void test_skips_and_options(void) {
   td_train_log l = sample_line();
   l.log_throughput = 0, l.has_grad_norm = 0, l.loss_scale = 1.0, l.interval_seconds = 20.0;
@@ -94,6 +109,7 @@ static void test_flops(void) {
 
 int main(void) {
   test_full_line();
+  test_zeros_and_params_norm();
   test_skips_and_options();
   test_validation();
   test_flops();

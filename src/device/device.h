@@ -172,6 +172,8 @@ typedef struct td_device_ops {
   void (*scale)(td_device *d, float *x, int64_t n, float alpha);
   /* sum of x^2 in double over a fixed blocking (NaN/Inf propagate: the fp16 overflow check) */
   double (*sum_squares)(td_device *d, const float *x, int64_t n);
+  /* elements equal to zero (+0 or -0): Megatron's --log-num-zeros-in-grad */
+  int64_t (*count_zeros)(td_device *d, const float *x, int64_t n);
 } td_device_ops;
 
 struct td_device {

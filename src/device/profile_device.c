@@ -227,6 +227,12 @@ static void p_scale(td_device *d, float *x, int64_t n, float alpha) {
   IN(d)->ops->scale(IN(d), x, n, alpha);
   kernel_done(d, t0, "scale");
 }
+static int64_t p_count_zeros(td_device *d, const float *x, int64_t n) {
+  double t0 = td_now_seconds();
+  int64_t z = IN(d)->ops->count_zeros(IN(d), x, n);
+  kernel_done(d, t0, "count_zeros");
+  return z;
+}
 static double p_sum_squares(td_device *d, const float *x, int64_t n) {
   double t0 = td_now_seconds();
   double s = IN(d)->ops->sum_squares(IN(d), x, n);
@@ -256,6 +262,7 @@ td_device *td_profile_device_open(td_device *inner) {
   o->cross_entropy_slice = p_cross_entropy_slice;
   o->cross_entropy_backward = p_cross_entropy_backward;
   o->adamw = p_adamw, o->cast = p_cast, o->scale = p_scale, o->sum_squares = p_sum_squares;
+  o->count_zeros = p_count_zeros;
   td_device *d = td_calloc(sizeof *d);
   d->ops = o, d->impl = p;
   return d;

@@ -39,3 +39,10 @@ double td_lr_at(const td_lr_schedule *s, double step) {
   }
   return s->min_lr + decay_coeff(s, step) * (s->max_lr - s->min_lr);
 }
+
+double td_wd_at(const td_wd_schedule *s, double step) {
+  if (step > s->incr_steps || s->style == TD_WD_CONSTANT || s->incr_steps <= 0) return s->end;
+  double r = step / s->incr_steps;
+  double c = s->style == TD_WD_LINEAR ? r : 0.5 * (cos(M_PI * (1.0 - r)) + 1.0);
+  return s->start + c * (s->end - s->start);
+}

@@ -42,4 +42,19 @@ typedef struct {
 /* The learning rate after `step` samples. */
 double td_lr_at(const td_lr_schedule *s, double step);
 
+/* Megatron's weight-decay schedule (OptimizerParamScheduler.get_wd), over
+ * incr_steps samples (the whole training run), r = step / incr_steps:
+ *   step > incr_steps or constant: end
+ *   linear: start + r (end - start)
+ *   cosine: start + (cos(pi (1 - r)) + 1) / 2 (end - start) */
+typedef enum { TD_WD_CONSTANT, TD_WD_LINEAR, TD_WD_COSINE } td_wd_style;
+
+typedef struct {
+  double start, end, incr_steps;
+  td_wd_style style;
+} td_wd_schedule;
+
+/* The weight decay after `step` samples. */
+double td_wd_at(const td_wd_schedule *s, double step);
+
 #endif

@@ -20,11 +20,12 @@ typedef enum {
   K_CHOICE, /* int: index into choices */
   K_LIST,   /* td_strlist, nargs='*' */
   K_NOTE,   /* accepted, no field: a switch, or a value when meta is set */
+  K_REFUSED, /* parsed like K_NOTE, then refused by validation with its note as the reason */
 } kind;
 
 typedef enum { C_ANY, C_POS, C_NONNEG, C_UNIT, C_BETA } constraint;
 
-typedef enum { G_MODEL, G_TRAIN, G_LR, G_PREC, G_DATA, G_LOG, G_PARALLEL, G_COMPAT, G_COUNT } group;
+typedef enum { G_MODEL, G_TRAIN, G_LR, G_PREC, G_DATA, G_LOG, G_PARALLEL, G_COMPAT, G_REFUSED, G_COUNT } group;
 
 static const char *const k_group_titles[G_COUNT] = {
     "model",
@@ -34,7 +35,8 @@ static const char *const k_group_titles[G_COUNT] = {
     "data and tokenizer",
     "evaluation, checkpoints and logging",
     "parallelism",
-    "accepted for compatibility (they change nothing here; trident says why once on stderr)"};
+    "accepted for compatibility (they change nothing here; trident says why once on stderr)",
+    "Megatron features trident's GPT-2 does not have (refused with the reason)"};
 
 typedef struct {
   const char *name, *alias; /* without the leading "--" */
@@ -47,7 +49,7 @@ typedef struct {
   group g;
   int required;
   const char *meta, *help;
-  const char *note; /* K_NOTE: what the flag means here */
+  const char *note; /* K_NOTE: what the flag means here; K_REFUSED: why it is refused */
 } flag;
 
 static const char *const k_optimizers[] = {"adam", NULL};
@@ -59,6 +61,13 @@ static const char *const k_backends[] = {"nccl", "gloo", NULL};
 static const char *const k_ckpt_formats[] = {"torch",     "torch_dist",   "zarr",
                                              "torch_dcp", "fsdp_dtensor", NULL};
 static const char *const k_granularities[] = {"full", "selective", NULL};
+static const char *const k_position_embeddings[] = {"learned_absolute", "rope", "mrope", "relative",
+                                                    "none", NULL};
+static const char *const k_normalizations[] = {"LayerNorm", "RMSNorm", NULL};
+static const char *const k_dataloaders[] = {"single", "cyclic", "external", NULL};
+static const char *const k_wd_styles[] = {"constant", "linear", "cosine", NULL};
+static const char *const k_attention_backends[] = {"flash", "fused", "unfused", "local", "auto", NULL};
+static const char *const k_rerun_modes[] = {"disabled", "validate_results", "report_stats", NULL};
 static const char *const k_recompute_methods[] = {"uniform", "block", NULL};
 
 #define F(field) offsetof(td_args, field)
@@ -69,7 +78,11 @@ static const char *const k_recompute_methods[] = {"uniform", "block", NULL};
 #define LIST(field) .k = K_LIST, .off = F(field)
 #define CHOICE(field) .k = K_CHOICE, .off = F(field)
 #define NOTE .k = K_NOTE
+#define REFUSED .k = K_REFUSED, .g = G_REFUSED
+#define NOTE_GPT2 "trident's GPT is GPT-2 (learned absolute positions, LayerNorm, GELU MLP, biases, multi-head attention)"
 #define NOTE_FUSION "switches a fused CUDA kernel; the CPU kernels are unaffected"
+#define NOTE_WANDB "Weights & Biases is not built in; the scalars go to stdout and to --tensorboard-dir"
+#define NOTE_NAN "a step whose gradient norm is not finite is always skipped and counted in the log line"
 
 // clang-format off
 static const flag k_flags[] = {
@@ -90,6 +103,10 @@ static const flag k_flags[] = {
      .help = "pad the vocabulary to a multiple of this times the TP size"},
     {.name = "vocab-size", INT(vocab_size), .c = C_POS, .g = G_MODEL, .meta = "N",
      .help = "vocabulary before the end-of-document token and padding (NullTokenizer)"},
+    {.name = "position-embedding-type", CHOICE(position_embedding_type), .def = "learned_absolute", .choices = k_position_embeddings, .g = G_MODEL, .meta = "TYPE",
+     .help = "position embeddings: learned_absolute (GPT-2's; the others are refused)"},
+    {.name = "normalization", CHOICE(normalization), .def = "LayerNorm", .choices = k_normalizations, .g = G_MODEL, .meta = "NORM",
+     .help = "LayerNorm (GPT-2's; RMSNorm is refused)"},
     {.name = "init-method-std", FLOAT(init_method_std), .def = "0.02", .c = C_NONNEG, .g = G_MODEL, .meta = "STD",
      .help = "std of the normal weight initialisation"},
     {.name = "layernorm-epsilon", .alias = "norm-epsilon", FLOAT(layernorm_epsilon), .def = "1e-5", .c = C_POS, .g = G_MODEL, .meta = "EPS",
@@ -119,6 +136,12 @@ static const flag k_flags[] = {
      .help = "Adam with decoupled weight decay (AdamW), fp32 state"},
     {.name = "weight-decay", FLOAT(weight_decay), .def = "0.01", .c = C_NONNEG, .g = G_TRAIN, .meta = "W",
      .help = "weight decay (not on biases and norm weights)"},
+    {.name = "start-weight-decay", FLOAT(start_weight_decay), .defdoc = "--weight-decay", .c = C_NONNEG, .g = G_TRAIN, .meta = "W",
+     .help = "weight decay at the start of the --weight-decay-incr-style schedule"},
+    {.name = "end-weight-decay", FLOAT(end_weight_decay), .defdoc = "--weight-decay", .c = C_NONNEG, .g = G_TRAIN, .meta = "W",
+     .help = "weight decay at the end of training"},
+    {.name = "weight-decay-incr-style", CHOICE(weight_decay_incr_style), .def = "constant", .choices = k_wd_styles, .g = G_TRAIN, .meta = "STYLE",
+     .help = "weight decay from start to end over training: constant, linear or cosine"},
     {.name = "adam-beta1", FLOAT(adam_beta1), .def = "0.9", .c = C_BETA, .g = G_TRAIN, .meta = "B",
      .help = "Adam beta1"},
     {.name = "adam-beta2", FLOAT(adam_beta2), .def = "0.999", .c = C_BETA, .g = G_TRAIN, .meta = "B",
@@ -194,6 +217,8 @@ static const flag k_flags[] = {
      .help = "restart positions after each end-of-document token"},
     {.name = "reset-attention-mask", BOOL(reset_attention_mask), .g = G_DATA,
      .help = "no attention across end-of-document tokens"},
+    {.name = "dataloader-type", CHOICE(dataloader_type), .def = "single", .choices = k_dataloaders, .g = G_DATA, .meta = "TYPE",
+     .help = "single: Megatron's pretraining sampler (cyclic and external are refused)"},
     {.name = "num-workers", INT(num_workers), .def = "2", .c = C_NONNEG, .g = G_DATA, .meta = "N",
      .help = "data loader workers (the mmap'ed dataset is read in the training process)"},
     /* evaluation, checkpoints, logging */
@@ -225,6 +250,14 @@ static const flag k_flags[] = {
      .help = "also write the world size"},
     {.name = "no-log-loss-scale-to-tensorboard", BOOL(no_log_loss_scale_to_tensorboard), .g = G_LOG,
      .help = "do not write the loss scale"},
+    {.name = "log-params-norm", BOOL(log_params_norm), .g = G_LOG,
+     .help = "add the parameters' L2 norm to the log line"},
+    {.name = "log-num-zeros-in-grad", BOOL(log_num_zeros_in_grad), .g = G_LOG,
+     .help = "add the number of zero gradient elements to the log line"},
+    {.name = "exit-duration-in-mins", FLOAT(exit_duration_in_mins), .c = C_POS, .g = G_LOG, .meta = "M",
+     .help = "save (with --save) and exit once training has run M minutes"},
+    {.name = "exit-signal-handler", BOOL(exit_signal_handler), .g = G_LOG,
+     .help = "on SIGTERM, finish the iteration, save (with --save) and exit 0"},
     {.name = "log-throughput", BOOL(log_throughput), .g = G_LOG,
      .help = "add TFLOP/s per rank to the log line"},
     {.name = "timing-log-level", CHOICE(timing_log_level), .def = "0", .choices = k_levels, .g = G_LOG, .meta = "L",
@@ -288,6 +321,46 @@ static const flag k_flags[] = {
      .note = "events are written as they happen and flushed at every --log-interval"},
     {.name = "log-memory-to-tensorboard", NOTE, .g = G_COMPAT,
      .note = "CUDA memory statistics do not exist here; the start-up report gives the memory"},
+    {.name = "wandb-project", NOTE, .g = G_COMPAT, .meta = "NAME", .note = NOTE_WANDB},
+    {.name = "wandb-exp-name", NOTE, .g = G_COMPAT, .meta = "NAME", .note = NOTE_WANDB},
+    {.name = "wandb-save-dir", NOTE, .g = G_COMPAT, .meta = "DIR", .note = NOTE_WANDB},
+    {.name = "overlap-grad-reduce", NOTE, .g = G_COMPAT,
+     .note = "the data-parallel gradient all-reduce always overlaps backward (--ddp-bucket-size buckets)"},
+    {.name = "overlap-param-gather", NOTE, .g = G_COMPAT,
+     .note = "ZeRO-1's parameter all-gather runs after the update, not overlapped with the next forward"},
+    {.name = "manual-gc", NOTE, .g = G_COMPAT, .note = "there is no garbage collector to manage"},
+    {.name = "manual-gc-interval", NOTE, .c = C_NONNEG, .g = G_COMPAT, .meta = "N",
+     .note = "there is no garbage collector to manage"},
+    {.name = "async-save", NOTE, .g = G_COMPAT,
+     .note = "checkpoints are written synchronously: fsynced, renamed, then the latest file"},
+    {.name = "attention-backend", NOTE, .choices = k_attention_backends, .g = G_COMPAT, .meta = "B",
+     .note = "trident's CPU attention kernel (flash-style, exact softmax) runs for every backend"},
+    {.name = "tp-comm-overlap", NOTE, .g = G_COMPAT,
+     .note = "the tensor-parallel collectives are not overlapped with the GEMMs"},
+    {.name = "no-create-attention-mask-in-dataloader", NOTE, .g = G_COMPAT,
+     .note = "the causal mask is implicit in the attention kernel; no mask tensor is built"},
+    {.name = "calculate-per-token-loss", NOTE, .g = G_COMPAT,
+     .note = "the lm loss is always the per-token mean over the global batch, what this flag selects in Megatron"},
+    {.name = "check-for-nan-in-loss-and-grad", NOTE, .g = G_COMPAT, .note = NOTE_NAN},
+    {.name = "no-check-for-nan-in-loss-and-grad", NOTE, .g = G_COMPAT, .note = NOTE_NAN},
+    {.name = "log-progress", NOTE, .g = G_COMPAT,
+     .note = "no progress.txt is written; the log line gives the progress"},
+    {.name = "log-straggler", NOTE, .g = G_COMPAT,
+     .note = "there is no straggler detector; --timing-log-level 1 gives each phase's min and max over ranks"},
+    {.name = "rerun-mode", NOTE, .choices = k_rerun_modes, .g = G_COMPAT, .meta = "MODE",
+     .note = "there is no re-run state machine; a run is deterministic (same flags, same bits)"},
+    /* Megatron features the GPT-2 model does not have */
+    {.name = "swiglu", REFUSED, .note = NOTE_GPT2 "; SwiGLU is not built"},
+    {.name = "squared-relu", REFUSED, .note = NOTE_GPT2 "; squared ReLU is not built"},
+    {.name = "disable-bias-linear", REFUSED, .note = NOTE_GPT2 "; bias-free linear layers are not built"},
+    {.name = "use-rotary-position-embeddings", REFUSED, .note = NOTE_GPT2 "; rotary embeddings are not built"},
+    {.name = "no-position-embedding", REFUSED, .note = NOTE_GPT2 "; a model without position embeddings is not built"},
+    {.name = "group-query-attention", REFUSED, .note = NOTE_GPT2 "; grouped-query attention is not built"},
+    {.name = "num-query-groups", REFUSED, .c = C_POS, .meta = "N", .note = NOTE_GPT2 "; grouped-query attention is not built"},
+    {.name = "num-layers-per-virtual-pipeline-stage", REFUSED, .c = C_POS, .meta = "N",
+     .note = "pipeline parallelism (and so its interleaved schedule) is not built yet"},
+    {.name = "use-checkpoint-args", REFUSED,
+     .note = "not built: give the model flags; --load checks them against the checkpoint's and names any difference"},
 };
 // clang-format on
 #define N_FLAGS ((int)(sizeof k_flags / sizeof *k_flags))
@@ -372,7 +445,7 @@ static int set_value(td_args *a, const flag *f, const char *v, char *err, size_t
     *FIELD(a, f, const char *) = v;
     return 0;
   }
-  if (f->k == K_NOTE && f->c == C_ANY) return 0;
+  if ((f->k == K_NOTE || f->k == K_REFUSED) && f->c == C_ANY) return 0;
   return set_number(a, f, v, err, errlen);
 }
 
@@ -473,7 +546,9 @@ static int take_list(td_args *a, const flag *f, const char *eq, int argc, char *
   return 0;
 }
 
-static int is_switch(const flag *f) { return f->k == K_BOOL || (f->k == K_NOTE && !f->meta); }
+static int is_switch(const flag *f) {
+  return f->k == K_BOOL || ((f->k == K_NOTE || f->k == K_REFUSED) && !f->meta);
+}
 
 /* One flag at argv[*i]; *i is advanced past the words it consumed. */
 static int take_flag(td_args *a, int argc, char **argv, int *i, char *err, size_t errlen) {
@@ -766,8 +841,40 @@ static int check_recompute(td_args *a, char *err, size_t errlen) {
   return 0;
 }
 
+/* A Megatron feature the model does not have, or a choice of one. */
+static int check_refused(const td_args *a, char *err, size_t errlen) {
+  for (int i = 0; i < N_FLAGS; i++)
+    if (a->given[i] && k_flags[i].k == K_REFUSED)
+      return td_errorf(err, errlen, "--%s: %s", k_flags[i].name, k_flags[i].note);
+  if (a->position_embedding_type != 0)
+    return td_errorf(err, errlen, "--position-embedding-type %s: %s; only learned_absolute is built",
+                     k_position_embeddings[a->position_embedding_type], NOTE_GPT2);
+  if (a->normalization != 0)
+    return td_errorf(err, errlen, "--normalization %s: %s; only LayerNorm is built",
+                     k_normalizations[a->normalization], NOTE_GPT2);
+  if (a->dataloader_type != 0)
+    return td_errorf(err, errlen,
+                     "--dataloader-type %s: only Megatron's 'single' pretraining sampler is built "
+                     "(each sample once per epoch, in the dataset's shuffled order)",
+                     k_dataloaders[a->dataloader_type]);
+  return 0;
+}
+
+/* Megatron's weight-decay schedule: start and end default to --weight-decay, and
+ * the constant style needs them equal. */
+static int check_weight_decay(td_args *a, char *err, size_t errlen) {
+  if (isnan(a->start_weight_decay)) a->start_weight_decay = a->weight_decay;
+  if (isnan(a->end_weight_decay)) a->end_weight_decay = a->weight_decay;
+  if (a->weight_decay_incr_style == 0 && a->start_weight_decay != a->end_weight_decay)
+    return td_errorf(err, errlen,
+                     "--start-weight-decay %g and --end-weight-decay %g differ: give "
+                     "--weight-decay-incr-style linear or cosine (constant keeps one value)",
+                     a->start_weight_decay, a->end_weight_decay);
+  return 0;
+}
+
 int td_args_validate(td_args *a, int world_size, char *err, size_t errlen) {
-  if (check_required(a, err, errlen) || check_model(a, err, errlen) ||
+  if (check_refused(a, err, errlen) || check_weight_decay(a, err, errlen) ||check_required(a, err, errlen) || check_model(a, err, errlen) ||
       check_precision(a, err, errlen) || check_length(a, err, errlen) ||
       check_layout(a, world_size, err, errlen) || check_batch(a, err, errlen) ||
       check_schedule(a, err, errlen) || check_tokenizer(a, err, errlen) ||
@@ -794,6 +901,13 @@ void td_args_lr_schedule(const td_args *a, td_lr_schedule *s) {
                         .wsd_decay_steps = wsd,
                         .style = (td_lr_style)a->lr_decay_style,
                         .wsd_style = (td_wsd_style)a->lr_wsd_decay_style};
+}
+
+void td_args_wd_schedule(const td_args *a, td_wd_schedule *s) {
+  double samples = a->train_samples != TD_UNSET ? (double)a->train_samples
+                                                : (double)a->train_iters * (double)a->global_batch_size;
+  *s = (td_wd_schedule){.start = a->start_weight_decay, .end = a->end_weight_decay,
+                        .incr_steps = samples, .style = (td_wd_style)a->weight_decay_incr_style};
 }
 
 void td_args_loss_scaler(const td_args *a, td_loss_scaler *s) {
@@ -839,7 +953,7 @@ void td_args_print_notes(const td_args *a, FILE *f) {
 }
 
 static void help_default(const flag *f, char *out, size_t n) {
-  if (f->k == K_NOTE)
+  if (f->k == K_NOTE || f->k == K_REFUSED)
     snprintf(out, n, " [%s]", f->note);
   else if (f->required)
     snprintf(out, n, " (required)");
@@ -903,7 +1017,8 @@ static cJSON *value_json(const td_args *a, const flag *f) {
     return v < 0 ? cJSON_CreateNull() : cJSON_CreateString(f->choices[v]);
   }
   case K_LIST: return list_json(FIELD(a, f, td_strlist));
-  case K_NOTE: break;
+  case K_NOTE:
+  case K_REFUSED: break;
   }
   return NULL;
 }
@@ -912,7 +1027,7 @@ cJSON *td_args_to_json(const td_args *a) {
   cJSON *o = cJSON_CreateObject();
   for (int i = 0; i < N_FLAGS; i++) {
     const flag *f = &k_flags[i];
-    if (f->k == K_NOTE) continue;
+    if (f->k == K_NOTE || f->k == K_REFUSED) continue;
     char key[64];
     snprintf(key, sizeof key, "%s", f->name);
     for (char *c = key; *c; c++)

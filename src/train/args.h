@@ -29,7 +29,7 @@
 #include "optim/lr_schedule.h"
 
 #define TD_UNSET (-1)
-#define TD_ARGS_MAX_FLAGS 160
+#define TD_ARGS_MAX_FLAGS 256
 
 typedef enum { TD_TOK_GPT2BPE, TD_TOK_NULL } td_tokenizer_type;
 /* --recompute-granularity, in the order of its choices */
@@ -49,10 +49,13 @@ typedef struct {
   int64_t seq_length, max_position_embeddings, make_vocab_size_divisible_by, vocab_size;
   double init_method_std, layernorm_epsilon, hidden_dropout, attention_dropout;
   int openai_gelu, untie_embeddings_and_output_weights;
+  int position_embedding_type, normalization; /* choice indices; only 0 (GPT-2's) is built */
   /* training */
   int64_t micro_batch_size, global_batch_size, train_iters, train_samples, exit_interval, seed;
   int optimizer; /* index into {"adam"} */
   double weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad;
+  double start_weight_decay, end_weight_decay; /* default: weight_decay */
+  int weight_decay_incr_style;                 /* 0 constant, 1 linear, 2 cosine */
   /* learning rate */
   double lr, min_lr, lr_warmup_fraction, lr_warmup_init;
   int lr_decay_style, lr_wsd_decay_style; /* td_lr_style, td_wsd_style */
@@ -68,11 +71,14 @@ typedef struct {
   int tokenizer_type; /* td_tokenizer_type, or -1 before validation */
   int mock_data, eod_mask_loss, reset_position_ids, reset_attention_mask;
   int64_t num_workers;
+  int dataloader_type; /* 0 single (only that is built) */
   /* evaluation, checkpoints, logging */
   int64_t eval_interval, eval_iters, save_interval, log_interval;
   int timing_log_level;
   const char *save, *load;
   int no_load_optim, no_load_rng, finetune, log_throughput;
+  int log_params_norm, log_num_zeros_in_grad, exit_signal_handler;
+  double exit_duration_in_mins; /* Megatron's is an int; a fraction is accepted */
   const char *tensorboard_dir;
   int64_t tensorboard_log_interval;
   int log_timers_to_tensorboard, log_validation_ppl_to_tensorboard;
@@ -121,6 +127,8 @@ cJSON *td_args_to_json(const td_args *a);
 /* The LR schedule in samples, as Megatron's get_optimizer_param_scheduler
  * builds it (after td_args_validate). */
 void td_args_lr_schedule(const td_args *a, td_lr_schedule *s);
+/* The weight-decay schedule (after td_args_validate): over all training samples. */
+void td_args_wd_schedule(const td_args *a, td_wd_schedule *s);
 
 /* fp16: constant --loss-scale or dynamic; bf16: constant --loss-scale if given;
  * otherwise a constant 1. */

@@ -45,6 +45,8 @@ int td_format_train_log(char *buf, size_t n, const td_train_log *l, const td_log
   if (loss > 0.0) append(buf, n, &len, " lm loss: %.6E |", loss); /* as Megatron: avg > 0 */
   append(buf, n, &len, " loss scale: %.1f |", l->loss_scale);
   if (l->has_grad_norm) append(buf, n, &len, " grad norm: %.3f |", l->grad_norm);
+  if (l->has_num_zeros) append(buf, n, &len, " num zeros: %.1f |", l->num_zeros);
+  if (l->has_params_norm) append(buf, n, &len, " params norm: %.3f |", l->params_norm);
   append(buf, n, &len, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
          (long long)w->skipped, (long long)w->nan);
   return len;

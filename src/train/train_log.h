@@ -8,7 +8,8 @@
  *   loss scale: 65536.0 | grad norm: 1.234 | number of skipped iterations:   0 |
  *   number of nan iterations:   0 |"   (one line)
  * Throughput only with --log-throughput; grad norm only when gradients are clipped
- * (--clip-grad > 0: Megatron computes the norm there); lm loss only when its mean
+ * (--clip-grad > 0: Megatron computes the norm there), then num zeros and params
+ * norm when they were computed (their flags); lm loss only when its mean
  * is > 0 (a NaN mean, or an interval of only skipped iterations, is left out, as Megatron does); loss scale always (1.0
  * without fp16). Iteration time and loss are averaged over the interval:
  * time over all its iterations, loss over the ones not skipped. */
@@ -40,6 +41,8 @@ typedef struct {
   double learning_rate, loss_scale;
   int has_grad_norm;
   double grad_norm;
+  int has_num_zeros, has_params_norm; /* --log-num-zeros-in-grad, --log-params-norm */
+  double num_zeros, params_norm;
 } td_train_log;
 
 /* Format the line (without newline) into buf; returns what snprintf returns. */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <time.h>
 
 #include "base/clock.h"
@@ -49,6 +50,7 @@ typedef struct {
   td_dtype compute;
   td_adamw opt;
   td_lr_schedule lr;
+  td_wd_schedule wd; /* --weight-decay-incr-style */
   td_loss_scaler scaler;
   td_mock_data mock[3];           /* --mock-data */
   td_gpt_datasets *datasets;       /* --data-path and friends */
@@ -302,6 +304,8 @@ static double fill_batch(trainer *t, int split, int64_t consumed) {
 
 typedef struct {
   double lm_loss, grad_norm;
+  double num_zeros;   /* --log-num-zeros-in-grad; -1: not counted (or skipped step) */
+  double params_norm; /* --log-params-norm, after the update; -1: not computed */
   int skipped;
 } step_result;
 
@@ -319,19 +323,24 @@ static uint64_t micro_batch_seed(const trainer *t, int64_t m) {
   return td_gpt_dropout_seed(t->seed, t->iteration, m * t->dp_size + t->dp_rank);
 }
 
-/* The squared norm of the whole model's gradient. Under tensor parallelism each
- * rank sums its slices of split tensors, TP rank 0 adds the replicated ones (equal
- * on every TP rank), and the TP group sums. */
-static double grad_sum_squares(trainer *t) {
+/* A statistic of the whole model summed over its tensors (flat: the parameter
+ * or gradient buffer; what: sum of squares or zeros). Under tensor parallelism
+ * each rank adds its slices of split tensors, TP rank 0 the replicated ones
+ * (equal on every TP rank), and the TP group sums: each element counted once. */
+typedef enum { MODEL_SUM_SQUARES, MODEL_ZEROS } model_stat;
+
+static double model_sum(trainer *t, const float *flat, model_stat what) {
   const td_device_ops *ops = t->dev->ops;
-  const float *g = td_gpt_grads(t->model);
-  if (t->topo.layout.tp == 1) return ops->sum_squares(t->dev, g, td_gpt_flat_numel(t->model));
+  if (t->topo.layout.tp == 1 && what == MODEL_SUM_SQUARES) /* the gaps hold zeros */
+    return ops->sum_squares(t->dev, flat, td_gpt_flat_numel(t->model));
   double s = 0;
   for (int i = 0; i < td_gpt_num_tensors(t->model); i++) {
     const td_gpt_tensor *v = td_gpt_tensor_at(t->model, i);
-    if (v->split_dim >= 0 || t->topo.coord.tp == 0) s += ops->sum_squares(t->dev, g + v->offset, v->numel);
+    if (v->split_dim < 0 && t->topo.coord.tp != 0) continue;
+    s += what == MODEL_ZEROS ? (double)ops->count_zeros(t->dev, flat + v->offset, v->numel)
+                             : ops->sum_squares(t->dev, flat + v->offset, v->numel);
   }
-  td_comm_all_reduce(t->topo.group[TD_GROUP_TP], &s, &s, 1, TD_F64, TD_OP_SUM);
+  if (t->topo.layout.tp > 1) td_comm_all_reduce(t->topo.group[TD_GROUP_TP], &s, &s, 1, TD_F64, TD_OP_SUM);
   return s;
 }
 
@@ -341,7 +350,7 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
   const td_args *a = t->a;
   td_timers *tm = &t->timers;
   td_timers_start(tm, TD_TIMER_OPTIMIZER_CLIP_MAIN_GRAD);
-  r->grad_norm = sqrt(grad_sum_squares(t)) / scale;
+  r->grad_norm = sqrt(model_sum(t, td_gpt_grads(t->model), MODEL_SUM_SQUARES)) / scale;
   int found_inf = !isfinite(r->grad_norm);
   td_loss_scaler_update(&t->scaler, found_inf);
   td_timers_stop(tm, TD_TIMER_OPTIMIZER_CLIP_MAIN_GRAD);
@@ -349,9 +358,11 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
     r->skipped = 1;
     return;
   }
+  if (a->log_num_zeros_in_grad) r->num_zeros = model_sum(t, td_gpt_grads(t->model), MODEL_ZEROS);
   double clip = 1.0;
   if (a->clip_grad > 0 && r->grad_norm > a->clip_grad) clip = a->clip_grad / (r->grad_norm + 1e-6);
   double lr = td_lr_at(&t->lr, (double)t->lr_steps);
+  t->opt.weight_decay = (float)td_wd_at(&t->wd, (double)t->lr_steps);
   int64_t first = t->zshard.first;
   td_timers_start(tm, TD_TIMER_OPTIMIZER_INNER_STEP);
   td_adamw_step(&t->opt, td_gpt_params(t->model) + first, td_gpt_grads(t->model) + first,
@@ -372,7 +383,7 @@ static step_result train_step(trainer *t) {
   const td_args *a = t->a;
   const int64_t mb = a->micro_batch_size, s = a->seq_length;
   td_timers *tm = &t->timers;
-  step_result r = {0};
+  step_result r = {.num_zeros = -1, .params_norm = -1};
   td_timers_start(tm, TD_TIMER_FORWARD_BACKWARD);
   td_timers_start(tm, TD_TIMER_BATCH_GENERATOR);
   double mask_total = dp_sum(t, fill_batch(t, SPLIT_TRAIN, t->consumed_train));
@@ -405,6 +416,7 @@ static step_result train_step(trainer *t) {
   td_timers_start(tm, TD_TIMER_OPTIMIZER);
   optimizer_step(t, &r, scale);
   td_timers_stop(tm, TD_TIMER_OPTIMIZER);
+  if (a->log_params_norm) r.params_norm = sqrt(model_sum(t, td_gpt_params(t->model), MODEL_SUM_SQUARES));
   return r;
 }
 
@@ -458,6 +470,8 @@ static void tb_iteration(trainer *t, const step_result *r) {
   if (!a->no_log_loss_scale_to_tensorboard) tb_pair(t, "loss-scale", t->scaler.scale);
   if (a->log_world_size_to_tensorboard) tb_pair(t, "world-size", t->topo.layout.world);
   if (a->clip_grad > 0 && !r->skipped) tb_pair(t, "grad-norm", r->grad_norm);
+  if (r->num_zeros >= 0) tb_pair(t, "num-zeros", r->num_zeros);
+  if (r->params_norm >= 0) tb_pair(t, "params-norm", r->params_norm);
 }
 
 /* At a log line, with --log-timers-to-tensorboard: seconds per iteration, each
@@ -670,7 +684,9 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
                         a->ffn_hidden_size, t->cfg.vocab_size),
                     .world_size = t->topo.layout.world, .learning_rate = td_lr_at(&t->lr, (double)t->lr_steps),
                     .loss_scale = t->scaler.scale, .has_grad_norm = a->clip_grad > 0 && !r->skipped,
-                    .grad_norm = r->grad_norm};
+                    .grad_norm = r->grad_norm, .has_num_zeros = r->num_zeros >= 0,
+                    .num_zeros = r->num_zeros, .has_params_norm = r->params_norm >= 0,
+                    .params_norm = r->params_norm};
   localtime_r(&now, &l.when);
   char buf[1024];
   td_format_train_log(buf, sizeof buf, &l, w);
@@ -697,10 +713,46 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
   *w = (td_log_interval){0};
 }
 
+/* --exit-signal-handler: SIGTERM (a scheduler's notice) is noted here and acted
+ * on at the end of the iteration. */
+static volatile sig_atomic_t g_sigterm;
+static void on_sigterm(int sig) { (void)sig, g_sigterm = 1; }
+
+static void catch_sigterm(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+/* Whether to stop after this iteration, as Megatron's train loop checks:
+ * SIGTERM received on any rank (--exit-signal-handler), or training has run
+ * --exit-duration-in-mins on the slowest rank. Every rank takes the same
+ * decision (one all-reduce); why says which. */
+static int should_exit(trainer *t, double start, char *why, size_t n) {
+  const td_args *a = t->a;
+  if (!a->exit_signal_handler && isnan(a->exit_duration_in_mins)) return 0;
+  double v[2] = {a->exit_signal_handler && g_sigterm ? 1.0 : 0.0, (td_now_seconds() - start) / 60};
+  td_comm_all_reduce(t->topo.world, v, v, 2, TD_F64, TD_OP_MAX);
+  if (v[0] > 0) {
+    snprintf(why, n, "after receiving SIGTERM");
+    return 1;
+  }
+  if (!isnan(a->exit_duration_in_mins) && v[1] > a->exit_duration_in_mins) {
+    snprintf(why, n, "after %.3f minutes", v[1]);
+    return 1;
+  }
+  return 0;
+}
+
 static void train_loop(trainer *t) {
   const td_args *a = t->a;
   td_log_interval w = {0};
-  double interval_start = td_now_seconds();
+  double interval_start = td_now_seconds(), start = interval_start;
+  char why[64];
+  if (a->exit_signal_handler) catch_sigterm();
   int saved_last = 0;
   while (t->iteration < a->train_iters) {
     step_result r = train_step(t);
@@ -724,6 +776,11 @@ static void train_loop(trainer *t) {
       save_checkpoint(t);
       saved_last = 1;
       interval_start = td_now_seconds();
+    }
+    if (should_exit(t, start, why, sizeof why)) {
+      if (a->save && !saved_last) save_checkpoint(t);
+      if (t->is_logger) printf("exiting program %s, at iteration %lld\n", why, (long long)t->iteration);
+      return;
     }
     if (a->exit_interval > 0 && t->iteration % a->exit_interval == 0) {
       if (a->save && !saved_last) save_checkpoint(t);
@@ -790,6 +847,7 @@ int td_train(td_args *a) {
   setup_checkpoint_views(&t);
   setup_ddp(&t);
   td_args_lr_schedule(a, &t.lr);
+  td_args_wd_schedule(a, &t.wd);
   td_args_loss_scaler(a, &t.scaler);
   setup_data(&t);
   size_t n = (size_t)(a->global_batch_size * a->seq_length);

@@ -414,6 +414,14 @@ static double cpu_sum_squares(td_device *d, const float *x, int64_t n) {
   return s;
 }
 
+static int64_t cpu_count_zeros(td_device *d, const float *x, int64_t n) {
+  (void)d;
+  int64_t zeros = 0;
+#pragma omp parallel for schedule(static) reduction(+ : zeros) if (n > EW_PAR_MIN)
+  for (int64_t i = 0; i < n; i++) zeros += x[i] == 0.0f;
+  return zeros;
+}
+
 void td_cpu_register_elementwise(td_device_ops *ops) {
   ops->fill = cpu_fill;
   ops->bias_backward = cpu_bias_backward;
@@ -432,4 +440,5 @@ void td_cpu_register_elementwise(td_device_ops *ops) {
   ops->cast = cpu_cast;
   ops->scale = cpu_scale;
   ops->sum_squares = cpu_sum_squares;
+  ops->count_zeros = cpu_count_zeros;
 }
