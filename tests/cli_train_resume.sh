@@ -91,6 +91,23 @@ it=$(sed -n 's/^exiting program after receiving SIGTERM, at iteration \([0-9]*\)
 [ $rc -eq 0 ] && [ -n "$it" ] && [ "$(cat "$tmp/exs/latest_checkpointed_iteration.txt" 2>/dev/null)" = "$it" ] &&
   ok "--exit-signal-handler: SIGTERM -> saved iteration $it and exited 0" || fail "SIGTERM: rc $rc $(tail -2 "$tmp/out") $(cat "$tmp/err")"
 
+# --no-save-optim / --no-save-rng write neither (a load then starts a fresh
+# optimizer and keeps --seed); --exit-on-missing-checkpoint refuses an empty --load.
+"$bin" train "${model[@]}" --train-iters 10 --exit-interval 2 --save "$tmp/nos" --save-interval 2 --no-save-optim --no-save-rng \
+  >"$tmp/out" 2>&1 || fail "--no-save-optim run: $(tail -2 "$tmp/out")"
+"$bin" train "${model[@]}" --train-iters 10 --exit-interval 3 --load "$tmp/nos" >"$tmp/out" 2>&1
+rc=$?
+[ ! -e "$tmp/nos/iter_0000002/mp_rank_00/optim_dp000.safetensors" ] &&
+  [ "$(cat "$tmp/nos/iter_0000002/mp_rank_00/rng_dp000.json")" = "{}" ] && [ $rc -eq 0 ] &&
+  grep -q "has no optimizer state (saved with --no-save-optim" "$tmp/out" &&
+  ok "--no-save-optim / --no-save-rng: no Adam state, empty RNG state; loads with a fresh optimizer" ||
+  fail "--no-save-optim: rc $rc $(ls "$tmp/nos/iter_0000002/mp_rank_00") $(tail -3 "$tmp/out")"
+mkdir -p "$tmp/empty"
+"$bin" train "${model[@]}" --train-iters 10 --load "$tmp/empty" --exit-on-missing-checkpoint >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "trident: error: --load .*empty: no latest_checkpointed_iteration.txt there" "$tmp/err" &&
+  ok "--exit-on-missing-checkpoint: an empty --load is refused" || fail "missing checkpoint: rc $rc $(cat "$tmp/err")"
+
 # Refusals: other model shape, truncated tensor file, damaged latest file.
 "$bin" train "${model[@]}" --hidden-size 64 --train-iters 30 --load "$c" >"$tmp/out" 2>"$tmp/err"
 rc=$?

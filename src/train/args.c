@@ -81,6 +81,9 @@ static const char *const k_recompute_methods[] = {"uniform", "block", NULL};
 #define REFUSED .k = K_REFUSED, .g = G_REFUSED
 #define NOTE_GPT2 "trident's GPT is GPT-2 (learned absolute positions, LayerNorm, GELU MLP, biases, multi-head attention)"
 #define NOTE_FUSION "switches a fused CUDA kernel; the CPU kernels are unaffected"
+#define NOTE_QK_SCALING "the attention scores and softmax are always fp32; the scaling would change nothing"
+#define NOTE_TB_DEFAULT "written by default with --tensorboard-dir"
+#define NOTE_SCHEDULER "the schedule comes from the command line; the checkpoint gives its step count"
 #define NOTE_WANDB "Weights & Biases is not built in; the scalars go to stdout and to --tensorboard-dir"
 #define NOTE_NAN "a step whose gradient norm is not finite is always skipped and counted in the log line"
 
@@ -103,6 +106,8 @@ static const flag k_flags[] = {
      .help = "pad the vocabulary to a multiple of this times the TP size"},
     {.name = "vocab-size", INT(vocab_size), .c = C_POS, .g = G_MODEL, .meta = "N",
      .help = "vocabulary before the end-of-document token and padding (NullTokenizer)"},
+    {.name = "kv-channels", INT(kv_channels), .defdoc = "hidden-size / num-attention-heads", .c = C_POS, .g = G_MODEL, .meta = "N",
+     .help = "channels per attention head (only hidden-size / heads is built)"},
     {.name = "position-embedding-type", CHOICE(position_embedding_type), .def = "learned_absolute", .choices = k_position_embeddings, .g = G_MODEL, .meta = "TYPE",
      .help = "position embeddings: learned_absolute (GPT-2's; the others are refused)"},
     {.name = "normalization", CHOICE(normalization), .def = "LayerNorm", .choices = k_normalizations, .g = G_MODEL, .meta = "NORM",
@@ -234,6 +239,12 @@ static const flag k_flags[] = {
     {.name = "no-load-optim", BOOL(no_load_optim), .g = G_LOG,
      .help = "do not load the optimizer state"},
     {.name = "no-load-rng", BOOL(no_load_rng), .g = G_LOG, .help = "do not load the RNG state"},
+    {.name = "no-save-optim", BOOL(no_save_optim), .g = G_LOG,
+     .help = "save no optimizer state (a load then starts a fresh optimizer)"},
+    {.name = "no-save-rng", BOOL(no_save_rng), .g = G_LOG,
+     .help = "save no RNG state (a load then keeps --seed)"},
+    {.name = "exit-on-missing-checkpoint", BOOL(exit_on_missing_checkpoint), .g = G_LOG,
+     .help = "with --load: fail instead of starting from random when there is no checkpoint"},
     {.name = "finetune", BOOL(finetune), .g = G_LOG,
      .help = "load only the weights and start at iteration 0"},
     {.name = "log-interval", INT(log_interval), .def = "100", .c = C_POS, .g = G_LOG, .meta = "N",
@@ -321,6 +332,39 @@ static const flag k_flags[] = {
      .note = "events are written as they happen and flushed at every --log-interval"},
     {.name = "log-memory-to-tensorboard", NOTE, .g = G_COMPAT,
      .note = "CUDA memory statistics do not exist here; the start-up report gives the memory"},
+    {.name = "apply-query-key-layer-scaling", NOTE, .g = G_COMPAT, .note = NOTE_QK_SCALING},
+    {.name = "no-query-key-layer-scaling", NOTE, .g = G_COMPAT, .note = NOTE_QK_SCALING},
+    {.name = "fp32-residual-connection", NOTE, .g = G_COMPAT,
+     .note = "the residual stream is always fp32 here"},
+    {.name = "no-persist-layer-norm", NOTE, .g = G_COMPAT, .note = NOTE_FUSION},
+    {.name = "no-bias-swiglu-fusion", NOTE, .g = G_COMPAT, .note = NOTE_FUSION},
+    {.name = "no-rope-fusion", NOTE, .g = G_COMPAT, .note = NOTE_FUSION},
+    {.name = "cross-entropy-loss-fusion", NOTE, .g = G_COMPAT, .note = NOTE_FUSION},
+    {.name = "log-learning-rate-to-tensorboard", NOTE, .g = G_COMPAT, .note = NOTE_TB_DEFAULT},
+    {.name = "log-batch-size-to-tensorboard", NOTE, .g = G_COMPAT, .note = NOTE_TB_DEFAULT},
+    {.name = "log-loss-scale-to-tensorboard", NOTE, .g = G_COMPAT, .note = NOTE_TB_DEFAULT},
+    {.name = "mmap-bin-files", NOTE, .g = G_COMPAT, .note = "the .bin files are always memory-mapped"},
+    {.name = "no-mmap-bin-files", NOTE, .g = G_COMPAT, .note = "the .bin files are always memory-mapped"},
+    {.name = "num-dataset-builder-threads", NOTE, .c = C_POS, .g = G_COMPAT, .meta = "N",
+     .note = "rank 0 builds the dataset index caches; the other ranks read them"},
+    {.name = "no-shared-storage", NOTE, .g = G_COMPAT,
+     .note = "rank 0 builds the dataset index caches in --data-cache-path, which every rank must see"},
+    {.name = "deterministic-mode", NOTE, .g = G_COMPAT,
+     .note = "trident is always deterministic: fixed reduction orders, counter-based dropout"},
+    {.name = "override-opt_param-scheduler", NOTE, .g = G_COMPAT, .note = NOTE_SCHEDULER},
+    {.name = "use-checkpoint-opt_param-scheduler", NOTE, .g = G_COMPAT, .note = NOTE_SCHEDULER},
+    {.name = "dist-ckpt-strictness", NOTE, .g = G_COMPAT, .meta = "S",
+     .note = "checkpoints are safetensors + JSON; every tensor is checked on load"},
+    {.name = "ckpt-assume-constant-structure", NOTE, .g = G_COMPAT,
+     .note = "checkpoints are safetensors + JSON; there is no distributed-checkpoint plan to cache"},
+    {.name = "profile", NOTE, .g = G_COMPAT,
+     .note = "no torch profiler; `trident bench train` gives the time of every kernel"},
+    {.name = "record-memory-history", NOTE, .g = G_COMPAT,
+     .note = "buffers are sized once at start-up; the start-up report gives the memory"},
+    {.name = "sgd-momentum", NOTE, .c = C_NONNEG, .g = G_COMPAT, .meta = "M",
+     .note = "only SGD reads it; the optimizer is Adam"},
+    {.name = "tokenizer-model", NOTE, .g = G_COMPAT, .meta = "PATH",
+     .note = "GPT2BPETokenizer and NullTokenizer, the tokenizers built here, do not read it"},
     {.name = "wandb-project", NOTE, .g = G_COMPAT, .meta = "NAME", .note = NOTE_WANDB},
     {.name = "wandb-exp-name", NOTE, .g = G_COMPAT, .meta = "NAME", .note = NOTE_WANDB},
     {.name = "wandb-save-dir", NOTE, .g = G_COMPAT, .meta = "DIR", .note = NOTE_WANDB},
@@ -359,6 +403,12 @@ static const flag k_flags[] = {
     {.name = "num-query-groups", REFUSED, .c = C_POS, .meta = "N", .note = NOTE_GPT2 "; grouped-query attention is not built"},
     {.name = "num-layers-per-virtual-pipeline-stage", REFUSED, .c = C_POS, .meta = "N",
      .note = "pipeline parallelism (and so its interleaved schedule) is not built yet"},
+    {.name = "apply-residual-connection-post-layernorm", REFUSED, .note = NOTE_GPT2 "; post-LayerNorm residuals are not built"},
+    {.name = "apply-layernorm-1p", REFUSED, .note = NOTE_GPT2 "; the 1 + w LayerNorm is not built"},
+    {.name = "qk-layernorm", REFUSED, .note = NOTE_GPT2 "; LayerNorm on queries and keys is not built"},
+    {.name = "num-experts", REFUSED, .c = C_POS, .meta = "N", .note = NOTE_GPT2 "; mixture of experts is not built"},
+    {.name = "decoupled-lr", REFUSED, .c = C_POS, .meta = "LR",
+     .note = "a separate learning rate for the embedding and output layer is not built"},
     {.name = "use-checkpoint-args", REFUSED,
      .note = "not built: give the model flags; --load checks them against the checkpoint's and names any difference"},
 };
@@ -626,6 +676,11 @@ static int check_model(td_args *a, char *err, size_t errlen) {
         "table have no embedding)",
         (long long)a->seq_length, (long long)a->max_position_embeddings);
   if (a->ffn_hidden_size == TD_UNSET) a->ffn_hidden_size = 4 * a->hidden_size;
+  if (a->kv_channels != TD_UNSET && a->kv_channels != a->hidden_size / a->num_attention_heads)
+    return td_errorf(err, errlen,
+                     "--kv-channels %lld: heads of hidden-size / num-attention-heads = %lld channels "
+                     "are the only ones built (as GPT-2)",
+                     (long long)a->kv_channels, (long long)(a->hidden_size / a->num_attention_heads));
   return 0;
 }
 

@@ -50,6 +50,7 @@ typedef struct {
   double init_method_std, layernorm_epsilon, hidden_dropout, attention_dropout;
   int openai_gelu, untie_embeddings_and_output_weights;
   int position_embedding_type, normalization; /* choice indices; only 0 (GPT-2's) is built */
+  int64_t kv_channels;                        /* only hidden / heads is built */
   /* training */
   int64_t micro_batch_size, global_batch_size, train_iters, train_samples, exit_interval, seed;
   int optimizer; /* index into {"adam"} */
@@ -78,6 +79,7 @@ typedef struct {
   const char *save, *load;
   int no_load_optim, no_load_rng, finetune, log_throughput;
   int log_params_norm, log_num_zeros_in_grad, exit_signal_handler;
+  int no_save_optim, no_save_rng, exit_on_missing_checkpoint;
   double exit_duration_in_mins; /* Megatron's is an int; a fraction is accepted */
   const char *tensorboard_dir;
   int64_t tensorboard_log_interval;

@@ -534,27 +534,35 @@ static char *state_json(const trainer *t) {
  * write it: rank 0 prepares the directory, each writes its shard (mp_rank_RR),
  * rank 0 commits (metadata.json, rename, latest file). A failure on any rank
  * aborts the job, leaving the previous checkpoint and latest file intact. */
+/* ZeRO: the whole Adam state gathered on DP rank 0 (into full[0], full[1], which
+ * the checkpoint views then point at); NULL elsewhere. Collective over DP. */
+static void gather_optim_state(trainer *t, float *full[2]) {
+  full[0] = full[1] = NULL;
+  if (t->dp_rank == 0) {
+    for (int k = 0; k < 2; k++)
+      full[k] = t->dev->ops->alloc(t->dev, (size_t)t->zshard.numel * sizeof(float));
+    point_optim_views(t, full[0], full[1]);
+  }
+  td_zero_gather_to_first(&t->zshard, t->opt.exp_avg, full[0]);
+  td_zero_gather_to_first(&t->zshard, t->opt.exp_avg_sq, full[1]);
+}
+
 static void save_checkpoint(trainer *t) {
+  const td_args *a = t->a;
   char *state = state_json(t), rng[128], err[1024];
   snprintf(rng, sizeof rng, "{\"seed\": %llu, \"iteration\": %lld}", (unsigned long long)t->seed,
            (long long)t->iteration);
   td_ckpt_contents c = {.iteration = t->iteration, .params = t->ck_params,
-                        .n_params = td_gpt_num_tensors(t->model), .exp_avg = t->ck_m,
-                        .exp_avg_sq = t->ck_v, .state_json = state, .rng_json = rng,
+                        .n_params = td_gpt_num_tensors(t->model),
+                        .exp_avg = a->no_save_optim ? NULL : t->ck_m,
+                        .exp_avg_sq = a->no_save_optim ? NULL : t->ck_v, .state_json = state,
+                        .rng_json = a->no_save_rng ? NULL : rng,
                         .tp_rank = t->topo.coord.tp, .tp_size = t->topo.layout.tp};
   double t0 = td_now_seconds();
-  const char *dir = t->a->save;
+  const char *dir = a->save;
   int rc = 0;
-  float *full_m = NULL, *full_v = NULL; /* ZeRO: the whole Adam state, on DP rank 0 */
-  if (t->zero) {
-    if (t->dp_rank == 0) {
-      full_m = t->dev->ops->alloc(t->dev, (size_t)t->zshard.numel * sizeof(float));
-      full_v = t->dev->ops->alloc(t->dev, (size_t)t->zshard.numel * sizeof(float));
-      point_optim_views(t, full_m, full_v);
-    }
-    td_zero_gather_to_first(&t->zshard, t->opt.exp_avg, full_m);
-    td_zero_gather_to_first(&t->zshard, t->opt.exp_avg_sq, full_v);
-  }
+  float *full[2] = {NULL, NULL}; /* ZeRO: the whole Adam state, on DP rank 0 */
+  if (t->zero && !a->no_save_optim) gather_optim_state(t, full);
   if (t->is_logger) rc = td_checkpoint_save_prepare(dir, t->iteration, err, sizeof err);
   if (!rc) td_comm_barrier(t->topo.world);
   if (!rc && t->dp_rank == 0) rc = td_checkpoint_save_shard(t->dev, dir, &c, err, sizeof err);
@@ -562,7 +570,8 @@ static void save_checkpoint(trainer *t) {
   if (!rc && t->is_logger) rc = td_checkpoint_save_commit(dir, &c, err, sizeof err);
   if (rc) td_fail("saving checkpoint at iteration %lld: %s", (long long)t->iteration, err);
   free(state);
-  if (full_m) t->dev->ops->free(t->dev, full_m), t->dev->ops->free(t->dev, full_v);
+  for (int k = 0; k < 2; k++)
+    if (full[k]) t->dev->ops->free(t->dev, full[k]);
   if (t->is_logger) {
     printf("  successfully saved checkpoint at iteration %7lld to %s [ t %.3fs ]\n",
            (long long)t->iteration, dir, td_now_seconds() - t0);
@@ -630,6 +639,9 @@ static void load_checkpoint(trainer *t) {
   char err[1024];
   int64_t it = td_checkpoint_latest(a->load, err, sizeof err);
   if (it == -2) td_fail("--load %s: %s", a->load, err);
+  if (it == -1 && a->exit_on_missing_checkpoint)
+    td_fail("--load %s: no latest_checkpointed_iteration.txt there, and --exit-on-missing-checkpoint "
+            "was given", a->load);
   if (it == -1) {
     if (t->is_logger)
       printf("WARNING: could not find the metadata file %s/latest_checkpointed_iteration.txt\n"
@@ -640,8 +652,8 @@ static void load_checkpoint(trainer *t) {
   int has_optim = td_checkpoint_has_optimizer_state(a->load, it);
   int with_optim = !a->no_load_optim && !a->finetune && has_optim;
   if (!has_optim && !a->no_load_optim && !a->finetune && t->is_logger)
-    printf("  checkpoint %s has no optimizer state (made by trident convert?): loading the "
-           "parameters and starting a fresh optimizer\n", a->load);
+    printf("  checkpoint %s has no optimizer state (saved with --no-save-optim, or made by "
+           "trident convert): loading the parameters and starting a fresh optimizer\n", a->load);
   td_ckpt_contents c = {.iteration = it, .params = t->ck_params,
                         .n_params = td_gpt_num_tensors(t->model),
                         .exp_avg = with_optim ? t->ck_m : NULL,
