@@ -18,6 +18,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/mem.h"
+#include "cmd_flags.h"
 #include "commands.h"
 #include "device/device.h"
 #include "model/gpt.h"
@@ -53,17 +54,6 @@ static void usage(FILE *f) {
           DEFAULT_DIVISIBLE_BY);
 }
 
-/* "--name value" or "--name=value"; returns the value or NULL if a is not --name. */
-static const char *flag_value(int argc, char **argv, int *i, const char *name) {
-  size_t n = strlen(name);
-  const char *a = argv[*i];
-  if (strncmp(a, name, n)) return NULL;
-  if (a[n] == '=') return a + n + 1;
-  if (a[n]) return NULL;
-  if (*i + 1 >= argc) td_fail("%s needs a value (see trident convert --help)", name);
-  return argv[++*i];
-}
-
 static int64_t positive(const char *flag, const char *v) {
   char *end;
   errno = 0;
@@ -97,17 +87,17 @@ static int parse_args(conv_args *a, int argc, char **argv) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
       return 1;
-    } else if ((v = flag_value(argc, argv, &i, "--from"))) {
+    } else if ((v = td_cmd_flag_value(argc, argv, &i, "--from", "convert"))) {
       a->from = v;
-    } else if ((v = flag_value(argc, argv, &i, "--to"))) {
+    } else if ((v = td_cmd_flag_value(argc, argv, &i, "--to", "convert"))) {
       a->to = v;
-    } else if ((v = flag_value(argc, argv, &i, "--input"))) {
+    } else if ((v = td_cmd_flag_value(argc, argv, &i, "--input", "convert"))) {
       a->input = v;
-    } else if ((v = flag_value(argc, argv, &i, "--output"))) {
+    } else if ((v = td_cmd_flag_value(argc, argv, &i, "--output", "convert"))) {
       a->output = v;
-    } else if ((v = flag_value(argc, argv, &i, "--make-vocab-size-divisible-by"))) {
+    } else if ((v = td_cmd_flag_value(argc, argv, &i, "--make-vocab-size-divisible-by", "convert"))) {
       a->divisible_by = positive("--make-vocab-size-divisible-by", v);
-    } else if ((v = flag_value(argc, argv, &i, "--vocab-size"))) {
+    } else if ((v = td_cmd_flag_value(argc, argv, &i, "--vocab-size", "convert"))) {
       a->vocab_size = positive("--vocab-size", v);
     } else {
       td_fail("unknown argument '%s' for 'trident convert' (see --help)", argv[i]);

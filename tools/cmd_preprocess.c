@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "cmd_flags.h"
 #include "commands.h"
 #include "data/bpe_tokenizer.h"
 #include "data/indexed_dataset.h"
@@ -74,21 +75,6 @@ static void usage(FILE *f) {
 
 static int is_flag(const char *s) { return !strncmp(s, "--", 2); }
 
-/* "--name value" or "--name=value"; returns the value or NULL if a is not --name. */
-static const char *flag_value(int argc, char **argv, int *i, const char *name) {
-  size_t n = strlen(name);
-  const char *a = argv[*i];
-  if (strncmp(a, name, n))
-    return NULL;
-  if (a[n] == '=')
-    return a + n + 1;
-  if (a[n])
-    return NULL;
-  if (*i + 1 >= argc || is_flag(argv[*i + 1]))
-    td_fail("%s needs a value (see trident preprocess --help)", name);
-  return argv[++*i];
-}
-
 static int64_t int_value(const char *name, const char *v, int64_t lo) {
   char *end;
   errno = 0;
@@ -136,21 +122,21 @@ static void refuse(const char *flag) {
 /* A flag with a value at argv[*i]; returns 0 if argv[*i] is none of them. */
 static int take_value_flag(pre_args *a, int argc, char **argv, int *i) {
   const char *v;
-  if ((v = flag_value(argc, argv, i, "--input")))
+  if ((v = td_cmd_flag_value(argc, argv, i, "--input", "preprocess")))
     a->o.input = v;
-  else if ((v = flag_value(argc, argv, i, "--output-prefix")))
+  else if ((v = td_cmd_flag_value(argc, argv, i, "--output-prefix", "preprocess")))
     a->o.output_prefix = v;
-  else if ((v = flag_value(argc, argv, i, "--vocab-file")))
+  else if ((v = td_cmd_flag_value(argc, argv, i, "--vocab-file", "preprocess")))
     a->vocab = v;
-  else if ((v = flag_value(argc, argv, i, "--merge-file")))
+  else if ((v = td_cmd_flag_value(argc, argv, i, "--merge-file", "preprocess")))
     a->merges = v;
-  else if ((v = flag_value(argc, argv, i, "--tokenizer-type")))
+  else if ((v = td_cmd_flag_value(argc, argv, i, "--tokenizer-type", "preprocess")))
     a->tokenizer = v;
-  else if ((v = flag_value(argc, argv, i, "--workers")))
+  else if ((v = td_cmd_flag_value(argc, argv, i, "--workers", "preprocess")))
     a->o.workers = (int)int_value("--workers", v, 1);
-  else if ((v = flag_value(argc, argv, i, "--log-interval")))
+  else if ((v = td_cmd_flag_value(argc, argv, i, "--log-interval", "preprocess")))
     a->o.log_interval = int_value("--log-interval", v, 0);
-  else if ((v = flag_value(argc, argv, i, "--partitions")) && int_value("--partitions", v, 1) != 1)
+  else if ((v = td_cmd_flag_value(argc, argv, i, "--partitions", "preprocess")) && int_value("--partitions", v, 1) != 1)
     td_fail("--partitions %s is not implemented (Megatron splits the input into files and "
             "merges the outputs); one partition with --workers N is the same data, faster",
             v);

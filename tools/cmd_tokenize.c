@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "cmd_flags.h"
 #include "commands.h"
 #include "data/bpe_tokenizer.h"
 #include "data/jsonl.h"
@@ -41,17 +42,6 @@ static void usage(FILE *f) {
       "  --decode         token ids in, text out\n");
 }
 
-/* "--name value" or "--name=value"; returns the value or NULL if a is not --name. */
-static const char *flag_value(int argc, char **argv, int *i, const char *name) {
-  size_t n = strlen(name);
-  const char *a = argv[*i];
-  if (strncmp(a, name, n)) return NULL;
-  if (a[n] == '=') return a + n + 1;
-  if (a[n]) return NULL;
-  if (*i + 1 >= argc) td_fail("%s needs a value (see trident tokenize --help)", name);
-  return argv[++*i];
-}
-
 /* Returns 1 when --help was asked for. */
 static int parse_args(tok_args *a, int argc, char **argv) {
   *a = (tok_args){.key = "text"};
@@ -62,13 +52,13 @@ static int parse_args(tok_args *a, int argc, char **argv) {
       return 1;
     } else if (!strcmp(argv[i], "--decode")) {
       a->decode = 1;
-    } else if ((v = flag_value(argc, argv, &i, "--vocab-file"))) {
+    } else if ((v = td_cmd_flag_value(argc, argv, &i, "--vocab-file", "tokenize"))) {
       a->vocab = v;
-    } else if ((v = flag_value(argc, argv, &i, "--merge-file"))) {
+    } else if ((v = td_cmd_flag_value(argc, argv, &i, "--merge-file", "tokenize"))) {
       a->merges = v;
-    } else if ((v = flag_value(argc, argv, &i, "--input"))) {
+    } else if ((v = td_cmd_flag_value(argc, argv, &i, "--input", "tokenize"))) {
       a->input = v;
-    } else if ((v = flag_value(argc, argv, &i, "--json-keys"))) {
+    } else if ((v = td_cmd_flag_value(argc, argv, &i, "--json-keys", "tokenize"))) {
       a->key = v;
       if (i + 1 < argc && strncmp(argv[i + 1], "--", 2))
         td_fail("trident tokenize takes one --json-keys key (got '%s' and '%s')", v, argv[i + 1]);
