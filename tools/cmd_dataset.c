@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "cmd_flags.h"
 #include "commands.h"
 #include "data/blend.h"
 #include "data/gpt_dataset.h"
@@ -45,19 +46,6 @@ static void usage(FILE *f) {
       "  test = eval-iters x global batch. A split with none asked is not built.\n");
 }
 
-/* "--name value" or "--name=value"; NULL if argv[*i] is not --name. */
-static const char *own_value(int argc, char **argv, int *i, const char *name) {
-  size_t n = strlen(name);
-  const char *a = argv[*i];
-  if (strncmp(a, name, n) || (a[n] && a[n] != '='))
-    return NULL;
-  if (a[n] == '=')
-    return a + n + 1;
-  if (*i + 1 >= argc)
-    td_fail("%s needs a value (see trident dataset --help)", name);
-  return argv[++*i];
-}
-
 static td_split parse_which(const char *v) {
   for (int s = 0; s < 3; s++)
     if (!strcmp(v, td_split_name((td_split)s)))
@@ -85,9 +73,9 @@ static int take_own_flags(int argc, char **argv, ds_opts *d, char **rest, int *n
       return 1;
     if (!strcmp(argv[i], "--summary"))
       d->first = -1;
-    else if ((v = own_value(argc, argv, &i, "--which")))
+    else if ((v = td_cmd_flag_value(argc, argv, &i, "--which", "dataset")))
       d->which = parse_which(v);
-    else if ((v = own_value(argc, argv, &i, "--first")))
+    else if ((v = td_cmd_flag_value(argc, argv, &i, "--first", "dataset")))
       d->first = parse_first(v);
     else
       rest[(*n_rest)++] = argv[i];
