@@ -9,5 +9,6 @@ int td_cmd_tokenize(int argc, char **argv);
 int td_cmd_convert(int argc, char **argv);
 int td_cmd_preprocess(int argc, char **argv);
 int td_cmd_dataset(int argc, char **argv);
+int td_cmd_generate(int argc, char **argv);
 
 #endif

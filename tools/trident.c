@@ -16,6 +16,7 @@ static const command k_commands[] = {
     {"dataset", td_cmd_dataset, "samples and counts of the GPT dataset the training flags give"},
     {"tokenize", td_cmd_tokenize, "GPT-2 BPE ids of JSON lines, one array per line (--decode: back to text)"},
     {"convert", td_cmd_convert, "Hugging Face GPT-2 <-> trident checkpoints"},
+    {"generate", td_cmd_generate, "continue a prompt with a trained checkpoint (greedy or sampled)"},
     {"bench", td_cmd_bench, "measure kernels (trident bench kernels)"},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof *k_commands)

@@ -463,6 +463,11 @@ double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
   return sum;
 }
 
+const float *td_gpt_logits(const td_gpt *m) {
+  TD_CHECK(m->pending_backward, "td_gpt_logits needs a forward (and no backward since)");
+  return m->logits;
+}
+
 void td_gpt_set_grads_ready_hook(td_gpt *m, td_gpt_grads_ready_fn fn, void *ctx) {
   m->grads_ready = fn;
   m->grads_ready_ctx = ctx;

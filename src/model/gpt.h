@@ -173,6 +173,11 @@ double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
                       const float *loss_mask, uint64_t dropout_seed, int training,
                       double *mask_sum);
 
+/* The logits of the last forward: [micro_batch x seq_len, V / tp] fp32 (this
+ * rank's vocabulary slice) in device memory, valid until the next forward or
+ * backward (which turns them into their gradient). For generation. */
+const float *td_gpt_logits(const td_gpt *m);
+
 /* Backward of the last forward (once: it consumes the logits), token t's loss weighted by loss_mask_t * dloss_scale
  * (the trainer passes loss_scale / tokens in the global batch); ACCUMULATES into
  * the gradients. */
