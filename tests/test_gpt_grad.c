@@ -4,7 +4,8 @@
  * (repeat, 1 vs 2 threads), bf16 and fp16 against fp32, fp16's overflow to Inf
  * under a loss scale too large (what the loss scaler must see) and its underflow
  * under one too small, dropout (seeded, and its backward against finite
- * differences of the model itself), and full activation recomputation. */
+ * differences of the model itself), full activation recomputation, and two
+ * pipeline stages chained by hand against the unsplit model. */
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -529,6 +530,93 @@ static void test_recompute(td_dtype cd) {
   td_gpt_destroy(keep);
 }
 
+/* Pipeline stages: layers [0, 2) with the embedding and [2, 4) with the head,
+ * chained by hand (the first's output is the second's input, the second's input
+ * gradient the first's output gradient), give the unsplit model's loss and every
+ * gradient bit for bit, dropout on (its streams are per global layer); the tied
+ * word embedding's gradient is the sum of the first stage's and the last stage's
+ * copy (added in another order: within 1e-6). */
+static void copy_by_name(td_gpt *dst, td_gpt *src, int grads, float *host) {
+  td_device *d = tst_device();
+  for (int i = 0; i < td_gpt_num_tensors(dst); i++) {
+    const td_gpt_tensor *t = td_gpt_tensor_at(dst, i), *u = td_gpt_find_tensor(src, t->name);
+    size_t bytes = (size_t)t->numel * sizeof(float);
+    d->ops->copy_d2h(d, host, (grads ? td_gpt_grads(src) : td_gpt_params(src)) + u->offset, bytes);
+    d->ops->copy_h2d(d, (grads ? td_gpt_grads(dst) : td_gpt_params(dst)) + t->offset, host, bytes);
+  }
+}
+
+static double tensor_diff(td_gpt *a, td_gpt *full, const char *name, const float *extra,
+                          float *ha, float *hf) {
+  td_device *d = tst_device();
+  const td_gpt_tensor *t = td_gpt_find_tensor(a, name), *u = td_gpt_find_tensor(full, name);
+  d->ops->copy_d2h(d, ha, td_gpt_grads(a) + t->offset, (size_t)t->numel * sizeof(float));
+  d->ops->copy_d2h(d, hf, td_gpt_grads(full) + u->offset, (size_t)u->numel * sizeof(float));
+  double worst = 0, scale = 0;
+  for (int64_t k = 0; k < t->numel; k++) {
+    double got = (double)ha[k] + (extra ? extra[k] : 0.0);
+    worst = fmax(worst, fabs(got - hf[k])), scale = fmax(scale, fabs(hf[k]));
+  }
+  return scale > 0 ? worst / scale : worst;
+}
+
+static void test_pipeline_stages(td_dtype cd, int untie) {
+  td_gpt_config c = tiny_config();
+  c.num_layers = 4, c.hidden_dropout = 0.2f, c.attention_dropout = 0.2f, c.untie_embeddings = untie;
+  td_device *d = tst_device();
+  td_gpt *full = make(&c, cd);
+  randomize(full, 12);
+  td_gpt_layout la = td_gpt_layout_single(&c), lb = la;
+  la.layer_end = 2, la.has_head = 0;
+  lb.layer_begin = 2, lb.has_embedding = 0;
+  td_gpt *a = td_gpt_create(d, &c, &la, MB, cd), *b = td_gpt_create(d, &c, &lb, MB, cd);
+  float *host = td_malloc((size_t)td_gpt_flat_numel(full) * sizeof(float));
+  float *h2 = td_malloc((size_t)td_gpt_flat_numel(full) * sizeof(float));
+  copy_by_name(a, full, 0, host), copy_by_name(b, full, 0, host);
+  td_gpt_cast_weights(a), td_gpt_cast_weights(b);
+  batch bt = random_batch(13);
+  uint64_t seed = td_gpt_dropout_seed(5, 2, 1);
+  double ms, msum;
+  td_gpt_zero_grads(full), td_gpt_zero_grads(a), td_gpt_zero_grads(b);
+  double lfull = td_gpt_forward(full, bt.tokens, bt.targets, bt.mask, seed, 1, &msum);
+  td_gpt_backward(full, (float)(1.0 / msum));
+  size_t act = (size_t)NTOK * (size_t)c.hidden * sizeof(float);
+  double la0 = td_gpt_forward(a, bt.tokens, bt.targets, bt.mask, seed, 1, &ms);
+  d->ops->copy_d2d(d, td_gpt_stage_input(b), td_gpt_stage_output(a), act);
+  double lb0 = td_gpt_forward(b, bt.tokens, bt.targets, bt.mask, seed, 1, &ms);
+  td_gpt_backward(b, (float)(1.0 / msum));
+  d->ops->copy_d2d(d, td_gpt_stage_output_grad(a), td_gpt_stage_input_grad(b), act);
+  td_gpt_backward(a, 0.0f);
+  CHECK(la0 == 0 && lb0 == lfull, "%s two stages: the last stage's loss %.9g == unsplit %.9g",
+        td_dtype_name(cd), lb0, lfull);
+  double worst = 0;
+  int bitwise = 1;
+  for (int s = 0; s < 2; s++) {
+    td_gpt *st = s ? b : a;
+    for (int i = 0; i < td_gpt_num_tensors(st); i++) {
+      const char *name = td_gpt_tensor_at(st, i)->name;
+      if (!untie && !strcmp(name, "embedding.word_embeddings.weight")) continue;
+      double e = tensor_diff(st, full, name, NULL, host, h2);
+      bitwise &= e == 0, worst = fmax(worst, e);
+    }
+  }
+  CHECK(bitwise, "%s two stages%s: every gradient%s bitwise equal (worst %.2g)", td_dtype_name(cd),
+        untie ? ", untied" : "", untie ? "" : " but the tied embedding's", worst);
+  if (untie) {
+    td_free(host), td_free(h2);
+    td_gpt_destroy(a), td_gpt_destroy(b), td_gpt_destroy(full);
+    return;
+  }
+  const td_gpt_tensor *tb = td_gpt_find_tensor(b, "embedding.word_embeddings.weight");
+  float *head = td_malloc((size_t)tb->numel * sizeof(float));
+  d->ops->copy_d2h(d, head, td_gpt_grads(b) + tb->offset, (size_t)tb->numel * sizeof(float));
+  double e = tensor_diff(a, full, "embedding.word_embeddings.weight", head, host, h2);
+  CHECK(e < 1e-6, "%s tied embedding: first stage's + last stage's copy's gradient == unsplit "
+        "(rel err %.2g)", td_dtype_name(cd), e);
+  td_free(head), td_free(host), td_free(h2);
+  td_gpt_destroy(a), td_gpt_destroy(b), td_gpt_destroy(full);
+}
+
 int main(void) {
   test_padded_vocab();
   td_gpt_config c = tiny_config();
@@ -554,5 +642,8 @@ int main(void) {
   test_recompute(TD_F32);
   test_recompute(TD_BF16);
   test_recompute(TD_F16);
+  test_pipeline_stages(TD_F32, 0);
+  test_pipeline_stages(TD_BF16, 0);
+  test_pipeline_stages(TD_F32, 1);
   return tst_finish();
 }

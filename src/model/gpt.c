@@ -448,23 +448,29 @@ double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
   m->p_hidden = training ? m->cfg.hidden_dropout : 0.0f;
   m->p_attn = training ? m->cfg.attention_dropout : 0.0f;
 
-  embedding_forward(m);
+  if (m->lay.has_embedding) embedding_forward(m); /* else the caller filled td_gpt_stage_input */
   for (int64_t l = 0; l < m->n_layers; l++) layer_forward(m, l);
-  head_forward(m);
+  if (m->lay.has_head) head_forward(m);
   m->pending_backward = 1;
 
-  ops->copy_d2h(m->dev, m->h_losses, m->losses, (size_t)m->N * sizeof(float));
   double sum = 0, msum = 0;
+  if (m->lay.has_head) ops->copy_d2h(m->dev, m->h_losses, m->losses, (size_t)m->N * sizeof(float));
   for (int64_t i = 0; i < m->N; i++) {
-    sum += (double)m->h_losses[i] * loss_mask[i];
+    if (m->lay.has_head) sum += (double)m->h_losses[i] * loss_mask[i];
     msum += loss_mask[i];
   }
   if (mask_sum) *mask_sum = msum;
   return sum;
 }
 
+float *td_gpt_stage_input(td_gpt *m) { return m->emb; }
+const float *td_gpt_stage_output(const td_gpt *m) { return last_hidden(m); }
+float *td_gpt_stage_output_grad(td_gpt *m) { return m->dres; }
+const float *td_gpt_stage_input_grad(const td_gpt *m) { return m->dres; }
+
 const float *td_gpt_logits(const td_gpt *m) {
-  TD_CHECK(m->pending_backward, "td_gpt_logits needs a forward (and no backward since)");
+  TD_CHECK(m->pending_backward && m->lay.has_head,
+           "td_gpt_logits needs a forward of the stage holding the head (and no backward since)");
   return m->logits;
 }
 
@@ -483,7 +489,7 @@ void td_gpt_backward(td_gpt *m, float dloss_scale) {
   TD_CHECK(m->pending_backward, "td_gpt_backward needs a forward first (once per forward)");
   m->pending_backward = 0;
   int after_layers = m->layer_first + (int)m->n_layers * TD_GPT_LAYER_TENSORS;
-  head_backward(m, dloss_scale);
+  if (m->lay.has_head) head_backward(m, dloss_scale); /* else the caller filled dres */
   grads_ready(m, after_layers, m->n_tensors - after_layers);
   for (int64_t l = m->n_layers - 1; l >= 0; l--) {
     int64_t c0, c1;
@@ -493,7 +499,7 @@ void td_gpt_backward(td_gpt *m, float dloss_scale) {
     attention_block_backward(m, l);
     grads_ready(m, LT(m, l, 0), TD_GPT_LAYER_TENSORS);
   }
-  embedding_backward(m);
+  if (m->lay.has_embedding) embedding_backward(m); /* else dres is the input's gradient */
   grads_ready(m, 0, m->layer_first);
 }
 
@@ -641,8 +647,8 @@ static void check_config(const td_gpt_config *c, const td_gpt_layout *lay, int64
                (lay->recompute_num_layers >= 1 && lay->recompute_num_layers <= layers),
            "recompute_num_layers %lld outside [1, %lld]", (long long)lay->recompute_num_layers,
            (long long)layers);
-  /* Pipeline stages (send/recv between stages) are not built yet. */
-  TD_CHECK(lay->has_embedding && lay->has_head, "only one pipeline stage runs so far");
+  TD_CHECK(lay->has_embedding || lay->layer_begin > 0, "the first stage holds the embedding");
+  TD_CHECK(lay->has_head || lay->layer_end < c->num_layers, "the last stage holds the head");
 }
 
 td_gpt_layout td_gpt_layout_single(const td_gpt_config *cfg) {

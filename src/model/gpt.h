@@ -77,11 +77,6 @@ typedef struct td_gpt_config {
 
 typedef struct td_comm td_comm;
 
-/* This rank's part of the model: its tensor-parallel rank among tp_size (tp_comm,
- * the TP group, may be NULL when tp_size is 1) and its pipeline stage (a layer
- * range, and whether it holds the embedding and the output layer). One stage
- * holding everything (pipeline-parallel 1) is what runs today; other stages are
- * refused by td_gpt_create. */
 /* Full activation recomputation (Megatron's --recompute-granularity full): a
  * recomputed layer keeps only its chunk's input; backward reruns the chunk's
  * forward (the same dropout masks: they are counters, not a stream) and then
@@ -90,6 +85,11 @@ typedef struct td_comm td_comm;
  * keep everything. */
 typedef enum { TD_RECOMPUTE_NONE = 0, TD_RECOMPUTE_UNIFORM, TD_RECOMPUTE_BLOCK } td_recompute;
 
+/* This rank's part of the model: its tensor-parallel rank among tp_size (tp_comm,
+ * the TP group, may be NULL when tp_size is 1) and its pipeline stage (a layer
+ * range, and whether it holds the embedding and the output layer: the first
+ * stage holds the embedding, the last the head). Any stage runs (see the
+ * td_gpt_stage_* functions below); the trainer does not schedule pipelines yet. */
 typedef struct td_gpt_layout {
   int tp_size, tp_rank;
   int64_t layer_begin, layer_end; /* global layer indices [begin, end) */
@@ -172,6 +172,22 @@ void td_gpt_cast_weights(td_gpt *m);
 double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
                       const float *loss_mask, uint64_t dropout_seed, int training,
                       double *mask_sum);
+
+/* Pipeline stages (a layout without the embedding or without the head):
+ * td_gpt_forward still takes the micro-batch's tokens, targets and mask (the
+ * stage holding the head reads the targets and mask). A stage without the
+ * embedding takes the previous stage's output [NS, C] fp32, written into
+ * td_gpt_stage_input before its forward; a stage without the head returns 0 (no
+ * loss) and leaves its output in td_gpt_stage_output. Backward: a stage without
+ * the head reads the gradient of its output, written into
+ * td_gpt_stage_output_grad before td_gpt_backward (dloss_scale unused); a stage
+ * without the embedding leaves the gradient of its input in
+ * td_gpt_stage_input_grad. A tied output layer on a last stage without the
+ * embedding is its own copy of the word embeddings (same name and init). */
+float *td_gpt_stage_input(td_gpt *m);
+const float *td_gpt_stage_output(const td_gpt *m);
+float *td_gpt_stage_output_grad(td_gpt *m);
+const float *td_gpt_stage_input_grad(const td_gpt *m);
 
 /* The logits of the last forward: [micro_batch x seq_len, V / tp] fp32 (this
  * rank's vocabulary slice) in device memory, valid until the next forward or

@@ -117,9 +117,16 @@ void td_gpt_build_tensors(td_gpt *m) {
   if (m->lay.has_head) {
     m->lnf_w = add(&b, "decoder.final_layernorm.weight", 1, c->hidden, 0, REPLICATED, 0, 1);
     m->lnf_b = add(&b, "decoder.final_layernorm.bias", 1, c->hidden, 0, REPLICATED, 0, 0);
-    m->head_w = c->untie_embeddings ? add(&b, "output_layer.weight", 2, c->vocab_size, c->hidden,
-                                          COLUMN, c->init_std, 0)
-                                    : m->wte;
+    /* tied: the word embeddings; on a last pipeline stage without them, its own
+     * copy under their name (drawn from the same stream, so equal at init; the
+     * trainer keeps the two in step by summing their gradients, as Megatron's
+     * embedding group does) */
+    if (c->untie_embeddings)
+      m->head_w = add(&b, "output_layer.weight", 2, c->vocab_size, c->hidden, COLUMN, c->init_std, 0);
+    else
+      m->head_w = m->wte >= 0 ? m->wte
+                              : add(&b, "embedding.word_embeddings.weight", 2, c->vocab_size,
+                                    c->hidden, COLUMN, c->init_std, 0);
   }
   int64_t k = m->lay.flat_multiple > 1 ? m->lay.flat_multiple : 1;
   m->flat_numel = (m->flat_numel + k - 1) / k * k;
