@@ -464,6 +464,7 @@ double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
 }
 
 float *td_gpt_stage_input(td_gpt *m) { return m->emb; }
+int64_t td_gpt_stage_numel(const td_gpt *m) { return m->NS * m->C; }
 const float *td_gpt_stage_output(const td_gpt *m) { return last_hidden(m); }
 float *td_gpt_stage_output_grad(td_gpt *m) { return m->dres; }
 const float *td_gpt_stage_input_grad(const td_gpt *m) { return m->dres; }

@@ -185,6 +185,7 @@ double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
  * td_gpt_stage_input_grad. A tied output layer on a last stage without the
  * embedding is its own copy of the word embeddings (same name and init). */
 float *td_gpt_stage_input(td_gpt *m);
+int64_t td_gpt_stage_numel(const td_gpt *m); /* of each of the four: NS x C */
 const float *td_gpt_stage_output(const td_gpt *m);
 float *td_gpt_stage_output_grad(td_gpt *m);
 const float *td_gpt_stage_input_grad(const td_gpt *m);

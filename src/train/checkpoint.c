@@ -32,10 +32,17 @@ static void with_suffix(char *out, size_t n, const char *a, const char *suffix) 
   if ((size_t)snprintf(out, n, "%s%s", a, suffix) >= n) td_fail("checkpoint path too long: %s", a);
 }
 
-/* "mp_rank_RR": Megatron's shard directory of TP rank r (pipeline parallel 1). */
-static void shard_name(char *out, size_t n, int r) { snprintf(out, n, "mp_rank_%02d", r); }
+/* Megatron's shard directory of TP rank t and pipeline stage p: "mp_rank_TT", or
+ * "mp_rank_TT_PPP" when there are several stages. */
+static void shard_name(char *out, size_t n, int t, int p, int pp) {
+  if (pp > 1)
+    snprintf(out, n, "mp_rank_%02d_%03d", t, p);
+  else
+    snprintf(out, n, "mp_rank_%02d", t);
+}
 
 static int tp_size_of(const td_ckpt_contents *c) { return c->tp_size > 0 ? c->tp_size : 1; }
+static int pp_size_of(const td_ckpt_contents *c) { return c->pp_size > 0 ? c->pp_size : 1; }
 
 static int64_t numel(int ndim, const int64_t *shape) {
   int64_t n = 1;
@@ -276,6 +283,8 @@ static int shard_into(td_device *dev, const char *shard, const td_ckpt_contents 
   cJSON *root = cJSON_CreateObject();
   cJSON_AddNumberToObject(root, "tp_rank", c->tp_rank);
   cJSON_AddNumberToObject(root, "tp_size", tp_size_of(c));
+  cJSON_AddNumberToObject(root, "pp_rank", c->pp_rank);
+  cJSON_AddNumberToObject(root, "pp_size", pp_size_of(c));
   cJSON_AddBoolToObject(root, "has_optimizer_state", c->exp_avg != NULL);
   cJSON *tensors = cJSON_AddObjectToObject(root, "tensors");
   for (int i = 0; i < c->n_params; i++) {
@@ -301,9 +310,10 @@ static int shard_into(td_device *dev, const char *shard, const td_ckpt_contents 
 int td_checkpoint_save_shard(td_device *dev, const char *dir, const td_ckpt_contents *c,
                              char *err, size_t errlen) {
   char final[CK_PATH], tmp[CK_PATH], name[32], shard[CK_PATH];
-  int tp = tp_size_of(c);
-  if (c->tp_rank < 0 || c->tp_rank >= tp)
-    return td_errorf(err, errlen, "internal: tensor-parallel rank %d of %d", c->tp_rank, tp);
+  int tp = tp_size_of(c), pp = pp_size_of(c);
+  if (c->tp_rank < 0 || c->tp_rank >= tp || c->pp_rank < 0 || c->pp_rank >= pp)
+    return td_errorf(err, errlen, "internal: tensor-parallel rank %d of %d, stage %d of %d",
+                     c->tp_rank, tp, c->pp_rank, pp);
   if (check_slices(c->params, c->n_params, err, errlen)) return -1;
   if (c->exp_avg && (check_slices(c->exp_avg, c->n_params, err, errlen) ||
                      check_slices(c->exp_avg_sq, c->n_params, err, errlen)))
@@ -312,7 +322,7 @@ int td_checkpoint_save_shard(td_device *dev, const char *dir, const td_ckpt_cont
   with_suffix(tmp, sizeof tmp, final, ".tmp");
   if (!td_is_dir(tmp))
     return td_errorf(err, errlen, "%s does not exist (td_checkpoint_save_prepare must run first)", tmp);
-  shard_name(name, sizeof name, c->tp_rank);
+  shard_name(name, sizeof name, c->tp_rank, c->pp_rank, pp);
   path_join(shard, sizeof shard, tmp, name);
   return shard_into(dev, shard, c, err, errlen);
 }
@@ -404,8 +414,26 @@ static int check_coverage(const cJSON *tensors, char *err, size_t errlen) {
 }
 
 /* metadata.json from the shards' slice descriptions. */
+/* One shard's slices.json must say it is TP rank t of tp, stage p of pp (a file
+ * from before pipeline stages has no pp fields: stage 0 of 1). */
+static int check_shard_place(const cJSON *shard, const char *p, int t, int tp, int s, int pp,
+                             char *err, size_t errlen) {
+  const cJSON *jr = cJSON_GetObjectItemCaseSensitive(shard, "tp_rank");
+  const cJSON *js = cJSON_GetObjectItemCaseSensitive(shard, "tp_size");
+  const cJSON *pr = cJSON_GetObjectItemCaseSensitive(shard, "pp_rank");
+  const cJSON *ps = cJSON_GetObjectItemCaseSensitive(shard, "pp_size");
+  int r0 = cJSON_IsNumber(jr) ? jr->valueint : -1, s0 = cJSON_IsNumber(js) ? js->valueint : -1;
+  int r1 = cJSON_IsNumber(pr) ? pr->valueint : 0, s1 = cJSON_IsNumber(ps) ? ps->valueint : 1;
+  if (r0 != t || s0 != tp || r1 != s || s1 != pp)
+    return td_errorf(err, errlen,
+                     "%s: saved as tensor-parallel rank %d of %d, stage %d of %d; expected %d of "
+                     "%d, stage %d of %d",
+                     p, r0, s0, r1, s1, t, tp, s, pp);
+  return 0;
+}
+
 static char *build_metadata(const char *tmp, const td_ckpt_contents *c, char *err, size_t errlen) {
-  int tp = tp_size_of(c);
+  int tp = tp_size_of(c), pp = pp_size_of(c);
   cJSON *root = cJSON_CreateObject();
   cJSON_AddNumberToObject(root, "iteration", (double)c->iteration);
   cJSON *state = cJSON_Parse(c->state_json ? c->state_json : "{}");
@@ -417,20 +445,21 @@ static char *build_metadata(const char *tmp, const td_ckpt_contents *c, char *er
   cJSON_AddItemToObject(root, "state", state);
   cJSON *layout = cJSON_AddObjectToObject(root, "layout");
   cJSON_AddNumberToObject(layout, "tensor_model_parallel_size", tp);
-  cJSON_AddNumberToObject(layout, "pipeline_model_parallel_size", 1);
+  cJSON_AddNumberToObject(layout, "pipeline_model_parallel_size", pp);
   cJSON_AddNumberToObject(layout, "data_parallel_size", 1);
   cJSON *tensors = cJSON_CreateObject();
   int optim = -1, rc = 0;
-  for (int r = 0; r < tp && rc == 0; r++) {
+  for (int k = 0; k < tp * pp && rc == 0; k++) {
+    int r = k % tp, stage = k / tp;
     char name[32], sdir[CK_PATH], p[CK_PATH];
-    shard_name(name, sizeof name, r);
+    shard_name(name, sizeof name, r, stage, pp);
     path_join(sdir, sizeof sdir, tmp, name);
     path_join(p, sizeof p, sdir, SLICES_NAME);
     if (!td_path_exists(p)) {
       rc = td_errorf(err, errlen,
-                     "shard %s of tensor-parallel size %d is missing or incomplete (no %s): every "
-                     "tensor-parallel rank must save its shard before the commit",
-                     name, tp, p);
+                     "shard %s of tensor-parallel size %d x %d stages is missing or incomplete (no "
+                     "%s): every rank of data-parallel rank 0 must save its shard before the commit",
+                     name, tp, pp, p);
       break;
     }
     cJSON *shard = read_json(p, err, errlen);
@@ -438,14 +467,11 @@ static char *build_metadata(const char *tmp, const td_ckpt_contents *c, char *er
       rc = -1;
       break;
     }
-    const cJSON *jr = cJSON_GetObjectItemCaseSensitive(shard, "tp_rank");
-    const cJSON *js = cJSON_GetObjectItemCaseSensitive(shard, "tp_size");
     int has = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(shard, "has_optimizer_state"));
-    if (!cJSON_IsNumber(jr) || !cJSON_IsNumber(js) || jr->valueint != r || js->valueint != tp)
-      rc = td_errorf(err, errlen, "%s: saved as tensor-parallel rank %d of %d, expected %d of %d", p,
-                     cJSON_IsNumber(jr) ? jr->valueint : -1, cJSON_IsNumber(js) ? js->valueint : -1, r, tp);
+    if (check_shard_place(shard, p, r, tp, stage, pp, err, errlen))
+      rc = -1;
     else if (optim >= 0 && has != optim)
-      rc = td_errorf(err, errlen, "%s: optimizer state %s in this shard but %s in mp_rank_00", p,
+      rc = td_errorf(err, errlen, "%s: optimizer state %s in this shard but %s in the first", p,
                      has ? "saved" : "not saved", optim ? "saved" : "not saved");
     else
       rc = add_shard(tensors, shard, p, name, err, errlen);
@@ -534,8 +560,12 @@ int td_checkpoint_has_optimizer_state(const char *dir, int64_t iteration) {
 char *td_checkpoint_read_rng(const char *dir, int64_t iteration, char *err, size_t errlen) {
   char iterdir[CK_PATH], shard[64], sdir[CK_PATH], p[CK_PATH];
   iter_dir(iterdir, sizeof iterdir, dir, iteration);
-  shard_name(shard, sizeof shard, 0);
+  shard_name(shard, sizeof shard, 0, 0, 1);
   path_join(sdir, sizeof sdir, iterdir, shard);
+  if (!td_is_dir(sdir)) { /* saved with pipeline stages: the first stage's shard */
+    shard_name(shard, sizeof shard, 0, 0, 2);
+    path_join(sdir, sizeof sdir, iterdir, shard);
+  }
   path_join(p, sizeof p, sdir, RNG_NAME);
   cJSON *root = read_json(p, err, errlen);
   if (!root) return NULL;

@@ -13,7 +13,10 @@
  *   DIR/iter_0000100/mp_rank_RR/slices.json       global shape, offset and shape of each slice
  *                                                 (read by the commit to write metadata.json)
  *
- * RR is the tensor-parallel rank, two digits (mp_rank_00, mp_rank_01, ...).
+ * RR is the tensor-parallel rank, two digits (mp_rank_00, mp_rank_01, ...); with
+ * pipeline stages the directory is mp_rank_RR_PPP (PPP the stage, three digits),
+ * as Megatron names them. A tensor two stages hold (tied word embeddings) is
+ * listed once.
  * Everything is written into iter_0000100.tmp/, fsynced, renamed, and only then
  * is the latest file replaced (by rename), so a crash leaves the previous
  * checkpoint intact. Loading assembles each slice the caller asks for from the
@@ -61,6 +64,7 @@ typedef struct {
   const char *state_json; /* the trainer's state, a JSON object (text) */
   const char *rng_json;   /* the RNG state, a JSON object (text) */
   int tp_rank, tp_size;   /* this rank's tensor-parallel rank and the TP size; 0, 0: 0 of 1 */
+  int pp_rank, pp_size;   /* its pipeline stage and the number of stages; 0, 0: 0 of 1 */
 } td_ckpt_contents;
 
 /* Save into dir (created if needed) from one rank: prepare, shard, commit.

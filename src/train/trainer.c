@@ -42,6 +42,7 @@ typedef struct {
   int zero;         /* ZeRO-1: the Adam state is sharded over dp (td_zero) */
   td_zero zshard;   /* this rank's shard of the flat buffers (the whole of them without ZeRO) */
   td_timers timers; /* --timing-log-level */
+  float *pp_saved;  /* pipeline stage > 0: each micro-batch's received input, for recomputation */
   td_tb_writer *tb; /* --tensorboard-dir, on the logging rank */
   td_device *dev;
   td_gpt *model;
@@ -197,18 +198,13 @@ static int64_t ddp_bucket_size(const trainer *t) {
   return s > 0 ? s : td_ddp_default_bucket_size(t->dp_size);
 }
 
-/* This rank's place (Megatron's topology), the data-parallel group and the model's
- * tensor-parallel layout. Pipeline stages are refused until the model splits them. */
+/* This rank's place (Megatron's topology) and the data-parallel group. */
 static void setup_topology(trainer *t) {
   const td_args *a = t->a;
   if (a->sequence_parallel && a->seq_length % a->tensor_model_parallel_size)
     td_fail("--sequence-parallel: --seq-length %lld is not divisible by "
             "--tensor-model-parallel-size %lld (each TP rank holds an equal part of the sequence)",
             (long long)a->seq_length, (long long)a->tensor_model_parallel_size);
-  if (a->pipeline_model_parallel_size > 1)
-    td_fail("--pipeline-model-parallel-size %lld: pipeline parallelism is not in this build of "
-            "trident yet (data and tensor parallelism are)",
-            (long long)a->pipeline_model_parallel_size);
   td_topology_init(&t->topo, td_comm_world(), (int)a->tensor_model_parallel_size,
                    (int)a->pipeline_model_parallel_size);
   t->dp = t->topo.group[TD_GROUP_DP];
@@ -315,7 +311,14 @@ static double dp_sum(trainer *t, double x) {
   return x;
 }
 
+/* Sum of a double over the pipeline stages (the loss lives on the last). */
+static double pp_sum(trainer *t, double x) {
+  if (t->topo.layout.pp > 1) td_comm_all_reduce(t->topo.group[TD_GROUP_PP], &x, &x, 1, TD_F64, TD_OP_SUM);
+  return x;
+}
+
 static void on_grads_ready(void *ddp, int first, int count) { td_ddp_grads_ready(ddp, first, count); }
+
 
 /* This rank's micro-batch m is the (m * dp + dp_rank)-th of the global batch (the
  * sampler's order), whose dropout seed it takes: masks do not depend on dp. */
@@ -326,21 +329,26 @@ static uint64_t micro_batch_seed(const trainer *t, int64_t m) {
 /* A statistic of the whole model summed over its tensors (flat: the parameter
  * or gradient buffer; what: sum of squares or zeros). Under tensor parallelism
  * each rank adds its slices of split tensors, TP rank 0 the replicated ones
- * (equal on every TP rank), and the TP group sums: each element counted once. */
+ * (equal on every TP rank); each pipeline stage its own layers; the
+ * model-parallel group sums: each element counted once. */
 typedef enum { MODEL_SUM_SQUARES, MODEL_ZEROS } model_stat;
 
 static double model_sum(trainer *t, const float *flat, model_stat what) {
   const td_device_ops *ops = t->dev->ops;
-  if (t->topo.layout.tp == 1 && what == MODEL_SUM_SQUARES) /* the gaps hold zeros */
+  const td_layout *l = &t->topo.layout;
+  if (l->tp == 1 && l->pp == 1 && what == MODEL_SUM_SQUARES) /* the gaps hold zeros */
     return ops->sum_squares(t->dev, flat, td_gpt_flat_numel(t->model));
   double s = 0;
   for (int i = 0; i < td_gpt_num_tensors(t->model); i++) {
     const td_gpt_tensor *v = td_gpt_tensor_at(t->model, i);
     if (v->split_dim < 0 && t->topo.coord.tp != 0) continue;
+    /* the last stage's copy of tied word embeddings is the first stage's tensor */
+    if (t->topo.coord.pp > 0 && !strcmp(v->name, "embedding.word_embeddings.weight")) continue;
     s += what == MODEL_ZEROS ? (double)ops->count_zeros(t->dev, flat + v->offset, v->numel)
                              : ops->sum_squares(t->dev, flat + v->offset, v->numel);
   }
-  if (t->topo.layout.tp > 1) td_comm_all_reduce(t->topo.group[TD_GROUP_TP], &s, &s, 1, TD_F64, TD_OP_SUM);
+  if (l->tp > 1 || l->pp > 1) /* the model-parallel group: every TP rank of every stage */
+    td_comm_all_reduce(t->topo.group[TD_GROUP_MP], &s, &s, 1, TD_F64, TD_OP_SUM);
   return s;
 }
 
@@ -379,6 +387,83 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
   t->lr_steps += a->global_batch_size;
 }
 
+/* ------------------------------------------------------------------ pipeline */
+
+/* GPipe's schedule with re-materialisation (Huang et al., 2019): every stage
+ * runs the forward of all micro-batches, sending each output to the next stage
+ * (the input it received is kept: NS x C floats per micro-batch), then their
+ * backwards in reverse order, receiving each output gradient from the next
+ * stage and sending its input gradient to the previous one. The model keeps one
+ * micro-batch's activations, so each backward but the first reruns its forward
+ * (the dropout masks are counters: the same). Sends and receives pair up in the
+ * same order on every stage, so blocking point-to-point calls cannot deadlock.
+ * Stage s talks to s - 1 and s + 1 of its pipeline group; the tag is the
+ * micro-batch. */
+static int first_stage(const trainer *t) { return t->topo.coord.pp == 0; }
+static int last_stage(const trainer *t) { return t->topo.coord.pp == t->topo.layout.pp - 1; }
+
+static double stage_forward(trainer *t, int64_t m, uint64_t seed, int training, double *ms) {
+  const int64_t o = m * t->a->micro_batch_size * t->a->seq_length, n = td_gpt_stage_numel(t->model);
+  td_comm *pp = t->topo.group[TD_GROUP_PP];
+  if (!first_stage(t)) {
+    td_comm_recv(pp, td_gpt_stage_input(t->model), n, TD_F32, t->topo.coord.pp - 1, (int)m);
+    if (training)
+      t->dev->ops->copy_d2d(t->dev, t->pp_saved + m * n, td_gpt_stage_input(t->model),
+                            (size_t)n * sizeof(float));
+  }
+  td_timers_start(&t->timers, TD_TIMER_FORWARD_COMPUTE);
+  double loss = td_gpt_forward(t->model, t->tokens + o, t->targets + o, t->mask + o, seed,
+                               training, ms);
+  td_timers_stop(&t->timers, TD_TIMER_FORWARD_COMPUTE);
+  if (!last_stage(t))
+    td_comm_send(pp, td_gpt_stage_output(t->model), n, TD_F32, t->topo.coord.pp + 1, (int)m);
+  return loss;
+}
+
+/* Backward of micro-batch m (its forward rerun first unless it was the last one run). */
+static void stage_backward(trainer *t, int64_t m, int rerun, float dloss_scale) {
+  const int64_t o = m * t->a->micro_batch_size * t->a->seq_length, n = td_gpt_stage_numel(t->model);
+  td_comm *pp = t->topo.group[TD_GROUP_PP];
+  double ms;
+  td_timers_start(&t->timers, TD_TIMER_FORWARD_COMPUTE);
+  if (rerun && !first_stage(t))
+    t->dev->ops->copy_d2d(t->dev, td_gpt_stage_input(t->model), t->pp_saved + m * n,
+                          (size_t)n * sizeof(float));
+  if (rerun)
+    td_gpt_forward(t->model, t->tokens + o, t->targets + o, t->mask + o, micro_batch_seed(t, m), 1,
+                   &ms);
+  td_timers_stop(&t->timers, TD_TIMER_FORWARD_COMPUTE);
+  if (!last_stage(t))
+    td_comm_recv(pp, td_gpt_stage_output_grad(t->model), n, TD_F32, t->topo.coord.pp + 1, (int)m);
+  int hook = m == 0 && t->dp_size > 1; /* the last backward: buckets go as they finish */
+  if (hook) td_gpt_set_grads_ready_hook(t->model, on_grads_ready, &t->ddp);
+  td_timers_start(&t->timers, TD_TIMER_BACKWARD_COMPUTE);
+  td_gpt_backward(t->model, dloss_scale);
+  td_timers_stop(&t->timers, TD_TIMER_BACKWARD_COMPUTE);
+  if (hook) td_gpt_set_grads_ready_hook(t->model, NULL, NULL);
+  if (!first_stage(t))
+    td_comm_send(pp, td_gpt_stage_input_grad(t->model), n, TD_F32, t->topo.coord.pp - 1, (int)m);
+}
+
+static double pipeline_step(trainer *t, float dloss_scale) {
+  const int64_t M = t->a->num_micro_batches;
+  double loss = 0, ms;
+  for (int64_t m = 0; m < M; m++) loss += stage_forward(t, m, micro_batch_seed(t, m), 1, &ms);
+  for (int64_t m = M - 1; m >= 0; m--) stage_backward(t, m, m != M - 1, dloss_scale);
+  return loss;
+}
+
+/* Tied word embeddings with pipeline stages: the first stage's and the last
+ * stage's copy get the sum of their gradients (Megatron's embedding group), so
+ * the two stay equal. */
+static void sync_tied_embeddings(trainer *t) {
+  td_comm *g = t->topo.group[TD_GROUP_EMBEDDING];
+  if (t->topo.layout.pp == 1 || t->cfg.untie_embeddings || !g) return;
+  const td_gpt_tensor *v = td_gpt_find_tensor(t->model, "embedding.word_embeddings.weight");
+  float *grad = td_gpt_grads(t->model) + v->offset;
+  td_comm_all_reduce(g, grad, grad, v->numel, TD_F32, TD_OP_SUM);
+}
+
 static step_result train_step(trainer *t) {
   const td_args *a = t->a;
   const int64_t mb = a->micro_batch_size, s = a->seq_length;
@@ -392,7 +477,8 @@ static step_result train_step(trainer *t) {
   float scale = t->scaler.scale;
   td_gpt_zero_grads(t->model);
   double loss_sum = 0;
-  for (int64_t m = 0; m < a->num_micro_batches; m++) {
+  if (t->topo.layout.pp > 1) loss_sum = pipeline_step(t, (float)(scale / denom));
+  for (int64_t m = 0; m < a->num_micro_batches && t->topo.layout.pp == 1; m++) {
     double ms;
     int64_t o = m * mb * s;
     td_timers_start(tm, TD_TIMER_FORWARD_COMPUTE);
@@ -410,9 +496,10 @@ static step_result train_step(trainer *t) {
   td_timers_start(tm, TD_TIMER_ALL_GRADS_SYNC);
   if (t->dp_size > 1) td_ddp_finish(&t->ddp);
   td_gpt_reduce_sequence_parallel_grads(t->model);
+  sync_tied_embeddings(t);
   td_timers_stop(tm, TD_TIMER_ALL_GRADS_SYNC);
   td_timers_stop(tm, TD_TIMER_FORWARD_BACKWARD);
-  r.lm_loss = dp_sum(t, loss_sum) / denom;
+  r.lm_loss = pp_sum(t, dp_sum(t, loss_sum)) / denom;
   td_timers_start(tm, TD_TIMER_OPTIMIZER);
   optimizer_step(t, &r, scale);
   td_timers_stop(tm, TD_TIMER_OPTIMIZER);
@@ -435,11 +522,13 @@ static double evaluate(trainer *t, int split, int64_t *consumed) {
     for (int64_t m = 0; m < a->num_micro_batches; m++) {
       double ms;
       int64_t o = m * mb * s;
-      loss += td_gpt_forward(t->model, t->tokens + o, t->targets + o, t->mask + o, 0, 0, &ms);
+      loss += t->topo.layout.pp > 1
+                  ? stage_forward(t, m, 0, 0, &ms)
+                  : td_gpt_forward(t->model, t->tokens + o, t->targets + o, t->mask + o, 0, 0, &ms);
       mask += ms;
     }
   }
-  loss = dp_sum(t, loss), mask = dp_sum(t, mask);
+  loss = pp_sum(t, dp_sum(t, loss)), mask = dp_sum(t, mask);
   return loss / (mask > 0 ? mask : 1);
 }
 
@@ -557,7 +646,8 @@ static void save_checkpoint(trainer *t) {
                         .exp_avg = a->no_save_optim ? NULL : t->ck_m,
                         .exp_avg_sq = a->no_save_optim ? NULL : t->ck_v, .state_json = state,
                         .rng_json = a->no_save_rng ? NULL : rng,
-                        .tp_rank = t->topo.coord.tp, .tp_size = t->topo.layout.tp};
+                        .tp_rank = t->topo.coord.tp, .tp_size = t->topo.layout.tp,
+                        .pp_rank = t->topo.coord.pp, .pp_size = t->topo.layout.pp};
   double t0 = td_now_seconds();
   const char *dir = a->save;
   int rc = 0;
@@ -678,8 +768,9 @@ static void load_checkpoint(trainer *t) {
   td_free(state);
   td_gpt_cast_weights(t->model);
   if (!t->is_logger) return;
-  printf("  successfully loaded checkpoint from %s [ t %d/%d, p 1/1 ] at iteration %lld\n", a->load,
-         t->topo.coord.tp + 1, t->topo.layout.tp, (long long)(a->finetune ? 0 : t->iteration));
+  printf("  successfully loaded checkpoint from %s [ t %d/%d, p %d/%d ] at iteration %lld\n", a->load,
+         t->topo.coord.tp + 1, t->topo.layout.tp, t->topo.coord.pp + 1, t->topo.layout.pp,
+         (long long)(a->finetune ? 0 : t->iteration));
   fflush(stdout);
 }
 
@@ -813,6 +904,7 @@ static void train_loop(trainer *t) {
 
 static void trainer_free(trainer *t) {
   tb_flush(t);
+  if (t->pp_saved) t->dev->ops->free(t->dev, t->pp_saved);
   td_tb_close(t->tb);
   td_ddp_free(&t->ddp);
   for (int s = 0; s < 3; s++) td_mock_data_free(&t->mock[s]);
@@ -833,6 +925,10 @@ static td_gpt_layout model_layout(const trainer *t) {
   lay.tp_size = t->topo.layout.tp, lay.tp_rank = t->topo.coord.tp;
   lay.tp_comm = t->topo.group[TD_GROUP_TP];
   lay.sequence_parallel = (int)a->sequence_parallel;
+  int pp = t->topo.layout.pp, stage = t->topo.coord.pp; /* equal layer ranges per stage */
+  lay.layer_begin = t->cfg.num_layers / pp * stage;
+  lay.layer_end = t->cfg.num_layers / pp * (stage + 1);
+  lay.has_embedding = stage == 0, lay.has_head = stage == pp - 1;
   if (a->recompute_granularity == TD_GRANULARITY_FULL) {
     lay.recompute = a->recompute_method == 0 ? TD_RECOMPUTE_UNIFORM : TD_RECOMPUTE_BLOCK;
     lay.recompute_num_layers = a->recompute_num_layers;
@@ -855,6 +951,9 @@ int td_train(td_args *a) {
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);
   td_gpt_init_params(t.model, (uint64_t)a->seed);
   td_timers_init(&t.timers, a->timing_log_level);
+  if (t.topo.layout.pp > 1 && t.topo.coord.pp > 0)
+    t.pp_saved = t.dev->ops->alloc(t.dev, (size_t)(a->num_micro_batches * td_gpt_stage_numel(t.model)) *
+                                              sizeof(float));
   setup_optimizer(&t);
   setup_checkpoint_views(&t);
   setup_ddp(&t);
