@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Pipeline parallelism is the same training: PP=2 and PP=4 (GPipe's schedule,
-# each backward but the last rerunning its forward) print the losses of PP=1 for
+# Pipeline parallelism is the same training: PP=2 and PP=4 (Megatron's 1F1B
+# schedule, several micro-batches in flight per stage) print the losses of PP=1 for
 # 20 iterations with dropout on, fp32 within 1e-5 relative, bf16 within 1e-3;
 # with one micro-batch and with four, tied and untied embeddings, PP x DP,
 # PP x TP (with sequence parallelism) and PP x TP x DP on 8 ranks; ZeRO-1 and

@@ -617,6 +617,40 @@ static void test_pipeline_stages(td_dtype cd, int untie) {
   td_gpt_destroy(a), td_gpt_destroy(b), td_gpt_destroy(full);
 }
 
+/* A replica (another activation arena on the same parameters and gradients)
+ * keeps a second micro-batch in flight: forward on the model, forward on the
+ * replica, backward on the replica, backward on the model accumulates what two
+ * forward-backward pairs on the model do (added in the other order: 1e-6). */
+static void test_replica(void) {
+  td_gpt_config c = tiny_config();
+  c.hidden_dropout = 0.1f;
+  td_gpt *m = make(&c, TD_F32);
+  randomize(m, 14);
+  td_gpt *r = td_gpt_create_replica(m);
+  batch b1 = random_batch(15), b2 = random_batch(16);
+  size_t bytes = (size_t)td_gpt_flat_numel(m) * sizeof(float);
+  float *want = td_malloc(bytes), *got = td_malloc(bytes);
+  td_device *d = tst_device();
+  double ms;
+  td_gpt_zero_grads(m);
+  td_gpt_forward(m, b1.tokens, b1.targets, b1.mask, 1, 1, &ms), td_gpt_backward(m, 0.5f);
+  td_gpt_forward(m, b2.tokens, b2.targets, b2.mask, 2, 1, &ms), td_gpt_backward(m, 0.25f);
+  d->ops->copy_d2h(d, want, td_gpt_grads(m), bytes);
+  td_gpt_zero_grads(m);
+  double l1 = td_gpt_forward(m, b1.tokens, b1.targets, b1.mask, 1, 1, &ms);
+  double l2 = td_gpt_forward(r, b2.tokens, b2.targets, b2.mask, 2, 1, &ms);
+  td_gpt_backward(r, 0.25f), td_gpt_backward(m, 0.5f);
+  d->ops->copy_d2h(d, got, td_gpt_grads(m), bytes);
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < bytes / sizeof(float); i++)
+    worst = fmax(worst, fabs((double)got[i] - want[i])), scale = fmax(scale, fabs(want[i]));
+  CHECK(l1 != l2 && worst <= 1e-6 * scale,
+        "replica: two micro-batches in flight accumulate the sequential gradients (rel err %.2g)",
+        worst / scale);
+  td_free(want), td_free(got);
+  td_gpt_destroy(r), td_gpt_destroy(m);
+}
+
 int main(void) {
   test_padded_vocab();
   td_gpt_config c = tiny_config();
@@ -645,5 +679,6 @@ int main(void) {
   test_pipeline_stages(TD_F32, 0);
   test_pipeline_stages(TD_BF16, 0);
   test_pipeline_stages(TD_F32, 1);
+  test_replica();
   return tst_finish();
 }

@@ -673,6 +673,20 @@ static void set_sizes(td_gpt *m, int64_t micro_batch) {
   m->n_layers = m->lay.layer_end - m->lay.layer_begin;
 }
 
+/* The activation arena (carved twice: to measure, then for real) and host staging. */
+static void alloc_activations(td_gpt *m) {
+  m->acts = td_calloc((size_t)(m->n_layers ? m->n_layers : 1) * sizeof *m->acts);
+  bump measure = {NULL, 0};
+  carve(m, &measure);
+  m->arena_bytes = measure.used;
+  m->arena = OPS(m)->alloc(m->dev, m->arena_bytes);
+  bump real = {m->arena, 0};
+  carve(m, &real);
+  upload_positions(m);
+  m->h_losses = td_malloc((size_t)m->N * sizeof(float));
+  m->h_ce = td_malloc((size_t)(m->lay.tp_size + 2) * (size_t)m->N * sizeof(float));
+}
+
 td_gpt *td_gpt_create(td_device *dev, const td_gpt_config *cfg, const td_gpt_layout *lay,
                       int64_t micro_batch, td_dtype compute_dtype) {
   check_config(cfg, lay, micro_batch, compute_dtype);
@@ -687,30 +701,33 @@ td_gpt *td_gpt_create(td_device *dev, const td_gpt_config *cfg, const td_gpt_lay
   size_t lp_bytes = (size_t)m->flat_numel * td_dtype_size(m->md);
   if (m->cd != TD_F32) m->weights_lp = dev->ops->alloc(dev, lp_bytes);
 
-  m->acts = td_calloc((size_t)(m->n_layers ? m->n_layers : 1) * sizeof *m->acts);
-  bump measure = {NULL, 0};
-  carve(m, &measure);
-  m->arena_bytes = measure.used;
-  m->arena = dev->ops->alloc(dev, m->arena_bytes);
-  bump real = {m->arena, 0};
-  carve(m, &real);
-  upload_positions(m);
-  m->h_losses = td_malloc((size_t)m->N * sizeof(float));
-  m->h_ce = td_malloc((size_t)(m->lay.tp_size + 2) * (size_t)m->N * sizeof(float));
+  alloc_activations(m);
   return m;
+}
+
+td_gpt *td_gpt_create_replica(const td_gpt *m) {
+  TD_CHECK(!m->replica_of, "a replica of a replica");
+  td_gpt *r = td_calloc(sizeof *r);
+  *r = *m; /* sizes, tensor views and the shared parameter, gradient and weight buffers */
+  r->replica_of = m;
+  r->grads_ready = NULL, r->grads_ready_ctx = NULL, r->pending_backward = 0, r->comm_seconds = 0;
+  alloc_activations(r);
+  return r;
 }
 
 void td_gpt_destroy(td_gpt *m) {
   if (!m) return;
   const td_device_ops *ops = OPS(m);
   ops->free(m->dev, m->arena);
-  ops->free(m->dev, m->params);
-  ops->free(m->dev, m->grads);
-  if (m->weights_lp) ops->free(m->dev, m->weights_lp);
   td_free(m->acts);
-  td_free(m->tensors);
   td_free(m->h_losses);
   td_free(m->h_ce);
+  if (!m->replica_of) { /* a replica shares these with its model */
+    ops->free(m->dev, m->params);
+    ops->free(m->dev, m->grads);
+    if (m->weights_lp) ops->free(m->dev, m->weights_lp);
+    td_free(m->tensors);
+  }
   td_free(m);
 }
 

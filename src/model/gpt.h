@@ -142,6 +142,12 @@ td_gpt *td_gpt_create(td_device *dev, const td_gpt_config *cfg, const td_gpt_lay
                       int64_t micro_batch, td_dtype compute_dtype);
 void td_gpt_destroy(td_gpt *m);
 
+/* Another activation arena for the same model: forward and backward on the
+ * replica read m's parameters (and low-precision copy) and accumulate into m's
+ * gradients, so a pipeline stage can keep several micro-batches in flight (one
+ * replica each). Destroy replicas before m. */
+td_gpt *td_gpt_create_replica(const td_gpt *m);
+
 /* Draw every parameter from seed (see above), then td_gpt_cast_weights. */
 void td_gpt_init_params(td_gpt *m, uint64_t seed);
 

@@ -87,6 +87,7 @@ struct td_gpt {
   size_t layer_bytes; /* what one layer keeps (activations_per_layer) */
 
   double comm_seconds; /* in TP collectives, since td_gpt_take_comm_seconds */
+  const td_gpt *replica_of; /* td_gpt_create_replica: the model whose buffers it shares */
   td_gpt_grads_ready_fn grads_ready; /* td_gpt_set_grads_ready_hook */
   void *grads_ready_ctx;
 

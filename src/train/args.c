@@ -402,7 +402,7 @@ static const flag k_flags[] = {
     {.name = "group-query-attention", REFUSED, .note = NOTE_GPT2 "; grouped-query attention is not built"},
     {.name = "num-query-groups", REFUSED, .c = C_POS, .meta = "N", .note = NOTE_GPT2 "; grouped-query attention is not built"},
     {.name = "num-layers-per-virtual-pipeline-stage", REFUSED, .c = C_POS, .meta = "N",
-     .note = "the interleaved pipeline schedule is not built (stages run GPipe's schedule)"},
+     .note = "the interleaved pipeline schedule is not built (stages run 1F1B)"},
     {.name = "apply-residual-connection-post-layernorm", REFUSED, .note = NOTE_GPT2 "; post-LayerNorm residuals are not built"},
     {.name = "apply-layernorm-1p", REFUSED, .note = NOTE_GPT2 "; the 1 + w LayerNorm is not built"},
     {.name = "qk-layernorm", REFUSED, .note = NOTE_GPT2 "; LayerNorm on queries and keys is not built"},

@@ -42,7 +42,10 @@ typedef struct {
   int zero;         /* ZeRO-1: the Adam state is sharded over dp (td_zero) */
   td_zero zshard;   /* this rank's shard of the flat buffers (the whole of them without ZeRO) */
   td_timers timers; /* --timing-log-level */
-  float *pp_saved;  /* pipeline stage > 0: each micro-batch's received input, for recomputation */
+  td_gpt **replicas; /* pipeline: an activation arena per micro-batch in flight (replicas[0] = model) */
+  int n_replicas;
+  td_comm_request (*stage_sends)[2]; /* per replica: its output's and its input gradient's send */
+  int (*stage_sending)[2];
   td_tb_writer *tb; /* --tensorboard-dir, on the logging rank */
   td_device *dev;
   td_gpt *model;
@@ -389,68 +392,93 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
 
 /* ------------------------------------------------------------------ pipeline */
 
-/* GPipe's schedule with re-materialisation (Huang et al., 2019): every stage
- * runs the forward of all micro-batches, sending each output to the next stage
- * (the input it received is kept: NS x C floats per micro-batch), then their
- * backwards in reverse order, receiving each output gradient from the next
- * stage and sending its input gradient to the previous one. The model keeps one
- * micro-batch's activations, so each backward but the first reruns its forward
- * (the dropout masks are counters: the same). Sends and receives pair up in the
- * same order on every stage, so blocking point-to-point calls cannot deadlock.
- * Stage s talks to s - 1 and s + 1 of its pipeline group; the tag is the
- * micro-batch. */
+/* Megatron's 1F1B schedule (forward_backward_pipelining_without_interleaving):
+ * stage s of PP runs min(PP - s - 1, M) warm-up forwards, then alternates one
+ * forward and one backward, then runs the remaining backwards. A forward
+ * receives its input from stage s - 1 and sends its output to s + 1; a backward
+ * receives its output's gradient from s + 1 and sends its input's gradient to
+ * s - 1 (the tag is the micro-batch). Up to min(PP - s, M) micro-batches are in
+ * flight on stage s, each in its own activation arena (td_gpt_create_replica;
+ * micro-batch m uses replica m mod that count, free again by then). Sends are
+ * non-blocking (their buffer is that replica's, waited for before it is
+ * reused) and receives blocking, which the schedule's order makes
+ * deadlock-free. */
 static int first_stage(const trainer *t) { return t->topo.coord.pp == 0; }
 static int last_stage(const trainer *t) { return t->topo.coord.pp == t->topo.layout.pp - 1; }
 
+static void wait_sends(trainer *t, int r) {
+  for (int k = 0; k < 2; k++)
+    if (t->stage_sending[r][k]) td_comm_wait(&t->stage_sends[r][k]), t->stage_sending[r][k] = 0;
+}
+
 static double stage_forward(trainer *t, int64_t m, uint64_t seed, int training, double *ms) {
   const int64_t o = m * t->a->micro_batch_size * t->a->seq_length, n = td_gpt_stage_numel(t->model);
+  int r = (int)(m % t->n_replicas);
+  td_gpt *g = t->replicas[r];
   td_comm *pp = t->topo.group[TD_GROUP_PP];
-  if (!first_stage(t)) {
-    td_comm_recv(pp, td_gpt_stage_input(t->model), n, TD_F32, t->topo.coord.pp - 1, (int)m);
-    if (training)
-      t->dev->ops->copy_d2d(t->dev, t->pp_saved + m * n, td_gpt_stage_input(t->model),
-                            (size_t)n * sizeof(float));
-  }
+  wait_sends(t, r);
+  if (!first_stage(t))
+    td_comm_recv(pp, td_gpt_stage_input(g), n, TD_F32, t->topo.coord.pp - 1, (int)m);
   td_timers_start(&t->timers, TD_TIMER_FORWARD_COMPUTE);
-  double loss = td_gpt_forward(t->model, t->tokens + o, t->targets + o, t->mask + o, seed,
-                               training, ms);
+  double loss = td_gpt_forward(g, t->tokens + o, t->targets + o, t->mask + o, seed, training, ms);
   td_timers_stop(&t->timers, TD_TIMER_FORWARD_COMPUTE);
-  if (!last_stage(t))
-    td_comm_send(pp, td_gpt_stage_output(t->model), n, TD_F32, t->topo.coord.pp + 1, (int)m);
+  if (!last_stage(t)) {
+    td_comm_isend(pp, td_gpt_stage_output(g), n, TD_F32, t->topo.coord.pp + 1, (int)m,
+                  &t->stage_sends[r][0]);
+    t->stage_sending[r][0] = 1;
+  }
   return loss;
 }
 
-/* Backward of micro-batch m (its forward rerun first unless it was the last one run). */
-static void stage_backward(trainer *t, int64_t m, int rerun, float dloss_scale) {
-  const int64_t o = m * t->a->micro_batch_size * t->a->seq_length, n = td_gpt_stage_numel(t->model);
+static void stage_backward(trainer *t, int64_t m, float dloss_scale) {
+  const int64_t n = td_gpt_stage_numel(t->model);
+  int r = (int)(m % t->n_replicas);
+  td_gpt *g = t->replicas[r];
   td_comm *pp = t->topo.group[TD_GROUP_PP];
-  double ms;
-  td_timers_start(&t->timers, TD_TIMER_FORWARD_COMPUTE);
-  if (rerun && !first_stage(t))
-    t->dev->ops->copy_d2d(t->dev, td_gpt_stage_input(t->model), t->pp_saved + m * n,
-                          (size_t)n * sizeof(float));
-  if (rerun)
-    td_gpt_forward(t->model, t->tokens + o, t->targets + o, t->mask + o, micro_batch_seed(t, m), 1,
-                   &ms);
-  td_timers_stop(&t->timers, TD_TIMER_FORWARD_COMPUTE);
+  wait_sends(t, r);
   if (!last_stage(t))
-    td_comm_recv(pp, td_gpt_stage_output_grad(t->model), n, TD_F32, t->topo.coord.pp + 1, (int)m);
-  int hook = m == 0 && t->dp_size > 1; /* the last backward: buckets go as they finish */
-  if (hook) td_gpt_set_grads_ready_hook(t->model, on_grads_ready, &t->ddp);
+    td_comm_recv(pp, td_gpt_stage_output_grad(g), n, TD_F32, t->topo.coord.pp + 1, (int)m);
+  int hook = m == t->a->num_micro_batches - 1 && t->dp_size > 1; /* the last backward */
+  if (hook) td_gpt_set_grads_ready_hook(g, on_grads_ready, &t->ddp);
   td_timers_start(&t->timers, TD_TIMER_BACKWARD_COMPUTE);
-  td_gpt_backward(t->model, dloss_scale);
+  td_gpt_backward(g, dloss_scale);
   td_timers_stop(&t->timers, TD_TIMER_BACKWARD_COMPUTE);
-  if (hook) td_gpt_set_grads_ready_hook(t->model, NULL, NULL);
-  if (!first_stage(t))
-    td_comm_send(pp, td_gpt_stage_input_grad(t->model), n, TD_F32, t->topo.coord.pp - 1, (int)m);
+  if (hook) td_gpt_set_grads_ready_hook(g, NULL, NULL);
+  if (!first_stage(t)) {
+    td_comm_isend(pp, td_gpt_stage_input_grad(g), n, TD_F32, t->topo.coord.pp - 1, (int)m,
+                  &t->stage_sends[r][1]);
+    t->stage_sending[r][1] = 1;
+  }
+}
+
+static void wait_all_sends(trainer *t) {
+  for (int r = 0; r < t->n_replicas; r++) wait_sends(t, r);
 }
 
 static double pipeline_step(trainer *t, float dloss_scale) {
-  const int64_t M = t->a->num_micro_batches;
+  const int64_t M = t->a->num_micro_batches, later = t->topo.layout.pp - t->topo.coord.pp - 1;
+  const int64_t warmup = later < M ? later : M;
   double loss = 0, ms;
-  for (int64_t m = 0; m < M; m++) loss += stage_forward(t, m, micro_batch_seed(t, m), 1, &ms);
-  for (int64_t m = M - 1; m >= 0; m--) stage_backward(t, m, m != M - 1, dloss_scale);
+  for (int64_t m = 0; m < warmup; m++) loss += stage_forward(t, m, micro_batch_seed(t, m), 1, &ms);
+  for (int64_t i = 0; i < M - warmup; i++) {
+    loss += stage_forward(t, warmup + i, micro_batch_seed(t, warmup + i), 1, &ms);
+    stage_backward(t, i, dloss_scale);
+  }
+  for (int64_t m = M - warmup; m < M; m++) stage_backward(t, m, dloss_scale);
+  wait_all_sends(t);
   return loss;
+}
+
+/* One activation arena per micro-batch in flight on this stage (the model's own
+ * is the first). */
+static void setup_pipeline(trainer *t) {
+  int64_t M = t->a->num_micro_batches, span = t->topo.layout.pp - t->topo.coord.pp;
+  t->n_replicas = t->topo.layout.pp > 1 ? (int)(span < M ? span : M) : 1;
+  t->replicas = td_calloc((size_t)t->n_replicas * sizeof *t->replicas);
+  t->stage_sends = td_calloc((size_t)t->n_replicas * sizeof *t->stage_sends);
+  t->stage_sending = td_calloc((size_t)t->n_replicas * sizeof *t->stage_sending);
+  t->replicas[0] = t->model;
+  for (int r = 1; r < t->n_replicas; r++) t->replicas[r] = td_gpt_create_replica(t->model);
 }
 
 /* Tied word embeddings with pipeline stages: the first stage's and the last
@@ -528,6 +556,7 @@ static double evaluate(trainer *t, int split, int64_t *consumed) {
       mask += ms;
     }
   }
+  if (t->topo.layout.pp > 1) wait_all_sends(t);
   loss = pp_sum(t, dp_sum(t, loss)), mask = dp_sum(t, mask);
   return loss / (mask > 0 ? mask : 1);
 }
@@ -776,6 +805,13 @@ static void load_checkpoint(trainer *t) {
 
 /* ------------------------------------------------------------------ loop */
 
+/* Seconds in TP collectives since the last call, over every activation arena. */
+static double take_tp_comm_seconds(trainer *t) {
+  double s = 0;
+  for (int r = 0; r < t->n_replicas; r++) s += td_gpt_take_comm_seconds(t->replicas[r]);
+  return s;
+}
+
 static void log_line(trainer *t, td_log_interval *w, double seconds, const step_result *r) {
   const td_args *a = t->a;
   time_t now = time(NULL);
@@ -793,7 +829,7 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
   localtime_r(&now, &l.when);
   char buf[1024];
   td_format_train_log(buf, sizeof buf, &l, w);
-  double iters = (double)(w->advanced + w->skipped), tp_s = td_gpt_take_comm_seconds(t->model);
+  double iters = (double)(w->advanced + w->skipped), tp_s = take_tp_comm_seconds(t);
   char timers[2048];
   td_timer_stats stats;
   td_timers_collect(&t->timers, t->topo.world, iters, &stats);
@@ -873,7 +909,7 @@ static void train_loop(trainer *t) {
       snprintf(prefix, sizeof prefix, "iteration %lld", (long long)t->iteration);
       print_validation(t, prefix, SPLIT_VALID, &t->consumed_valid);
       interval_start = td_now_seconds(); /* evaluation is not training time */
-      td_gpt_take_comm_seconds(t->model);
+      take_tp_comm_seconds(t);
     }
     if (a->save && a->save_interval > 0 && t->iteration % a->save_interval == 0) {
       save_checkpoint(t);
@@ -904,7 +940,8 @@ static void train_loop(trainer *t) {
 
 static void trainer_free(trainer *t) {
   tb_flush(t);
-  if (t->pp_saved) t->dev->ops->free(t->dev, t->pp_saved);
+  for (int r = 1; r < t->n_replicas; r++) td_gpt_destroy(t->replicas[r]);
+  td_free(t->replicas), td_free(t->stage_sends), td_free(t->stage_sending);
   td_tb_close(t->tb);
   td_ddp_free(&t->ddp);
   for (int s = 0; s < 3; s++) td_mock_data_free(&t->mock[s]);
@@ -951,9 +988,7 @@ int td_train(td_args *a) {
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);
   td_gpt_init_params(t.model, (uint64_t)a->seed);
   td_timers_init(&t.timers, a->timing_log_level);
-  if (t.topo.layout.pp > 1 && t.topo.coord.pp > 0)
-    t.pp_saved = t.dev->ops->alloc(t.dev, (size_t)(a->num_micro_batches * td_gpt_stage_numel(t.model)) *
-                                              sizeof(float));
+  setup_pipeline(&t);
   setup_optimizer(&t);
   setup_checkpoint_views(&t);
   setup_ddp(&t);
