@@ -588,7 +588,7 @@ static void carve(td_gpt *m, bump *b) {
   carve_layers(m, b);
   m->lnf_mean = take(b, m->NS, TD_F32), m->lnf_rstd = take(b, m->NS, TD_F32);
   m->lnf = take(b, m->NS * C, m->md);
-  m->logits = take(b, N * V, TD_F32);
+  m->logits = m->lay.has_head ? take(b, N * V, TD_F32) : NULL; /* the head's stage only */
   m->losses = take(b, N, TD_F32), m->ce_lse = take(b, N, TD_F32);
   m->mask = take(b, N, TD_F32), m->dloss = take(b, N, TD_F32);
   m->hidden = take(b, N * C, TD_F32);
@@ -597,7 +597,7 @@ static void carve(td_gpt *m, bump *b) {
   m->dff = take(b, N * F, TD_F32);
   m->gatt = take(b, N * m->A, m->md);
   m->gh = take(b, m->half_numel, m->md);
-  m->glogits = m->md == TD_F32 ? NULL : take(b, N * V, m->md);
+  m->glogits = m->md == TD_F32 || !m->lay.has_head ? NULL : take(b, N * V, m->md);
   m->half = m->cd == TD_F16 ? take(b, m->half_numel, TD_F16) : NULL;
   if (m->sp) {
     m->full = take(b, N * C, TD_F32), m->gath = take(b, N * C, m->md);

@@ -251,10 +251,16 @@ static void print_summary(const trainer *t) {
   if (a->recompute_granularity == TD_GRANULARITY_FULL)
     snprintf(recompute, sizeof recompute, "; full recomputation, %s %lld",
              a->recompute_method == 0 ? "uniform" : "block", (long long)a->recompute_num_layers);
+  if (l->pp > 1)
+    printf(" > pipeline stage %d of %d: layers [%lld, %lld), 1F1B with %d micro-batches in flight "
+           "here (one activation arena each)\n",
+           t->topo.coord.pp + 1, l->pp, (long long)(t->cfg.num_layers / l->pp * t->topo.coord.pp),
+           (long long)(t->cfg.num_layers / l->pp * (t->topo.coord.pp + 1)), t->n_replicas);
   printf(" > memory per rank (MiB): parameters %.1f | gradients %.1f | optimizer state %.1f | "
          "%s weights %.1f | activations %.1f (%.2f per layer%s%s)\n",
          mem.params / 1048576.0, mem.grads / 1048576.0, optim / 1048576.0,
-         td_dtype_name(t->compute), mem.weights_bf16 / 1048576.0, mem.activations / 1048576.0,
+         td_dtype_name(t->compute), mem.weights_bf16 / 1048576.0,
+         mem.activations * (double)t->n_replicas / 1048576.0,
          mem.activations_per_layer / 1048576.0, a->sequence_parallel ? ", sequence-parallel" : "",
          recompute);
   printf(" > global batch %lld = micro batch %lld x %lld micro-batches x data-parallel %d; "
