@@ -4,12 +4,14 @@
  * same way. Run under mpirun: `mpirun -np 2 trident bench comm`.
  *
  *   size S      all-reduce: the buffer; all-gather: the gathered output;
- *               reduce-scatter: the input; all-to-all: one rank's input
+ *               reduce-scatter: the input; all-to-all: one rank's input;
+ *               sendrecv (each rank sends to the next and receives from the
+ *               previous, as pipeline stages do): the message
  *   time t      mean over k iterations (after a warm-up), the slowest rank's
  *   algbw       S / t
  *   busbw       algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather,
- *               reduce-scatter and all-to-all: the rate each link runs at in the
- *               optimal algorithm, comparable across rank counts
+ *               reduce-scatter and all-to-all, x 1 for sendrecv: the rate each
+ *               link runs at in the optimal algorithm, comparable across rank counts
  *
  * bf16 reductions stage through fp32 in trident (comm.h); raw MPI has no bf16
  * sum, so its columns are empty there. */
@@ -23,9 +25,9 @@
 #include "bench_common.h"
 #include "comm/comm.h"
 
-typedef enum { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, N_OPS } bench_op;
+typedef enum { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SENDRECV, N_OPS } bench_op;
 static const char *const k_op_names[N_OPS] = {"all_reduce", "all_gather", "reduce_scatter",
-                                              "all_to_all"};
+                                              "all_to_all", "sendrecv"};
 
 typedef struct {
   int64_t min_bytes, max_bytes;
@@ -48,8 +50,9 @@ static void usage(FILE *f) {
           "usage: mpirun -np N trident bench comm [--min-bytes B] [--max-bytes B] [--factor F]\n"
           "                                       [--dtype fp32|bf16] [--op NAME] [--seconds S]\n"
           "                                       [--json]\n"
-          "  Bandwidth of all_reduce, all_gather, reduce_scatter and all_to_all by message size\n"
-          "  (nccl-tests' algbw and busbw), trident's communicator next to the raw MPI call.\n"
+          "  Bandwidth of all_reduce, all_gather, reduce_scatter, all_to_all and sendrecv (to the\n"
+          "  next rank, from the previous: pipeline stages' traffic) by message size (nccl-tests'\n"
+          "  algbw and busbw), trident's communicator next to the raw MPI call.\n"
           "  --min-bytes B  smallest size (default 1024; K, M, G suffixes)\n"
           "  --max-bytes B  largest size (default 16M)\n"
           "  --factor F     size step (default 4)\n"
@@ -94,7 +97,8 @@ static void parse(bench_args *a, int argc, char **argv) {
       for (int k = 0; k < N_OPS; k++)
         if (!strcmp(name, k_op_names[k])) a->only = k;
       if (a->only < 0)
-        td_fail("--op '%s': expected all_reduce, all_gather, reduce_scatter or all_to_all", name);
+        td_fail("--op '%s': expected all_reduce, all_gather, reduce_scatter, all_to_all or sendrecv",
+                name);
     } else if (has_value && !strcmp(f, "--seconds")) {
       char *end;
       a->seconds = strtod(argv[++i], &end);
@@ -129,8 +133,25 @@ static void run_raw(const bench_case *b) {
            "MPI_Reduce_scatter_block");
     break;
   case ALL_TO_ALL: mpi_ok(MPI_Alltoall(b->send, n, t, b->recv, n, t, m), "MPI_Alltoall"); break;
+  case SENDRECV: {
+    int size = td_comm_size(b->comm), rank = td_comm_rank(b->comm);
+    mpi_ok(MPI_Sendrecv(b->send, n, t, (rank + 1) % size, 0, b->recv, n, t,
+                        (rank + size - 1) % size, 0, m, MPI_STATUS_IGNORE),
+           "MPI_Sendrecv");
+    break;
+  }
   case N_OPS: break;
   }
+}
+
+/* trident's point-to-point calls as a pipeline stage uses them: a non-blocking
+ * send to the next rank, a blocking receive from the previous one. */
+static void sendrecv(const bench_case *b) {
+  int size = td_comm_size(b->comm), rank = td_comm_rank(b->comm);
+  td_comm_request r;
+  td_comm_isend(b->comm, b->send, b->count, b->dtype, (rank + 1) % size, 0, &r);
+  td_comm_recv(b->comm, b->recv, b->count, b->dtype, (rank + size - 1) % size, 0);
+  td_comm_wait(&r);
 }
 
 static void run(const bench_case *b) {
@@ -147,6 +168,7 @@ static void run(const bench_case *b) {
     td_comm_reduce_scatter(b->comm, b->send, b->recv, b->count, b->dtype, TD_OP_SUM);
     break;
   case ALL_TO_ALL: td_comm_all_to_all(b->comm, b->send, b->recv, b->count, b->dtype); break;
+  case SENDRECV: sendrecv(b); break;
   case N_OPS: break;
   }
 }
@@ -176,7 +198,7 @@ static double time_case(const bench_case *b, double seconds, int *iters) {
 
 /* nccl-tests' bus bandwidth factor. */
 static double bus_factor(bench_op op, int n) {
-  return op == ALL_REDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+  return op == ALL_REDUCE ? 2.0 * (n - 1) / n : op == SENDRECV ? 1.0 : (double)(n - 1) / n;
 }
 
 static void report(const bench_args *a, bench_op op, int n, int64_t bytes, int64_t count,
@@ -229,13 +251,14 @@ int td_bench_comm(int argc, char **argv) {
            "algbw", "busbw", "time us", "algbw", "busbw");
   }
   for (int op = 0; op < N_OPS; op++) {
-    if (a.only >= 0 && op != a.only) continue;
+    if ((a.only >= 0 && op != a.only) || (op == SENDRECV && n == 1)) continue;
     for (int64_t s = a.min_bytes; s <= a.max_bytes; s *= a.factor) {
       /* whole blocks of one element or more per rank (all-reduce: any count) */
       int64_t total = s / (int64_t)es;
-      if (op != ALL_REDUCE) total = total < n ? n : total / n * n;
+      int whole = op == ALL_REDUCE || op == SENDRECV; /* any count */
+      if (!whole) total = total < n ? n : total / n * n;
       if (total < 1) total = 1;
-      int64_t per_rank = op == ALL_REDUCE ? total : total / n;
+      int64_t per_rank = whole ? total : total / n;
       bench_case b = {world, (bench_op)op, a.dtype, per_rank, send, recv, 0};
       int iters, raw_iters = 0;
       double t = time_case(&b, a.seconds, &iters), raw_t = 0;
