@@ -408,7 +408,8 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
  * micro-batch m uses replica m mod that count, free again by then). Sends are
  * non-blocking (their buffer is that replica's, waited for before it is
  * reused) and receives blocking, which the schedule's order makes
- * deadlock-free. */
+ * deadlock-free. One stage (PP = 1) is the same schedule without warm-up or
+ * communication: forward and backward per micro-batch in one arena. */
 static int first_stage(const trainer *t) { return t->topo.coord.pp == 0; }
 static int last_stage(const trainer *t) { return t->topo.coord.pp == t->topo.layout.pp - 1; }
 
@@ -500,7 +501,6 @@ static void sync_tied_embeddings(trainer *t) {
 
 static step_result train_step(trainer *t) {
   const td_args *a = t->a;
-  const int64_t mb = a->micro_batch_size, s = a->seq_length;
   td_timers *tm = &t->timers;
   step_result r = {.num_zeros = -1, .params_norm = -1};
   td_timers_start(tm, TD_TIMER_FORWARD_BACKWARD);
@@ -510,23 +510,9 @@ static step_result train_step(trainer *t) {
   double denom = mask_total > 0 ? mask_total : 1;
   float scale = t->scaler.scale;
   td_gpt_zero_grads(t->model);
-  double loss_sum = 0;
-  if (t->topo.layout.pp > 1) loss_sum = pipeline_step(t, (float)(scale / denom));
-  for (int64_t m = 0; m < a->num_micro_batches && t->topo.layout.pp == 1; m++) {
-    double ms;
-    int64_t o = m * mb * s;
-    td_timers_start(tm, TD_TIMER_FORWARD_COMPUTE);
-    loss_sum += td_gpt_forward(t->model, t->tokens + o, t->targets + o, t->mask + o,
-                               micro_batch_seed(t, m), 1, &ms);
-    td_timers_stop(tm, TD_TIMER_FORWARD_COMPUTE);
-    /* the last micro-batch's backward all-reduces finished buckets as it goes */
-    int last = m == a->num_micro_batches - 1 && t->dp_size > 1;
-    if (last) td_gpt_set_grads_ready_hook(t->model, on_grads_ready, &t->ddp);
-    td_timers_start(tm, TD_TIMER_BACKWARD_COMPUTE);
-    td_gpt_backward(t->model, (float)(scale / denom));
-    td_timers_stop(tm, TD_TIMER_BACKWARD_COMPUTE);
-    if (last) td_gpt_set_grads_ready_hook(t->model, NULL, NULL);
-  }
+  /* one stage (PP = 1) is the schedule without warm-up or communication: forward
+   * and backward per micro-batch */
+  double loss_sum = pipeline_step(t, (float)(scale / denom));
   td_timers_start(tm, TD_TIMER_ALL_GRADS_SYNC);
   if (t->dp_size > 1) td_ddp_finish(&t->ddp);
   td_gpt_reduce_sequence_parallel_grads(t->model);
@@ -547,7 +533,7 @@ static step_result train_step(trainer *t) {
  * previous evaluation of that split stopped (Megatron's persistent iterator). */
 static double evaluate(trainer *t, int split, int64_t *consumed) {
   const td_args *a = t->a;
-  const int64_t mb = a->micro_batch_size, s = a->seq_length, gb = a->global_batch_size;
+  const int64_t gb = a->global_batch_size;
   double loss = 0, mask = 0;
   if (!t->a->mock_data && !t->split[split]) return NAN;
   for (int64_t it = 0; it < a->eval_iters; it++) {
@@ -555,14 +541,11 @@ static double evaluate(trainer *t, int split, int64_t *consumed) {
     *consumed += gb;
     for (int64_t m = 0; m < a->num_micro_batches; m++) {
       double ms;
-      int64_t o = m * mb * s;
-      loss += t->topo.layout.pp > 1
-                  ? stage_forward(t, m, 0, 0, &ms)
-                  : td_gpt_forward(t->model, t->tokens + o, t->targets + o, t->mask + o, 0, 0, &ms);
+      loss += stage_forward(t, m, 0, 0, &ms);
       mask += ms;
     }
   }
-  if (t->topo.layout.pp > 1) wait_all_sends(t);
+  wait_all_sends(t);
   loss = pp_sum(t, dp_sum(t, loss)), mask = dp_sum(t, mask);
   return loss / (mask > 0 ? mask : 1);
 }
