@@ -133,11 +133,7 @@ static params params_alloc(td_device *dev, const td_gpt_config *cfg) {
   p.tensors = td_gpt_single_tensors(cfg, &p.n, &flat_numel);
   p.flat = p.dev->ops->alloc(p.dev, (size_t)flat_numel * sizeof(float));
   p.ck = td_calloc((size_t)p.n * sizeof *p.ck);
-  for (int i = 0; i < p.n; i++) {
-    const td_gpt_tensor *t = &p.tensors[i];
-    p.ck[i] = (td_ckpt_tensor){.name = t->name, .ndim = t->ndim, .data = p.flat + t->offset};
-    memcpy(p.ck[i].shape, t->shape, sizeof t->shape);
-  }
+  for (int i = 0; i < p.n; i++) p.ck[i] = td_ckpt_view_of(&p.tensors[i], p.flat);
   return p;
 }
 

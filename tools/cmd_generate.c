@@ -141,12 +141,8 @@ static loaded load_model(const char *dir) {
   l.model = td_gpt_create(l.dev, &cfg, &lay, 1, TD_F32);
   int n = td_gpt_num_tensors(l.model);
   td_ckpt_tensor *views = td_calloc((size_t)n * sizeof *views);
-  for (int i = 0; i < n; i++) {
-    const td_gpt_tensor *t = td_gpt_tensor_at(l.model, i);
-    views[i] = (td_ckpt_tensor){.name = t->name, .ndim = t->ndim,
-                                .data = td_gpt_params(l.model) + t->offset};
-    memcpy(views[i].shape, t->shape, sizeof t->shape);
-  }
+  for (int i = 0; i < n; i++)
+    views[i] = td_ckpt_view_of(td_gpt_tensor_at(l.model, i), td_gpt_params(l.model));
   td_ckpt_contents c = {.iteration = it, .params = views, .n_params = n};
   if (td_checkpoint_load(l.dev, dir, it, &c, NULL, err, sizeof err)) td_fail("--load %s", err);
   td_free(views);

@@ -208,6 +208,16 @@ static int write_text(const char *path, const char *text, char *err, size_t errl
   return td_write_file(path, text, strlen(text), err, errlen);
 }
 
+td_ckpt_tensor td_ckpt_view_of(const td_gpt_tensor *v, float *flat) {
+  td_ckpt_tensor c = {.name = v->name, .ndim = v->ndim, .data = flat + v->offset};
+  for (int d = 0; d < v->ndim; d++) {
+    c.shape[d] = v->local_shape[d];
+    c.global_shape[d] = v->shape[d];
+    c.offset[d] = d == v->split_dim ? v->slice_start : 0;
+  }
+  return c;
+}
+
 /* ------------------------------------------------------------------ save */
 
 /* Copy tensors to the host and write them as one safetensors file. */

@@ -39,6 +39,7 @@
 
 #include "base/safetensors.h"
 #include "device/device.h"
+#include "model/gpt.h"
 
 /* One fp32 tensor slice on the device, with its global name: data holds the
  * row-major block of the global tensor (global_shape) that starts at offset and
@@ -54,6 +55,11 @@ typedef struct {
   int64_t global_shape[TD_ST_MAX_DIMS];
   int64_t offset[TD_ST_MAX_DIMS];
 } td_ckpt_tensor;
+
+/* The view of model tensor v stored at flat + v->offset (a parameter, gradient
+ * or optimizer-state buffer): its slice of the global tensor (local shape,
+ * starting at slice_start along split_dim), under its global name. */
+td_ckpt_tensor td_ckpt_view_of(const td_gpt_tensor *v, float *flat);
 
 typedef struct {
   int64_t iteration;

@@ -163,12 +163,7 @@ static void setup_checkpoint_views(trainer *t) {
   float *params = td_gpt_params(t->model);
   for (int i = 0; i < n; i++) {
     const td_gpt_tensor *v = td_gpt_tensor_at(t->model, i);
-    td_ckpt_tensor c = {.name = v->name, .ndim = v->ndim, .data = params + v->offset};
-    for (int d = 0; d < v->ndim; d++) {
-      c.shape[d] = v->local_shape[d];
-      c.global_shape[d] = v->shape[d];
-      c.offset[d] = d == v->split_dim ? v->slice_start : 0;
-    }
+    td_ckpt_tensor c = td_ckpt_view_of(v, params);
     t->ck_params[i] = c;
     snprintf(t->ck_names[i][0], sizeof t->ck_names[i][0], "%s.exp_avg", v->name);
     snprintf(t->ck_names[i][1], sizeof t->ck_names[i][1], "%s.exp_avg_sq", v->name);
