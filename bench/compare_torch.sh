@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # trident vs PyTorch side by side on the same GPT (default GPT-2 124M, seq 256,
-# micro-batch 4): `trident bench train` and ../shared/bench/run_peer_torch.sh (plain
+# micro-batch 4): `trident bench train` and bench/run_peer_torch.sh (plain
 # PyTorch GPT-2 in its fastest setting here), alternated for several rounds in one
 # session; prints each run's median step time and tokens/s, then the medians over
 # the rounds and the ratio trident / PyTorch in tokens/s.
@@ -13,7 +13,7 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 trident=$here/../build/trident
-peer=$here/../../shared/bench/run_peer_torch.sh
+peer=$here/run_peer_torch.sh
 rounds=3 dtype=fp32 seq=256 mb=4 threads=2 steps=6 warmup=2 wait_idle=0
 while [ $# -gt 0 ]; do
   case $1 in

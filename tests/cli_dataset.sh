@@ -12,10 +12,10 @@ if ! "$bin" dataset --help >/dev/null 2>&1; then
   echo "SKIP: 'trident dataset' is not in this binary"
   exit 0
 fi
-ref="$src/../shared/data/megatron_ref"
+ref="$src/tests/data/megatron_ref"
 if [ ! -f "$ref/ref_gpt_samples.json" ]; then
-  echo "SKIP: $ref/ref_gpt_samples.json not found"
-  exit 0
+  echo "FAIL: fixture $ref/ref_gpt_samples.json is missing"
+  exit 1
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

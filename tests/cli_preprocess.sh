@@ -15,7 +15,7 @@ if ! "$bin" preprocess --help >/dev/null 2>&1; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-ref="$src/../shared/data/megatron_ref"
+ref="$src/tests/data/megatron_ref"
 pre=("$bin" preprocess --tokenizer-type GPT2BPETokenizer --vocab-file "$src/data/gpt2/vocab.json"
   --merge-file "$src/data/gpt2/merges.txt")
 failed=0
@@ -52,7 +52,7 @@ if [ -f "$ref/input.jsonl" ]; then
   grep -q "^Done: 312 documents, 25452 tokens" "$tmp/out"
   report "summary: $(head -n 1 "$tmp/out")" $?
 else
-  echo "  skip  $ref/input.jsonl not found"
+  report "fixture $ref/input.jsonl is missing" 1
 fi
 
 kjv="$src/data/corpus/kjv.jsonl"

@@ -30,14 +30,14 @@ expect_error() {
   report "$what: exit $rc, $(head -c 200 "$tmp/err")" $((rc != 1 || found != 0))
 }
 
-cases="$src/../shared/data/tokenizer/gpt2_cases.jsonl"
+cases="$src/tests/data/tokenizer/gpt2_cases.jsonl"
 if [ -f "$cases" ]; then
   "${tok[@]}" --input "$cases" >"$tmp/ids"
   sed -E 's/.*"ids": (\[[0-9, ]*\])\}$/\1/' "$cases" >"$tmp/want"
   cmp -s "$tmp/ids" "$tmp/want"
   report "$(wc -l <"$cases") reference cases give GPT-2's ids" $?
 else
-  echo "  skip  $cases not found"
+  report "fixture $cases is missing" 1
 fi
 
 kjv="$src/data/corpus/kjv.jsonl"

@@ -16,7 +16,7 @@
 #include "data/bpe_tokenizer.h"
 
 #define GPT2_DIR TD_SOURCE_DIR "/data/gpt2"
-#define CASES_PATH TD_SOURCE_DIR "/../shared/data/tokenizer/gpt2_cases.jsonl"
+#define CASES_PATH TD_SOURCE_DIR "/tests/data/tokenizer/gpt2_cases.jsonl"
 #define KJV_PATH TD_SOURCE_DIR "/data/corpus/kjv.jsonl"
 
 static td_bpe *g_bpe;
@@ -75,7 +75,7 @@ static int check_case(td_bpe_worker *w, const cJSON *c, id_vec *v) {
 
 static void test_reference_cases(void) {
   if (!td_path_exists(CASES_PATH)) {
-    printf("  skip  %s not found: reference cases not checked\n", CASES_PATH);
+    CHECK(0, "fixture %s is missing", CASES_PATH);
     return;
   }
   char err[256];

@@ -1,5 +1,5 @@
 /* data/gpt_dataset, blend, sampler: Megatron's own GPTDataset indices and samples
- * (../shared/data/megatron_ref/ref_gpt_samples.json, made by Megatron-LM core_v0.12.3)
+ * (tests/data/megatron_ref/ref_gpt_samples.json, made by Megatron-LM core_v0.12.3)
  * reproduced exactly for every split and multi-epoch variant the file covers; the
  * index cache (built once, reused, rebuilt when a parameter or the data changes or
  * the file is corrupt); blending as Megatron weighs and interleaves; masks and
@@ -20,7 +20,7 @@
 #include "data/gpt_dataset.h"
 #include "data/sampler.h"
 
-#define REF_DIR TD_SOURCE_DIR "/../shared/data/megatron_ref"
+#define REF_DIR TD_SOURCE_DIR "/tests/data/megatron_ref"
 #define REF_PREFIX REF_DIR "/ref_text_document"
 #define SEQ 32
 #define SEED 1234

@@ -14,7 +14,7 @@
 #include "data/indexed_dataset.h"
 #include "fuzz/fuzz_indexed_dataset.h"
 
-#define REF_PREFIX TD_SOURCE_DIR "/../shared/data/megatron_ref/ref_text_document"
+#define REF_PREFIX TD_SOURCE_DIR "/tests/data/megatron_ref/ref_text_document"
 
 static char g_tmp[256];
 

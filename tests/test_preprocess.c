@@ -16,7 +16,7 @@
 #include "data/indexed_dataset.h"
 #include "data/preprocess.h"
 
-#define REF_DIR TD_SOURCE_DIR "/../shared/data/megatron_ref"
+#define REF_DIR TD_SOURCE_DIR "/tests/data/megatron_ref"
 #define KJV_PATH TD_SOURCE_DIR "/data/corpus/kjv.jsonl"
 #define GOOD "{\"text\": \"In the beginning\", \"title\": \"Genesis\"}\n"
 

@@ -7,7 +7,7 @@
  * measured in the same run (ops->matmul at the lm_head and fc1 shapes of this
  * batch), and where the step time goes (a profiling wrapper device times every
  * kernel: matmul, attention, other kernels, optimizer). Model settings match the
- * PyTorch peer (../shared/bench/peer_torch.py): tanh GELU, no dropout, AdamW
+ * PyTorch peer (bench/peer_torch.py): tanh GELU, no dropout, AdamW
  * (0.9, 0.95, eps 1e-8, weight decay 0.1 on matrices), clip 1.0. */
 #include <math.h>
 #include <omp.h>
