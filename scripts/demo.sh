@@ -2,13 +2,15 @@
 # The main job on the bundled default (run by `make demo`), as Megatron's README
 # does it: preprocess the bundled corpus (King James Bible, data/corpus/) with the
 # GPT-2 tokenizer into Megatron's .bin/.idx, then pretrain a small GPT on it for a
-# few minutes with validation, and save a checkpoint. Outputs go to out/demo/.
+# few minutes with validation, save a checkpoint, and sample a few lines from the
+# model it trained (trident generate). Outputs go to out/demo/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=build/trident
 out=out/demo
 mkdir -p "$out"
-tok=(--tokenizer-type GPT2BPETokenizer --vocab-file data/gpt2/vocab.json --merge-file data/gpt2/merges.txt)
+vocab=(--vocab-file data/gpt2/vocab.json --merge-file data/gpt2/merges.txt)
+tok=(--tokenizer-type GPT2BPETokenizer "${vocab[@]}")
 
 if [ ! -f "$out/kjv_text_document.idx" ]; then
   "$bin" preprocess --input data/corpus/kjv.jsonl --output-prefix "$out/kjv" "${tok[@]}" \
@@ -23,4 +25,9 @@ fi
   --weight-decay 0.1 --clip-grad 1.0 --bf16 \
   --log-interval 10 --eval-interval 50 --eval-iters 5 \
   --save "$out/ckpt" --save-interval 50 | tee "$out/train.log"
-echo "demo: log in $out/train.log, checkpoint in $out/ckpt"
+echo
+echo "demo: the trained model continues \"And God said\" (3 samples, top-p 0.9):"
+"$bin" generate --load "$out/ckpt" "${vocab[@]}" --prompt "And God said" \
+  --out-seq-length 30 --top_p 0.9 --num-samples 3 --seed 1234 | tee "$out/samples.txt"
+echo
+echo "demo: log in $out/train.log, checkpoint in $out/ckpt, samples in $out/samples.txt"
