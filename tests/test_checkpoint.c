@@ -2,7 +2,8 @@
  * leave the caller's tensors untouched; tensor-parallel shards saved at TP=2 and
  * loaded at TP=1, 2, 3 and 4 bit for bit (with and without Adam state), and the
  * refusals of a missing shard, a global-shape mismatch, a truncated shard and an
- * incomplete save. */
+ * incomplete save; the checks of every number read back; a re-save, the restore
+ * of an iteration left aside and the cleaning of leftovers. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,102 @@ static void test_refusals(void) {
   CHECK(td_checkpoint_latest(path("nowhere"), err, sizeof err) == -1, "no checkpoint: -1");
 }
 
+/* Every number read from a checkpoint: an integer in range of the right JSON
+ * type, or a message naming the file and the field. */
+static void test_json_fields(void) {
+  static const struct {
+    const char *json;
+    int ok;
+    int64_t want;
+    const char *msg;
+  } rows[] = {
+      {"{\"v\": 7}", 1, 7, NULL},
+      {"{\"v\": 0}", 1, 0, NULL},
+      {"{\"v\": 9007199254740992}", 1, (int64_t)1 << 53, NULL},
+      {"{\"v\": -1}", 0, 0, "got -1"},
+      {"{\"v\": 1.5}", 0, 0, "got 1.5"},
+      {"{\"v\": 1e300}", 0, 0, "got 1e+300"},
+      {"{\"v\": -1e300}", 0, 0, "got -1e+300"},
+      {"{\"v\": \"7\"}", 0, 0, "got \"7\""},
+      {"{\"v\": true}", 0, 0, "got true"},
+      {"{\"v\": null}", 0, 0, "got null"},
+      {"{\"v\": [1]}", 0, 0, "got [1]"},
+      {"{\"w\": 1}", 0, 0, "but it is missing"},
+      {"{\"v\": 9007199254740994}", 0, 0, "got 9007199254740994"},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+    cJSON *o = cJSON_Parse(rows[i].json);
+    char err[512] = "";
+    int64_t v = -99;
+    int rc = td_ckpt_json_int(o, "v", "ck/x.json", "state.v", 0, TD_CKPT_MAX_INT, &v, err, sizeof err);
+    if (rows[i].ok)
+      CHECK(rc == 0 && v == rows[i].want, "%s accepted as %lld", rows[i].json, (long long)v);
+    else
+      CHECK(rc == -1 && strstr(err, "ck/x.json: state.v must be an integer from 0 to 9007199254740992") &&
+                strstr(err, rows[i].msg),
+            "%s refused: %s", rows[i].json, err);
+    cJSON_Delete(o);
+  }
+  cJSON *o = cJSON_Parse("{\"s\": 0, \"t\": 65536}");
+  double x = 0;
+  char err[512] = "";
+  CHECK(td_ckpt_json_number(o, "s", "f", "scale", 1e-30, 1e30, &x, err, sizeof err) == -1 &&
+            strstr(err, "f: scale must be a number from"),
+        "0 refused for a positive number: %s", err);
+  CHECK(td_ckpt_json_number(o, "t", "f", "scale", 1e-30, 1e30, &x, err, sizeof err) == 0 && x == 65536,
+        "65536 accepted");
+  cJSON_Delete(o);
+}
+
+/* Saving an iteration that is there already keeps a loadable copy at every
+ * moment (the crash points are in cli_ckpt_faults.sh); a load that finds the
+ * latest iteration only aside puts it back; leftovers go at the next save; an
+ * unreadable or non-directory path is an error, a missing one "no checkpoint". */
+static void test_resave_and_leftovers(void) {
+  td_device *dev = tst_device();
+  fixture a, b, got;
+  fixture_init(&a, 1);
+  fixture_init(&b, 300);
+  fixture_init(&got, 400);
+  char err[1024], dir[512];
+  snprintf(dir, sizeof dir, "%s/resave", g_dir);
+  td_ckpt_contents ca = contents(&a, 5), cb = contents(&b, 5), cg = contents(&got, 5);
+  CHECK(td_checkpoint_save(dev, dir, &ca, err, sizeof err) == 0, "save iteration 5: %s", err);
+  CHECK(td_checkpoint_save(dev, dir, &cb, err, sizeof err) == 0, "save iteration 5 again: %s", err);
+  CHECK(!td_path_exists(path("resave/iter_0000005.old")) && !td_path_exists(path("resave/iter_0000005.tmp")),
+        "no copy aside or temporary left after a re-save");
+  CHECK(td_checkpoint_latest(dir, err, sizeof err) == 5 &&
+            td_checkpoint_load(dev, dir, 5, &cg, NULL, err, sizeof err) == 0 &&
+            !memcmp(got.buf, b.buf, sizeof b.buf),
+        "the re-saved tensors load: %s", err);
+
+  /* killed between the two renames, the new copy lost as well: iter_5.old only */
+  char from[600], to[600];
+  snprintf(from, sizeof from, "%s", path("resave/iter_0000005"));
+  snprintf(to, sizeof to, "%s", path("resave/iter_0000005.old"));
+  CHECK(rename(from, to) == 0, "move iteration 5 aside");
+  CHECK(td_checkpoint_latest(dir, err, sizeof err) == 5 && td_is_dir(from) && !td_path_exists(to),
+        "td_checkpoint_latest puts iter_0000005.old back: %s", err);
+
+  /* leftovers of this layout go at the next save; other names stay */
+  td_mkdir_p(path("resave/iter_0000009.tmp/mp_rank_00"), err, sizeof err);
+  td_mkdir_p(path("resave/iter_0000003.old"), err, sizeof err);
+  td_mkdir_p(path("resave/iter_12.tmp"), err, sizeof err);
+  td_write_file(path("resave/keep.tmp"), "x", 1, err, sizeof err);
+  td_ckpt_contents c6 = contents(&a, 6);
+  CHECK(td_checkpoint_save(dev, dir, &c6, err, sizeof err) == 0, "save iteration 6: %s", err);
+  CHECK(!td_path_exists(path("resave/iter_0000009.tmp")) && !td_path_exists(path("resave/iter_0000003.old")) &&
+            td_is_dir(path("resave/iter_12.tmp")) && td_path_exists(path("resave/keep.tmp")) &&
+            td_is_dir(path("resave/iter_0000005")),
+        "iter_0000009.tmp and iter_0000003.old removed; iter_12.tmp, keep.tmp, iter_0000005 kept");
+
+  CHECK(td_checkpoint_latest(path("resave/keep.tmp"), err, sizeof err) == -2 && strstr(err, "not a directory"),
+        "a file as the checkpoint directory: %s", err);
+  CHECK(td_checkpoint_latest(path("resave/missing/deeper"), err, sizeof err) == -1,
+        "a path that does not exist: no checkpoint");
+  td_write_file(path("resave/latest_checkpointed_iteration.txt"), "6\n", 2, err, sizeof err);
+  CHECK(td_checkpoint_latest(dir, err, sizeof err) == 6, "a latest file with a newline: 6");
+}
 
 /* ------------------------------------------------------------------ tensor parallel */
 
@@ -412,6 +509,8 @@ int main(void) {
   snprintf(g_dir, sizeof g_dir, "/tmp/trident_test_ckpt_%d", (int)getpid());
   test_round_trip();
   test_refusals();
+  test_json_fields();
+  test_resave_and_leftovers();
   tp_init();
   test_tp_round_trip();
   test_tp_refusals();

@@ -1,8 +1,12 @@
-/* matmul (ops->matmul and each GEMM library) against a naive double reference:
- * both transposes, batches with strides, bias, alpha/beta, fp32 and bf16 inputs,
+/* matmul through ops->matmul against a naive double reference, on every path the
+ * device can take: the library chosen by measurement (cpu_gemm_select.c: products
+ * of 4 MFLOP or more, such as the odd 75 x 67 x 433, are measured; smaller ones run
+ * the default), and each GEMM library forced by TRIDENT_GEMM_FP32 / TRIDENT_GEMM_BF16.
+ * Both transposes, batches with strides, bias, alpha/beta, fp32 and bf16 inputs,
  * fp32 and bf16 outputs, sizes that are not multiples of 16. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/dtype.h"
 #include "base/mem.h"
@@ -44,7 +48,10 @@ static void to_bf16(uint16_t *dst, const float *src, int64_t n) {
   for (int64_t i = 0; i < n; i++) dst[i] = td_f32_to_bf16(src[i]);
 }
 
-static void run_case(const mm_case *c, td_gemm_library lib, uint64_t stream) {
+/* The path under test: -1 the measured choice, else the library forced. */
+static int g_path = -1;
+
+static void run_case(const mm_case *c, uint64_t stream) {
   int64_t na = c->batch * c->m * c->k, nb = c->batch * c->k * c->n, nc = c->batch * c->m * c->n;
   float *a = td_malloc(na * 4), *b = td_malloc(nb * 4), *bias = td_malloc(c->n * 4);
   float *cc = td_malloc(nc * 4), *c0 = td_malloc(nc * 4);
@@ -71,10 +78,11 @@ static void run_case(const mm_case *c, td_gemm_library lib, uint64_t stream) {
       .b = pb, .ldb = c->tb ? c->k : c->n, .stride_b = c->k * c->n, .trans_b = c->tb,
       .c = c->c_bf16 ? (void *)hc : (void *)cc, .ldc = c->n, .stride_c = c->m * c->n,
       .bias = c->bias ? bias : NULL, .alpha = c->alpha, .beta = c->beta, .batch = c->batch};
-  if (lib == (td_gemm_library)-1)
-    tst_device()->ops->matmul(tst_device(), &g);
-  else
-    td_cpu_gemm_with(&g, lib);
+  td_gemm_library chosen = td_cpu_gemm_choose(&g);
+  CHECK(td_cpu_gemm_library_serves(chosen, c->ab) && (g_path < 0 || (int)chosen == g_path),
+        "path %d: the device chose %s for %s inputs", g_path, td_gemm_library_name(chosen),
+        td_dtype_name(c->ab));
+  tst_device()->ops->matmul(tst_device(), &g);
   if (hc)
     for (int64_t i = 0; i < nc; i++) cc[i] = td_bf16_to_f32(hc[i]);
   double scale = reference(c, a, b, c->bias ? bias : NULL, c0, ref);
@@ -84,7 +92,7 @@ static void run_case(const mm_case *c, td_gemm_library lib, uint64_t stream) {
     if (!(d <= err)) err = d; /* NaN propagates */
   }
   double tol = (c->ab == TD_BF16 || c->c_bf16) ? 1e-2 : 1e-5;
-  const char *libname = lib == (td_gemm_library)-1 ? "device" : td_gemm_library_name(lib);
+  const char *libname = g_path < 0 ? "measured" : td_gemm_library_name((td_gemm_library)g_path);
   CHECK(err < tol, "%s %s->%s m%lld n%lld k%lld batch%lld ta%d tb%d bias%d alpha%g beta%g: rel err %.3g",
         libname, td_dtype_name(c->ab), c->c_bf16 ? "bf16" : "fp32", (long long)c->m,
         (long long)c->n, (long long)c->k, (long long)c->batch, c->ta, c->tb, c->bias, c->alpha,
@@ -93,37 +101,65 @@ static void run_case(const mm_case *c, td_gemm_library lib, uint64_t stream) {
   td_free(ha), td_free(hb), td_free(hc);
 }
 
+/* Every case of one shape and input dtype. */
+static void run_shape(int64_t m, int64_t n, int64_t k, int ab, uint64_t *stream) {
+  for (int t = 0; t < 4; t++) {
+    mm_case c = {.m = m, .n = n, .k = k, .batch = 1, .ta = t & 1, .tb = t >> 1,
+                 .ab = ab ? TD_BF16 : TD_F32, .alpha = 1};
+    run_case(&c, *stream += 4);
+    c.bias = 1, c.beta = 1; /* accumulate with bias */
+    run_case(&c, *stream += 4);
+    c.bias = 0, c.beta = 0.5f, c.alpha = 0.25f, c.batch = 3; /* batched, scaled */
+    run_case(&c, *stream += 4);
+    c.beta = 0, c.alpha = 1, c.batch = 1, c.c_bf16 = 1, c.bias = 1; /* bf16 output */
+    if (ab) run_case(&c, *stream += 4);
+    /* bias with alpha != 1: alpha * AB + beta * C + bias, the bias unscaled */
+    c.c_bf16 = 0, c.alpha = 0.25f, c.beta = 0.5f, c.batch = 3;
+    run_case(&c, *stream += 4);
+    c.beta = 0, c.batch = 1, c.c_bf16 = ab;
+    run_case(&c, *stream += 4);
+  }
+}
+
+/* Force lib (-1: measure) for the dtypes it serves through the environment. */
+static void select_path(int lib) {
+  static const char *const vars[2] = {"TRIDENT_GEMM_FP32", "TRIDENT_GEMM_BF16"};
+  for (int ab = 0; ab < 2; ab++) {
+    if (lib >= 0 && td_cpu_gemm_library_serves((td_gemm_library)lib, ab ? TD_BF16 : TD_F32))
+      setenv(vars[ab], td_gemm_library_name((td_gemm_library)lib), 1);
+    else
+      unsetenv(vars[ab]);
+  }
+  td_cpu_gemm_select_reset();
+  g_path = lib;
+}
+
 int main(void) {
-  static const int64_t shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 771, 48}, {130, 96, 257}};
+  /* the last two (6.4 and 4.4 MFLOP) are measured; the others run the default library */
+  static const int64_t shapes[][3] = {{1, 1, 1},     {7, 5, 3},      {33, 17, 65},
+                                      {64, 771, 48}, {130, 96, 257}, {75, 67, 433}};
+  setenv("TRIDENT_GEMM_CACHE", "off", 0); /* outside ctest: never the user's cache */
   uint64_t stream = 1;
-  for (int lib = -1; lib < (int)TD_GEMM_LIBRARIES; lib++) /* -1: through the device */
+  for (int lib = -1; lib < (int)TD_GEMM_LIBRARIES; lib++) { /* -1: the measured choice */
+    select_path(lib);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-      for (int ab = 0; ab < 2; ab++)
-        for (int t = 0; t < 4; t++) {
-          /* OpenBLAS has no bf16 GEMM here; AMX is bf16 only, where the CPU has it */
-          if (lib >= 0 && !td_cpu_gemm_library_serves((td_gemm_library)lib, ab ? TD_BF16 : TD_F32))
-            continue;
-          mm_case c = {.m = shapes[s][0], .n = shapes[s][1], .k = shapes[s][2], .batch = 1,
-                       .ta = t & 1, .tb = t >> 1, .ab = ab ? TD_BF16 : TD_F32, .alpha = 1};
-          run_case(&c, (td_gemm_library)lib, stream += 4);
-          c.bias = 1, c.beta = 1; /* accumulate with bias */
-          run_case(&c, (td_gemm_library)lib, stream += 4);
-          c.bias = 0, c.beta = 0.5f, c.alpha = 0.25f, c.batch = 3; /* batched, scaled */
-          run_case(&c, (td_gemm_library)lib, stream += 4);
-          c.beta = 0, c.alpha = 1, c.batch = 1, c.c_bf16 = 1, c.bias = 1; /* bf16 output */
-          if (ab) run_case(&c, (td_gemm_library)lib, stream += 4);
-          /* bias with alpha != 1: alpha * AB + beta * C + bias, the bias unscaled */
-          c.c_bf16 = 0, c.alpha = 0.25f, c.beta = 0.5f, c.batch = 3;
-          run_case(&c, (td_gemm_library)lib, stream += 4);
-          c.beta = 0, c.batch = 1, c.c_bf16 = ab;
-          run_case(&c, (td_gemm_library)lib, stream += 4);
-        }
+      for (int ab = 0; ab < 2; ab++) /* OpenBLAS has no bf16 GEMM here; AMX is bf16 only */
+        if (lib < 0 || td_cpu_gemm_library_serves((td_gemm_library)lib, ab ? TD_BF16 : TD_F32))
+          run_shape(shapes[s][0], shapes[s][1], shapes[s][2], ab, &stream);
+    if (lib < 0) { /* the measured path did measure: its choices are counted in the summary */
+      char line[4800];
+      td_cpu_gemm_describe(line, sizeof line);
+      CHECK(strstr(line, "fp32 measured per shape (") && !strstr(line, "none cached yet"),
+            "fp32 choices measured: %s", line);
+    }
+  }
   /* bf16 deeper than one pass of the AMX GEMM (TD_GEMM_AMX_KMAX = 4096): accumulated
    * through C in passes, the first with the caller's beta and bias */
+  select_path(-1);
   for (int t = 0; t < 4; t++) {
     mm_case c = {.m = 40, .n = 70, .k = 4200, .batch = 1, .ta = t & 1, .tb = t >> 1,
                  .bias = 1, .ab = TD_BF16, .alpha = 1, .beta = 1};
-    run_case(&c, (td_gemm_library)-1, stream += 4);
+    run_case(&c, stream += 4);
   }
   return tst_finish();
 }

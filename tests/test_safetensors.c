@@ -85,6 +85,49 @@ static void test_damaged(void) {
   expect_refused(write_raw("overlap", overlap, strlen(overlap), 12), "overlap", "overlapping tensors");
   const char *neg = "{\"w\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}";
   expect_refused(write_raw("neg", neg, strlen(neg), 8), "shape", "negative dimension");
+  /* 2^32 * 2^32 * 4 bytes wraps int64 to 0: must not pass as "need 0 bytes" */
+  const char *wrap = "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,0]}}";
+  expect_refused(write_raw("wrap", wrap, strlen(wrap), 8), "shape [4294967296, 4294967296] overflows",
+                 "a shape whose byte count overflows int64");
+  const char *wrap3 = "{\"w\":{\"dtype\":\"I64\",\"shape\":[1048576,1048576,1048576],\"data_offsets\":[0,8]}}";
+  expect_refused(write_raw("wrap3", wrap3, strlen(wrap3), 8), "overflows", "2^60 elements of 8 bytes");
+  const char *huge = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1e19],\"data_offsets\":[0,8]}}";
+  expect_refused(write_raw("huge", huge, strlen(huge), 8), "integer sizes in [0, 2^53]",
+                 "a size past int64");
+}
+
+/* Tensors with a zero-size dimension hold no bytes: legal anywhere in the data,
+ * even at an offset inside another tensor (offsets [x, x]), and never an overlap. */
+static void test_empty_tensors(void) {
+  const char *hdr = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                    "\"e\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[4,4]},"
+                    "\"z\":{\"dtype\":\"BF16\",\"shape\":[5,0],\"data_offsets\":[8,8]},"
+                    "\"big0\":{\"dtype\":\"F32\",\"shape\":[0,9007199254740992],\"data_offsets\":[0,0]}}";
+  char err[512] = "";
+  td_safetensors *st = td_safetensors_open(write_raw("empty", hdr, strlen(hdr), 8), err, sizeof err);
+  CHECK(st != NULL, "zero-size tensors (one inside another's bytes, one at the end) accepted: %s",
+        st ? "ok" : err);
+  if (!st) return;
+  const td_st_tensor *e = td_safetensors_find(st, "e"), *w = td_safetensors_find(st, "w");
+  CHECK(td_safetensors_count(st) == 4 && e && e->ndim == 2 && td_st_numel(e) == 0 && w &&
+            td_st_numel(w) == 2,
+        "4 tensors, the empty ones with 0 elements");
+  td_safetensors_close(st);
+  /* written by the writer too, and read back */
+  float a[2] = {1.5f, -2};
+  td_st_tensor ts[3] = {{"a", TD_F32, 1, {2}, a}, {"none", TD_F32, 2, {0, 7}, a}, {"b", TD_F32, 1, {1}, a}};
+  const char *path = tmp_path("empty_rt.safetensors");
+  CHECK(td_safetensors_write(path, ts, 3, NULL, NULL, 0, err, sizeof err) == 0, "write with an empty tensor");
+  st = td_safetensors_open(path, err, sizeof err);
+  CHECK(st && td_safetensors_find(st, "none") && td_st_numel(td_safetensors_find(st, "none")) == 0 &&
+            !memcmp(td_safetensors_find(st, "b")->data, a, 4),
+        "round trip with an empty tensor between two others: %s", st ? "ok" : err);
+  td_safetensors_close(st);
+  /* a real overlap is still refused when empty tensors are around */
+  const char *ov = "{\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
+                   "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                   "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}";
+  expect_refused(write_raw("ov_empty", ov, strlen(ov), 8), "overlap", "overlap next to an empty tensor");
 }
 
 int main(void) {
@@ -93,6 +136,7 @@ int main(void) {
   td_mkdir_p(g_dir, err, sizeof err);
   test_round_trip();
   test_damaged();
+  test_empty_tensors();
   td_remove_tree(g_dir, err, sizeof err);
   return tst_finish();
 }

@@ -3,7 +3,9 @@
  * (tokens 4096 = micro-batch 4 x seq 1024, hidden 768, ffn 3072, vocab 50304,
  * 12 heads of 64), in fp32 and bf16. Each matmul shape is also run through
  * every GEMM library directly, so the device's rate is shown next to the best
- * library's own rate. Times are the median of repeated runs. */
+ * library's own rate; a device rate below 70% of it is flagged (a WARNING line,
+ * "below_70pct" in JSON) and counted in a closing summary. Times are the median
+ * of repeated runs. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -22,13 +24,35 @@ typedef struct {
   double min_seconds; /* keep repeating a kernel until this much time has passed */
   const char *only;   /* run only kernels whose name contains this */
   int do_fp32, do_bf16;
+  const char *device; /* --device / $TRIDENT_DEVICE / auto */
+  int is_cpu;         /* the GEMM libraries' own rates are shown for the CPU only */
   td_device *dev;
   double best_gflops[2]; /* best matmul rate seen, [fp32, bf16] */
+  int mm_shapes, mm_slow; /* matmul shapes run, and those below SLOW_FRACTION of the best library */
 } bench_ctx;
+
+/* A device GEMM under this fraction of the best library's rate at its shape is
+ * flagged: a library that does not know the CPU (issue #14: Debian's OpenBLAS on
+ * Sapphire Rapids ran at 13-26% of oneDNN) or a wrong measured choice. */
+#define SLOW_FRACTION 0.70
+
+/* A kernel call and the wait for its device: a GPU returns before the work is done. */
+typedef struct {
+  void (*fn)(void *);
+  void *arg;
+  td_device *dev;
+} synced_call;
+
+static void run_synced(void *p) {
+  synced_call *s = p;
+  s->fn(s->arg);
+  s->dev->ops->synchronize(s->dev);
+}
 
 /* Median seconds of fn(arg), repeated for at least c->min_seconds. */
 static double time_median(const bench_ctx *c, void (*fn)(void *), void *arg) {
-  return td_bench_time_median(c->min_seconds, fn, arg);
+  synced_call s = {fn, arg, c->dev};
+  return td_bench_time_median(c->min_seconds, run_synced, &s);
 }
 
 static int selected(const bench_ctx *c, const char *name) {
@@ -51,6 +75,46 @@ static void mm_call(void *p) {
     td_cpu_gemm_with(&r->g, (td_gemm_library)r->lib);
 }
 
+/* The library ops->matmul runs this call on (the CPU's choice), or "device". */
+static const char *device_library(const bench_ctx *c, const td_matmul_desc *g) {
+  return c->is_cpu ? td_gemm_library_name(td_cpu_gemm_choose(g)) : "device";
+}
+
+static void warn_slow(const bench_ctx *c, const td_matmul_desc *g, td_dtype dt, const char *what,
+                      double gf, const char *best_name, double lib_best) {
+  const char *lib = device_library(c, g);
+  printf("WARNING: matmul %s %s runs at %.0f%% of the best library's rate here (%s: %.1f "
+         "GFLOP/s; the device runs %s)%s\n",
+         td_dtype_name(dt), what, 100 * gf / lib_best, best_name, lib_best, lib,
+         !strcmp(lib, best_name) ? ": the same library, so the machine was busy; measure again"
+         : dt == TD_BF16 ? ": TRIDENT_GEMM_BF16 can force a library, or delete the GEMM choice "
+                           "cache to measure again"
+                         : ": TRIDENT_GEMM_FP32 can force a library, or delete the GEMM choice "
+                           "cache to measure again");
+}
+
+/* How many matmul shapes ran below SLOW_FRACTION of the best library, and (CPU)
+ * which library the device chose per shape class. */
+static void matmul_summary(const bench_ctx *c) {
+  char choice[4800] = "";
+  if (c->is_cpu) td_cpu_gemm_describe(choice, sizeof choice);
+  if (c->json) {
+    printf("{\"kernel\": \"matmul_summary\", \"shapes\": %d, \"below_70pct\": %d, "
+           "\"gemm_choice\": \"", c->mm_shapes, c->mm_slow);
+    for (const char *p = choice; *p; p++) /* a JSON string: the cache path may hold " or \ */
+      printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+    printf("\"}\n");
+    return;
+  }
+  if (c->mm_slow)
+    printf("WARNING: %d of %d matmul shapes ran below %.0f%% of the best library's rate\n",
+           c->mm_slow, c->mm_shapes, 100 * SLOW_FRACTION);
+  else
+    printf("matmul: all %d shapes ran at %.0f%% or more of the best library's rate\n",
+           c->mm_shapes, 100 * SLOW_FRACTION);
+  if (*choice) printf("GEMM choice: %s\n", choice);
+}
+
 static void bench_matmul_shape(bench_ctx *c, td_dtype dt, int64_t m, int64_t n, int64_t k, int ta,
                                int tb, const char *what) {
   td_device *dev = c->dev;
@@ -63,7 +127,7 @@ static void bench_matmul_shape(bench_ctx *c, td_dtype dt, int64_t m, int64_t n, 
                     .c = out, .ldc = n, .alpha = 1, .beta = 0, .batch = 1}};
   double flops = 2.0 * m * n * k, lib_best = 0;
   const char *best_name = "";
-  for (int lib = 0; lib < (int)TD_GEMM_LIBRARIES; lib++) {
+  for (int lib = 0; c->is_cpu && lib < (int)TD_GEMM_LIBRARIES; lib++) {
     if (!td_cpu_gemm_library_serves((td_gemm_library)lib, dt)) continue; /* e.g. OpenBLAS bf16 */
     r.lib = lib;
     double gf = flops / time_median(c, mm_call, &r) / 1e9;
@@ -76,20 +140,25 @@ static void bench_matmul_shape(bench_ctx *c, td_dtype dt, int64_t m, int64_t n, 
   }
   r.lib = -1;
   double gf = flops / time_median(c, mm_call, &r) / 1e9;
+  if (!c->is_cpu) lib_best = gf, best_name = "device"; /* no CPU library to compare with */
+  int slow = gf < SLOW_FRACTION * lib_best;
+  c->mm_shapes++, c->mm_slow += slow;
   int di = dt == TD_BF16;
   if (gf > c->best_gflops[di]) c->best_gflops[di] = gf;
   if (lib_best > c->best_gflops[di]) c->best_gflops[di] = lib_best;
   if (c->json)
     printf("{\"kernel\": \"matmul\", \"dtype\": \"%s\", \"m\": %lld, \"k\": %lld, \"n\": %lld, "
            "\"trans_a\": %d, \"trans_b\": %d, \"gflops\": %.1f, \"best_library\": \"%s\", "
-           "\"best_library_gflops\": %.1f, \"fraction_of_best_library\": %.3f}\n",
+           "\"best_library_gflops\": %.1f, \"fraction_of_best_library\": %.3f, "
+           "\"device_library\": \"%s\", \"below_70pct\": %s}\n",
            td_dtype_name(dt), (long long)m, (long long)k, (long long)n, ta, tb, gf, best_name,
-           lib_best, gf / lib_best);
+           lib_best, gf / lib_best, device_library(c, &r.g), slow ? "true" : "false");
   else
     printf("matmul  %-4s %-22s m=%-5lld k=%-5lld n=%-5lld ta=%d tb=%d %8.1f GFLOP/s  "
            "(best library %s %8.1f: %5.1f%%)\n",
            td_dtype_name(dt), what, (long long)m, (long long)k, (long long)n, ta, tb, gf, best_name,
            lib_best, 100 * gf / lib_best);
+  if (slow && !c->json) warn_slow(c, &r.g, dt, what, gf, best_name, lib_best);
   fflush(stdout);
   dev->ops->free(dev, a), dev->ops->free(dev, b), dev->ops->free(dev, out);
 }
@@ -335,16 +404,21 @@ static void bench_attention(bench_ctx *c, kargs *a, td_dtype dt) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: trident bench kernels [--json] [--dtype fp32|bf16] [--only NAME] [--seconds S]\n"
+          "                             [--device cpu|cuda|auto]\n"
           "  GFLOP/s or GB/s of each device kernel at GPT-2 124M shapes (tokens 4096, hidden 768,\n"
           "  ffn 3072, vocab 50304, seq 1024, 12 heads), matmul next to each GEMM library's rate.\n"
           "  --json       one JSON object per line\n"
           "  --dtype D    only fp32 or only bf16 (default: both)\n"
           "  --only NAME  only kernels whose name contains NAME (e.g. matmul, attention)\n"
-          "  --seconds S  minimum time per measurement (default 0.5)\n");
+          "  --seconds S  minimum time per measurement (default 0.5)\n"
+          "  --device D   cpu, cuda or auto (default: $TRIDENT_DEVICE, else auto: cuda when this\n"
+          "               trident has the CUDA backend and a GPU is visible)\n");
 }
 
 static int parse(bench_ctx *c, int argc, char **argv) {
   c->min_seconds = 0.5, c->do_fp32 = 1, c->do_bf16 = 1;
+  const char *env = getenv("TRIDENT_DEVICE");
+  c->device = env && *env ? env : "auto";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--json")) {
@@ -357,6 +431,8 @@ static int parse(bench_ctx *c, int argc, char **argv) {
       if (strcmp(d, "fp32") && strcmp(d, "bf16"))
         td_fail("--dtype '%s': expected fp32 or bf16", d);
       c->do_fp32 = !strcmp(d, "fp32"), c->do_bf16 = !strcmp(d, "bf16");
+    } else if (i + 1 < argc && !strcmp(a, "--device")) {
+      c->device = argv[++i];
     } else if (i + 1 < argc && !strcmp(a, "--only")) {
       c->only = argv[++i];
     } else if (i + 1 < argc && !strcmp(a, "--seconds")) {
@@ -373,8 +449,11 @@ static int parse(bench_ctx *c, int argc, char **argv) {
 int td_bench_kernels(int argc, char **argv) {
   bench_ctx c = {0};
   parse(&c, argc, argv);
-  c.dev = td_device_open("cpu");
-  if (!c.json) printf("trident bench kernels: %d threads\n", omp_get_max_threads());
+  c.dev = td_device_open(c.device);
+  c.is_cpu = !strcmp(c.dev->ops->name, "cpu");
+  char dev[320];
+  td_device_describe(c.dev, dev, sizeof dev);
+  if (!c.json) printf("trident bench kernels: device %s, %d threads\n", dev, omp_get_max_threads());
   for (int di = 0; di < 2; di++) {
     td_dtype dt = di ? TD_BF16 : TD_F32;
     if ((di == 0 && !c.do_fp32) || (di == 1 && !c.do_bf16)) continue;
@@ -385,6 +464,7 @@ int td_bench_kernels(int argc, char **argv) {
     if (selected(&c, "attention")) bench_attention(&c, &a, dt);
     kargs_free(&a);
   }
+  if (c.mm_shapes) matmul_summary(&c);
   td_device_close(c.dev);
   return 0;
 }

@@ -14,8 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/checked.h"
 #include "base/error.h"
 #include "base/mem.h"
+#include "base/memory_limit.h"
 #include "cmd_flags.h"
 #include "commands.h"
 #include "data/blend.h"
@@ -168,8 +170,14 @@ static void print_first(const td_args *a, const ds_opts *d) {
   if (d->first > n)
     fprintf(stderr, "trident: note: the %s split has %lld samples; printing them all\n", name,
             (long long)n);
-  int32_t *tokens = td_malloc(sizeof *tokens * (size_t)(a->seq_length + 1));
-  char *line = td_malloc((size_t)(a->seq_length + 1) * 13 + 4);
+  /* a sample's ids, and its line of up to 13 characters per id ("-2147483648, ") */
+  uint64_t ids = (uint64_t)a->seq_length + 1, bytes = td_sat_mul(ids, sizeof(int32_t) + 13);
+  char why[1024];
+  if (td_memory_check(bytes, 1, "printing one sample of --seq-length + 1 tokens", NULL, why,
+                      sizeof why))
+    td_fail("%s", why);
+  int32_t *tokens = td_malloc(sizeof *tokens * (size_t)ids);
+  char *line = td_malloc((size_t)ids * 13 + 4);
   for (int64_t i = 0; i < k; i++) {
     td_gpt_dataset_sample(split, i, tokens);
     print_sample(tokens, a->seq_length + 1, line);

@@ -26,9 +26,10 @@
 #include "model/gpt_config.h"
 #include "model/sampling.h"
 #include "train/checkpoint.h"
+#include "train/model_device.h"
 
 typedef struct {
-  const char *load, *vocab, *merges, *prompt;
+  const char *load, *vocab, *merges, *prompt, *device;
   int64_t out_len, num_samples, seed;
   int json;
   td_sample_params sample;
@@ -39,19 +40,23 @@ static void usage(FILE *f) {
           "usage: trident generate --load CKPT --vocab-file V --merge-file M --prompt TEXT\n"
           "                        [--out-seq-length N] [--greedy] [--temperature T]\n"
           "                        [--top_k K] [--top_p P] [--seed S] [--num-samples N] [--json]\n"
+          "                        [--device cpu|cuda|auto]\n"
           "  Continues TEXT with the model of CKPT's latest checkpoint (any tensor-parallel size).\n"
           "  --load CKPT         a trident train --save directory (or trident convert output)\n"
           "  --vocab-file V      GPT-2 vocab.json the model was trained with\n"
           "  --merge-file M      GPT-2 merges.txt\n"
           "  --prompt TEXT       the text to continue (\"\": start after an end-of-document token)\n"
-          "  --out-seq-length N  tokens to generate (default 64); stops early at <|endoftext|>\n"
+          "  --out-seq-length N  tokens to generate (default 64 or the model's positions, if\n"
+          "                      fewer; at most its positions); stops early at <|endoftext|>\n"
           "  --greedy            always the most likely token\n"
           "  --temperature T     sampling temperature > 0 (default 1.0)\n"
           "  --top_k K           sample from the K most likely tokens (default 0: all)\n"
           "  --top_p P           sample from the nucleus of probability P in (0, 1] (default 0: all)\n"
           "  --seed S            random seed of the sampling (default 1234)\n"
           "  --num-samples N     continuations to generate (default 1), each its own stream\n"
-          "  --json              one JSON object per sample: prompt, text, tokens\n");
+          "  --json              one JSON object per sample: prompt, text, tokens\n"
+          "  --device D          cpu, cuda or auto (default: $TRIDENT_DEVICE, else auto; the\n"
+          "                      model does not run on CUDA yet: auto is the CPU)\n");
 }
 
 static double number(const char *flag, const char *v, double lo, double hi, int lo_open) {
@@ -71,7 +76,9 @@ static int64_t count(const char *flag, const char *v, int64_t lo) {
 
 /* Returns 1 when --help was asked for. */
 static int parse_args(gen_args *a, int argc, char **argv) {
-  *a = (gen_args){.out_len = 64, .num_samples = 1, .seed = 1234, .sample = {.temperature = 1.0}};
+  *a = (gen_args){.out_len = 0, .num_samples = 1, .seed = 1234, .sample = {.temperature = 1.0}};
+  const char *env = getenv("TRIDENT_DEVICE");
+  a->device = env && *env ? env : "auto";
   for (int i = 1; i < argc; i++) {
     const char *v;
 #define FLAG(name) (v = td_cmd_flag_value(argc, argv, &i, name, "generate"))
@@ -90,6 +97,8 @@ static int parse_args(gen_args *a, int argc, char **argv) {
       a->merges = v;
     } else if (FLAG("--prompt")) {
       a->prompt = v;
+    } else if (FLAG("--device")) {
+      a->device = v;
     } else if (FLAG("--out-seq-length")) {
       a->out_len = count("--out-seq-length", v, 1);
     } else if (FLAG("--num-samples")) {
@@ -121,9 +130,9 @@ typedef struct {
 } loaded;
 
 /* The latest checkpoint of dir as a single-rank model for micro-batches of one. */
-static loaded load_model(const char *dir) {
+static loaded load_model(const char *dir, const char *device) {
   char err[1024], *state = NULL;
-  loaded l = {.dev = td_device_open("cpu")};
+  loaded l = {.dev = td_model_device_open(device, 0, "generate", 1)};
   int64_t it = td_checkpoint_latest(dir, err, sizeof err);
   if (it == -2) td_fail("--load %s", err);
   if (it == -1) td_fail("--load %s: no latest_checkpointed_iteration.txt: not a checkpoint directory", dir);
@@ -203,7 +212,14 @@ int td_cmd_generate(int argc, char **argv) {
   char err[1024];
   td_bpe *bpe = td_bpe_load(a.vocab, a.merges, err, sizeof err);
   if (!bpe) td_fail("%s", err);
-  loaded l = load_model(a.load);
+  loaded l = load_model(a.load, a.device);
+  int64_t positions = td_gpt_get_config(l.model)->max_positions;
+  if (!a.out_len) a.out_len = positions < 64 ? positions : 64; /* not given: 64, or all positions */
+  if (a.out_len > positions) /* before the ids buffer of prompt + out_len tokens is sized */
+    td_fail("--out-seq-length %lld: at most the model's %lld positions (its "
+            "max_position_embeddings: Megatron's generation refuses more tokens than the model "
+            "has positions)",
+            (long long)a.out_len, (long long)positions);
   if (td_bpe_vocab_size(bpe) > l.true_vocab)
     td_fail("--vocab-file has %lld entries; the model in %s has %lld vocabulary rows: another "
             "tokenizer than the one it was trained with?",

@@ -132,18 +132,35 @@ void td_safetensors_close(td_safetensors *st) {
   td_free(st);
 }
 
+/* Integers a JSON number holds exactly: up to 2^53 (a larger one is rounded, and
+ * casting one past 2^63 to int64 is undefined). */
+#define MAX_JSON_INT 9007199254740992.0
+
 static int parse_int_array(const cJSON *arr, int64_t *out, int max, int *count) {
   if (!cJSON_IsArray(arr)) return -1;
   int n = 0;
   const cJSON *it;
   cJSON_ArrayForEach(it, arr) {
-    if (n >= max || !cJSON_IsNumber(it) || it->valuedouble < 0 ||
-        it->valuedouble != (double)(int64_t)it->valuedouble)
+    if (n >= max || !cJSON_IsNumber(it) || !(it->valuedouble >= 0) ||
+        it->valuedouble > MAX_JSON_INT || it->valuedouble != (double)(int64_t)it->valuedouble)
       return -1;
     out[n++] = (int64_t)it->valuedouble;
   }
   *count = n;
   return 0;
+}
+
+/* The bytes of a tensor of this shape and element size, or -1 when that overflows
+ * int64 (a damaged or hostile header: the product must not wrap to a small number). */
+static int64_t shape_bytes(const int64_t *shape, int ndim, size_t elem) {
+  for (int d = 0; d < ndim; d++)
+    if (shape[d] == 0) return 0; /* an empty tensor, whatever the other sizes */
+  int64_t n = (int64_t)elem;
+  for (int d = 0; d < ndim; d++) {
+    if (n > INT64_MAX / shape[d]) return -1;
+    n *= shape[d];
+  }
+  return n;
 }
 
 /* One header entry -> tensor; checks dtype, shape and offsets against data_len. */
@@ -155,18 +172,27 @@ static int parse_entry(const cJSON *e, td_st_tensor *t, int64_t off[2], size_t d
                  path, e->string);
   if (parse_int_array(cJSON_GetObjectItemCaseSensitive(e, "shape"), t->shape, TD_ST_MAX_DIMS,
                       &t->ndim))
-    return td_errorf(err, errlen, "%s: tensor '%s': shape must be a list of at most %d sizes >= 0",
-                 path, e->string, TD_ST_MAX_DIMS);
+    return td_errorf(err, errlen,
+                     "%s: tensor '%s': shape must be a list of at most %d integer sizes in [0, 2^53]",
+                     path, e->string, TD_ST_MAX_DIMS);
+  int64_t want = shape_bytes(t->shape, t->ndim, td_dtype_size(t->dtype));
+  if (want < 0) {
+    char dims[256] = "";
+    for (int d = 0; d < t->ndim; d++)
+      snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%lld", d ? ", " : "",
+               (long long)t->shape[d]);
+    return td_errorf(err, errlen, "%s: tensor '%s': shape [%s] overflows: its size in bytes "
+                     "exceeds 2^63 (the header is damaged)", path, e->string, dims);
+  }
   int n_off;
   if (parse_int_array(cJSON_GetObjectItemCaseSensitive(e, "data_offsets"), off, 2, &n_off) ||
       n_off != 2 || off[0] > off[1] || (size_t)off[1] > data_len)
     return td_errorf(err, errlen,
                  "%s: tensor '%s': data_offsets must be [begin, end] within the %zu data bytes",
                  path, e->string, data_len);
-  uint64_t want = (uint64_t)td_st_numel(t) * td_dtype_size(t->dtype);
-  if ((uint64_t)(off[1] - off[0]) != want)
-    return td_errorf(err, errlen, "%s: tensor '%s': %lld bytes stored but its shape and dtype need %llu",
-                 path, e->string, (long long)(off[1] - off[0]), (unsigned long long)want);
+  if (off[1] - off[0] != want)
+    return td_errorf(err, errlen, "%s: tensor '%s': %lld bytes stored but its shape and dtype need %lld",
+                 path, e->string, (long long)(off[1] - off[0]), (long long)want);
   return 0;
 }
 
@@ -198,9 +224,12 @@ static int parse_header(td_safetensors *st, const char *json, size_t hlen, size_
     t->data = data + offs[st->n][0];
     st->n++;
   }
-  if (rc == 0) { /* no two tensors may share bytes */
-    qsort(offs, (size_t)st->n, sizeof *offs, cmp_off);
-    for (int i = 1; i < st->n; i++)
+  if (rc == 0) { /* no two tensors may share bytes; an empty one holds none */
+    int m = 0;
+    for (int i = 0; i < st->n; i++)
+      if (offs[i][1] > offs[i][0]) offs[m][0] = offs[i][0], offs[m][1] = offs[i][1], m++;
+    qsort(offs, (size_t)m, sizeof *offs, cmp_off);
+    for (int i = 1; i < m; i++)
       if (offs[i][0] < offs[i - 1][1])
         rc = td_errorf(err, errlen, "%s: tensors overlap in the data section", path);
   }

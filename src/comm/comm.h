@@ -55,6 +55,11 @@ td_comm *td_comm_init(void);
 /* MPI_Finalize (when MPI was initialised); a second call does nothing. */
 void td_comm_finalize(void);
 td_comm *td_comm_world(void); /* after td_comm_init */
+/* A blocking call that has not completed after `seconds` ends its rank with a
+ * message naming the call (src/comm/watchdog.h; Megatron's
+ * --distributed-timeout-minutes, default 10 minutes, set by td_comm_init). */
+#define TD_COMM_DEFAULT_TIMEOUT_S 600.0
+void td_comm_set_timeout(double seconds);
 int td_comm_mpi_active(void); /* 1 when MPI was initialised */
 
 int td_comm_rank(const td_comm *c);

@@ -50,7 +50,9 @@ struct td_bpe {
   uint32_t *tok_off;    /* token i is tok_bytes[tok_off[i], tok_off[i+1]) */
   char *tok_bytes;
   td_merge_slot *merges;
-  int merge_bits; /* table has 1 << merge_bits slots */
+  int merge_bits;          /* table has 1 << merge_bits slots */
+  int32_t (*by_rank)[3];   /* merge of rank r: left id, right id, merged id */
+  int32_t n_ranks;         /* ranks are 0 .. n_ranks - 1 (merges.txt's lines) */
   pcre2_code *re;
   int jit; /* re was JIT-compiled (not every platform has the JIT) */
 };
@@ -266,6 +268,11 @@ static int vocab_bytes(td_bpe *bpe, const char **key_of, const char *path, char 
               (long long)i, key_of[i]);
       return -1;
     }
+    if (m > UINT16_MAX) { /* a symbol of bpe_piece holds a token's length in 16 bits */
+      td_errorf(err, errlen, "%s: token %lld (\"%.40s\") is %ld bytes long: at most %d", path,
+                (long long)i, key_of[i], m, UINT16_MAX);
+      return -1;
+    }
     bpe->tok_off[i + 1] = bpe->tok_off[i] + (uint32_t)m;
   }
   return 0;
@@ -368,6 +375,7 @@ static int add_merge(td_bpe *bpe, const td_token_map *m, const char *line, size_
     td_errorf(err, errlen, "%s: line %zu repeats the merge on line %d", path, ln, prev + 2);
     return -1;
   }
+  bpe->by_rank[rank][0] = id[0], bpe->by_rank[rank][1] = id[1], bpe->by_rank[rank][2] = merged;
   return 0;
 }
 
@@ -384,6 +392,12 @@ static int parse_merges(td_bpe *bpe, const td_token_map *m, const char *text, si
   for (bpe->merge_bits = 4; ((size_t)1 << bpe->merge_bits) < 2 * (lines + 1);) bpe->merge_bits++;
   bpe->merges = td_malloc(sizeof *bpe->merges << bpe->merge_bits);
   memset(bpe->merges, 0xff, sizeof *bpe->merges << bpe->merge_bits);
+  if (lines + 1 > INT32_MAX) {
+    td_errorf(err, errlen, "%s: more than %d merges", path, INT32_MAX - 1);
+    return -1;
+  }
+  bpe->n_ranks = (int32_t)lines + 1; /* the last line may lack its newline */
+  bpe->by_rank = td_calloc(sizeof *bpe->by_rank * (size_t)bpe->n_ranks);
   char *scratch = td_malloc(2 * len);
   int rc = 0;
   size_t ln = 2;
@@ -446,6 +460,7 @@ void td_bpe_free(td_bpe *bpe) {
   td_free(bpe->tok_off);
   td_free(bpe->tok_bytes);
   td_free(bpe->merges);
+  td_free(bpe->by_rank);
   pcre2_code_free(bpe->re);
   td_free(bpe);
 }
@@ -468,13 +483,22 @@ typedef struct {
   uint32_t ids_off, ids_n;
 } td_cache_slot;
 
+/* A symbol of a piece: bytes [p, p + len) where p is its index (symbols are
+ * contiguous byte ranges), so its neighbours are p + len and p - prev_len; a
+ * token's bytes fit 16 bits (checked on load), and a symbol is 8 bytes. */
 typedef struct {
-  int32_t id, prev, next; /* id -1: merged into its left neighbour */
+  int32_t id; /* -1: merged into its left neighbour */
+  uint16_t len, prev_len;
 } td_sym;
 
+/* A queued pair: the symbol at pos and its right neighbour, in the list of its
+ * merge rank (next: the following entry of that list, or of the free list). */
 typedef struct {
-  int32_t rank, pos, left, right, merged; /* merge symbol pos (id left) with its right (id right) */
-} td_pair;
+  uint32_t pos, next;
+} td_entry;
+#define TD_NO_ENTRY UINT32_MAX
+/* Entries alive at once: the n - 1 first pairs and two per merge, at most. */
+#define TD_MAX_PIECE ((size_t)(TD_NO_ENTRY - 1) / 3)
 
 struct td_bpe_worker {
   const td_bpe *bpe;
@@ -487,11 +511,21 @@ struct td_bpe_worker {
   size_t keys_n, keys_cap;
   int32_t *ids;
   size_t ids_n, ids_cap;
-  /* scratch of bpe_piece, sized for the longest piece so far */
+  /* bpe_piece's queue: a list of entries per merge rank (head[rank]), and a
+   * two-level bitmap of the ranks whose list is not empty (bit r of rank_bits,
+   * bit r / 64 of word_bits), so the lowest rank is found in a few words */
+  uint32_t *head;
+  uint64_t *rank_bits, *word_bits;
+  size_t n_rank_words, n_word_words;
+  td_entry *pool; /* entries; the free ones are a list from free_entry */
+  size_t pool_n, pool_cap;
+  uint32_t free_entry;
+  uint32_t round_rank, round_next; /* merge_round's rank, and its entries not yet read */
+  /* bpe_piece's symbols, sized for the longest piece so far (a long one is
+   * released after use) */
   td_sym *sym;
-  td_pair *heap, *batch;
-  int32_t *out;
-  size_t piece_cap, heap_n;
+  size_t piece_cap;
+  int32_t piece_n; /* bytes of the piece in sym */
 };
 
 /* Grow a td_malloc'ed array to hold at least need elements, keeping the first used. */
@@ -517,97 +551,212 @@ td_bpe_worker *td_bpe_worker_new(const td_bpe *bpe) {
   w->md = pcre2_match_data_create_from_pattern(bpe->re, NULL);
   TD_CHECK(w->md != NULL, "out of memory for PCRE2 match data");
   cache_alloc(w, TD_CACHE_MIN_BITS);
+  size_t ranks = bpe->n_ranks ? (size_t)bpe->n_ranks : 1;
+  w->head = td_malloc(ranks * sizeof *w->head);
+  memset(w->head, 0xff, ranks * sizeof *w->head);
+  w->n_rank_words = (ranks + 63) / 64, w->n_word_words = (w->n_rank_words + 63) / 64;
+  w->rank_bits = td_calloc(w->n_rank_words * sizeof *w->rank_bits);
+  w->word_bits = td_calloc(w->n_word_words * sizeof *w->word_bits);
+  w->free_entry = w->round_next = TD_NO_ENTRY;
   return w;
 }
 
 void td_bpe_worker_free(td_bpe_worker *w) {
   if (!w) return;
   pcre2_match_data_free(w->md);
-  void *bufs[] = {w->slots, w->keys, w->ids, w->sym, w->heap, w->batch, w->out};
+  void *bufs[] = {w->slots, w->keys, w->ids, w->sym, w->head, w->rank_bits, w->word_bits, w->pool};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) td_free(bufs[i]);
   td_free(w);
 }
 
-/* ------------------------------------------------------------------ BPE of one piece */
+/* ------------------------------------------------------------------ BPE of one piece
+ * encoder.py's bpe(): while some adjacent pair has a merge, take the lowest rank
+ * and merge each of its non-overlapping occurrences left to right. Here every
+ * adjacent pair with a merge is queued in the list of its rank when it appears;
+ * a round takes the lowest non-empty rank's whole list (pairs queued meanwhile
+ * wait for a later round, as in encoder.py: a round cannot create a pair of its
+ * own rank, the merged token being longer than either part) and applies the
+ * entries still valid. Occurrences of a pair (A, B) with A != B cannot overlap,
+ * so their order does not matter; for (A, A) a run of A's is merged from its
+ * left end, pairwise, as encoder.py's scan does. A pair that changed since it
+ * was queued is skipped (ids only grow longer, so equal ids mean the same two
+ * symbols). Each round costs its entries plus a few bitmap words, so a piece of
+ * n bytes takes O(n) entries of 8 bytes and 12 bytes of symbols per byte, and
+ * time linear in the merges applied: a 30 MB word is one piece like any other. */
 
-/* Binary min-heap of pairs ordered by (rank, position). */
-static inline int pair_before(const td_pair *x, const td_pair *y) {
-  return x->rank < y->rank || (x->rank == y->rank && x->pos < y->pos);
+static void mark_rank(td_bpe_worker *w, uint32_t r) {
+  w->rank_bits[r / 64] |= (uint64_t)1 << (r % 64);
+  w->word_bits[r / 4096] |= (uint64_t)1 << (r / 64 % 64);
 }
 
-static void heap_push(td_bpe_worker *w, td_pair p) {
-  size_t i = w->heap_n++;
-  while (i && pair_before(&p, &w->heap[(i - 1) / 2])) {
-    w->heap[i] = w->heap[(i - 1) / 2];
-    i = (i - 1) / 2;
-  }
-  w->heap[i] = p;
+static void unmark_rank(td_bpe_worker *w, uint32_t r) {
+  uint64_t *word = &w->rank_bits[r / 64];
+  *word &= ~((uint64_t)1 << (r % 64));
+  if (!*word) w->word_bits[r / 4096] &= ~((uint64_t)1 << (r / 64 % 64));
 }
 
-static td_pair heap_pop(td_bpe_worker *w) {
-  td_pair top = w->heap[0], last = w->heap[--w->heap_n];
-  size_t i = 0, n = w->heap_n;
-  for (size_t c; (c = 2 * i + 1) < n; i = c) {
-    if (c + 1 < n && pair_before(&w->heap[c + 1], &w->heap[c])) c++;
-    if (!pair_before(&w->heap[c], &last)) break;
-    w->heap[i] = w->heap[c];
+/* The lowest rank with a non-empty list, or -1. */
+static int64_t lowest_rank(const td_bpe_worker *w) {
+  for (size_t t = 0; t < w->n_word_words; t++)
+    if (w->word_bits[t]) {
+      size_t word = t * 64 + (size_t)__builtin_ctzll(w->word_bits[t]);
+      return (int64_t)(word * 64 + (size_t)__builtin_ctzll(w->rank_bits[word]));
+    }
+  return -1;
+}
+
+static int pair_is(const td_bpe_worker *w, int32_t p, int32_t a, int32_t b);
+
+static int run_start(const td_bpe_worker *w, int32_t p, int32_t a);
+
+/* The entries of list *head whose pair is still rank's (with runs_only, and
+ * starts a run of (a, a): merge_round), relinked; the others freed. Returns how
+ * many were freed. */
+static size_t filter_list(td_bpe_worker *w, uint32_t *head, uint32_t rank, int runs_only) {
+  const int32_t *m = w->bpe->by_rank[rank];
+  size_t freed = 0;
+  for (uint32_t *link = head; *link != TD_NO_ENTRY;) {
+    uint32_t e = *link;
+    int32_t p = (int32_t)w->pool[e].pos;
+    if (pair_is(w, p, m[0], m[1]) && (!runs_only || run_start(w, p, m[0]))) {
+      link = &w->pool[e].next;
+    } else {
+      *link = w->pool[e].next;
+      w->pool[e].next = w->free_entry, w->free_entry = e, freed++;
+    }
   }
-  if (n) w->heap[i] = last;
-  return top;
+  return freed;
+}
+
+/* A full pool: first drop the entries of pairs that changed since they were
+ * queued (every list, and what is left of the round's), so the pool keeps about
+ * one entry per live pair instead of growing with every merge; grow it when
+ * that frees less than a quarter. */
+static void make_room(td_bpe_worker *w) {
+  size_t freed = 0;
+  for (size_t word = 0; word < w->n_rank_words; word++)
+    for (uint64_t bits = w->rank_bits[word]; bits; bits &= bits - 1) {
+      uint32_t r = (uint32_t)(word * 64 + (size_t)__builtin_ctzll(bits));
+      freed += filter_list(w, &w->head[r], r, 0);
+      if (w->head[r] == TD_NO_ENTRY) unmark_rank(w, r);
+    }
+  if (w->round_next != TD_NO_ENTRY) freed += filter_list(w, &w->round_next, w->round_rank, 0);
+  if (4 * freed < w->pool_cap)
+    w->pool = grow(w->pool, &w->pool_cap, w->pool_cap + 1, w->pool_n, sizeof *w->pool);
+}
+
+static void push_entry(td_bpe_worker *w, uint32_t rank, uint32_t pos) {
+  if (w->free_entry == TD_NO_ENTRY && w->pool_n == w->pool_cap) make_room(w);
+  uint32_t e = w->free_entry;
+  if (e != TD_NO_ENTRY)
+    w->free_entry = w->pool[e].next;
+  else
+    e = (uint32_t)w->pool_n++;
+  w->pool[e] = (td_entry){pos, w->head[rank]};
+  if (w->head[rank] == TD_NO_ENTRY) mark_rank(w, rank);
+  w->head[rank] = e;
+}
+
+/* The symbols after and before symbol p (a live one), or -1. */
+static inline int32_t next_of(const td_bpe_worker *w, int32_t p) {
+  int32_t q = p + w->sym[p].len;
+  return q < w->piece_n ? q : -1;
+}
+static inline int32_t prev_of(const td_bpe_worker *w, int32_t p) {
+  return p ? p - w->sym[p].prev_len : -1;
 }
 
 /* Queue the pair (symbol pos, its right neighbour) if the merges have it. */
 static void queue_pair(td_bpe_worker *w, int32_t pos) {
-  if (pos < 0 || w->sym[pos].next < 0) return;
-  int32_t a = w->sym[pos].id, b = w->sym[w->sym[pos].next].id, merged;
-  int32_t rank = merge_rank(w->bpe, a, b, &merged);
-  if (rank >= 0) heap_push(w, (td_pair){rank, pos, a, b, merged});
+  int32_t r = pos < 0 ? -1 : next_of(w, pos), merged;
+  if (r < 0) return;
+  int32_t rank = merge_rank(w->bpe, w->sym[pos].id, w->sym[r].id, &merged);
+  if (rank >= 0) push_entry(w, (uint32_t)rank, (uint32_t)pos);
 }
 
-/* Apply a queued merge unless an earlier one changed either symbol (ids only
- * grow longer, so equal ids mean the same two symbols are still adjacent). */
-static void apply_merge(td_bpe_worker *w, const td_pair *q) {
+/* Symbol p takes in its right neighbour as token `merged`; the pairs on either
+ * side are new. */
+static void merge_at(td_bpe_worker *w, int32_t p, int32_t merged) {
   td_sym *s = w->sym;
-  int32_t p = q->pos, r = s[p].next;
-  if (s[p].id != q->left || r < 0 || s[r].id != q->right) return;
-  s[p].id = q->merged;
-  s[p].next = s[r].next;
-  if (s[r].next >= 0) s[s[r].next].prev = p;
+  int32_t r = next_of(w, p);
+  s[p].id = merged;
+  s[p].len = (uint16_t)(s[p].len + s[r].len); /* a token's length: fits (td_bpe_load) */
   s[r].id = -1;
-  queue_pair(w, s[p].prev);
+  int32_t q = next_of(w, p);
+  if (q >= 0) s[q].prev_len = s[p].len;
+  queue_pair(w, prev_of(w, p));
   queue_pair(w, p);
 }
 
-/* encoder.py's bpe() on the bytes p[0, n), n >= 2: while some adjacent pair has
- * a merge, take the lowest rank and merge each of its non-overlapping
- * occurrences left to right. Here every occurrence of that rank is taken off the
- * heap before any is applied, so pairs created meanwhile wait for the next round
- * as they do in encoder.py; a round cannot create a pair of its own rank (the
- * merged token is longer than either part). O(n log n) for any piece length.
- * Writes the ids to w->out and returns their count. */
-static size_t bpe_piece(td_bpe_worker *w, const unsigned char *p, size_t n) {
+/* Is the pair at p still (a, b)? */
+static int pair_is(const td_bpe_worker *w, int32_t p, int32_t a, int32_t b) {
+  int32_t r = w->sym[p].id == a ? next_of(w, p) : -1;
+  return r >= 0 && w->sym[r].id == b;
+}
+
+/* Is symbol p (an a) the first of its run of a's? */
+static int run_start(const td_bpe_worker *w, int32_t p, int32_t a) {
+  int32_t q = prev_of(w, p);
+  return q < 0 || w->sym[q].id != a;
+}
+
+/* A run of a's from its first, p: merged pairwise from the left, as encoder.py's
+ * scan does (an odd a is left at its end). */
+static void merge_run(td_bpe_worker *w, int32_t p, int32_t a, int32_t merged) {
+  for (; p >= 0 && pair_is(w, p, a, a); p = next_of(w, p)) merge_at(w, p, merged);
+}
+
+/* One round: the whole list of `rank`, its valid entries applied (the list
+ * being read is round_next, which make_room may filter meanwhile). For (a, a),
+ * the entries are first reduced to the runs' first pairs (each run's is in the
+ * list: it is a pair of this rank), so a long run merged at once does not
+ * leave the rest of its entries waiting while its merges queue new ones. */
+static void merge_round(td_bpe_worker *w, uint32_t rank) {
+  const int32_t *m = w->bpe->by_rank[rank];
+  w->round_rank = rank, w->round_next = w->head[rank];
+  w->head[rank] = TD_NO_ENTRY;
+  unmark_rank(w, rank);
+  if (m[0] == m[1]) filter_list(w, &w->round_next, rank, 1);
+  while (w->round_next != TD_NO_ENTRY) {
+    uint32_t e = w->round_next;
+    int32_t p = (int32_t)w->pool[e].pos;
+    w->round_next = w->pool[e].next;
+    w->pool[e].next = w->free_entry, w->free_entry = e;
+    if (m[0] == m[1])
+      merge_run(w, p, m[0], m[2]);
+    else if (pair_is(w, p, m[0], m[1]))
+      merge_at(w, p, m[2]);
+  }
+}
+
+/* Scratch beyond this many symbols is released after its piece. */
+#define TD_KEEP_PIECE ((size_t)1 << 16)
+
+/* The BPE of the bytes p[0, n), 2 <= n <= TD_MAX_PIECE, left in w->sym: symbol
+ * 0 onwards through next_of (symbol 0 never merges away). */
+static void bpe_piece(td_bpe_worker *w, const unsigned char *p, size_t n) {
   if (n > w->piece_cap) {
-    td_free(w->sym), td_free(w->heap), td_free(w->batch), td_free(w->out);
+    td_free(w->sym);
     w->piece_cap = n;
     w->sym = td_malloc(n * sizeof *w->sym);
-    w->heap = td_malloc(3 * n * sizeof *w->heap); /* n - 1 pairs + 2 per merge */
-    w->batch = td_malloc(3 * n * sizeof *w->batch);
-    w->out = td_malloc(n * sizeof *w->out);
   }
-  for (size_t i = 0; i < n; i++)
-    w->sym[i] = (td_sym){w->bpe->byte_id[p[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};
-  w->heap_n = 0;
+  for (size_t i = 0; i < n; i++) w->sym[i] = (td_sym){w->bpe->byte_id[p[i]], 1, i ? 1 : 0};
+  w->piece_n = (int32_t)n;
+  w->pool_n = 0, w->free_entry = w->round_next = TD_NO_ENTRY;
+  if (w->pool_cap < n) { /* the first pairs at once: no doubling on a long piece */
+    td_free(w->pool);
+    w->pool_cap = n;
+    w->pool = td_malloc(n * sizeof *w->pool);
+  }
   for (size_t i = 0; i + 1 < n; i++) queue_pair(w, (int32_t)i);
-  while (w->heap_n) {
-    int32_t rank = w->heap[0].rank;
-    size_t nb = 0;
-    while (w->heap_n && w->heap[0].rank == rank) w->batch[nb++] = heap_pop(w);
-    for (size_t i = 0; i < nb; i++) apply_merge(w, &w->batch[i]);
-  }
-  size_t k = 0;
-  for (int32_t i = 0; i >= 0; i = w->sym[i].next)
-    w->out[k++] = w->sym[i].id; /* symbol 0 never merges away */
-  return k;
+  for (int64_t r; (r = lowest_rank(w)) >= 0;) merge_round(w, (uint32_t)r);
+}
+
+/* Release a long piece's scratch, so one 30 MB word does not hold its 600 MB
+ * of symbols and entries for the rest of the run. */
+static void trim_scratch(td_bpe_worker *w) {
+  if (w->piece_cap > TD_KEEP_PIECE) td_free(w->sym), w->sym = NULL, w->piece_cap = 0;
+  if (w->pool_cap > 3 * TD_KEEP_PIECE) td_free(w->pool), w->pool = NULL, w->pool_cap = 0;
 }
 
 /* ------------------------------------------------------------------ piece cache */
@@ -658,6 +807,14 @@ static void append_ids(const int32_t *src, size_t k, int32_t **ids, size_t *n, s
   *n += k;
 }
 
+/* Append the ids of the symbols bpe_piece left (counted first: one growth). */
+static void append_symbols(const td_bpe_worker *w, int32_t **ids, size_t *n, size_t *cap) {
+  size_t k = 0;
+  for (int32_t i = 0; i >= 0; i = next_of(w, i)) k++;
+  *ids = grow(*ids, cap, *n + k, *n, sizeof **ids);
+  for (int32_t i = 0; i >= 0; i = next_of(w, i)) (*ids)[(*n)++] = w->sym[i].id;
+}
+
 static void encode_piece(td_bpe_worker *w, const unsigned char *p, size_t len, int32_t **ids,
                          size_t *n, size_t *cap) {
   if (len == 1) {
@@ -674,9 +831,11 @@ static void encode_piece(td_bpe_worker *w, const unsigned char *p, size_t len, i
       return;
     }
   }
-  size_t k = bpe_piece(w, p, len);
-  append_ids(w->out, k, ids, n, cap);
-  if (len <= TD_CACHE_MAX_PIECE) cache_put(w, s, len, h, w->out, k);
+  size_t first = *n;
+  bpe_piece(w, p, len);
+  append_symbols(w, ids, n, cap);
+  if (len <= TD_CACHE_MAX_PIECE) cache_put(w, s, len, h, *ids + first, *n - first);
+  trim_scratch(w);
 }
 
 int td_bpe_encode(td_bpe_worker *w, const char *text, size_t len, int32_t **ids, size_t *n,
@@ -694,12 +853,18 @@ int td_bpe_encode(td_bpe_worker *w, const char *text, size_t len, int32_t **ids,
   }
   const unsigned char *t = (const unsigned char *)text;
   PCRE2_SIZE *ov = pcre2_get_ovector_pointer(w->md);
+  size_t start = *n;
   for (size_t pos = 0; pos < len; pos = ov[1]) {
     /* UTF-8 was checked above: skip PCRE2's own check on every call. */
     int rc = w->bpe->jit ? pcre2_jit_match(w->bpe->re, t, len, pos, 0, w->md, NULL)
                          : pcre2_match(w->bpe->re, t, len, pos, PCRE2_NO_UTF_CHECK, w->md, NULL);
     TD_CHECK(rc > 0 && ov[0] == pos && ov[1] > pos, "pre-tokenizer: no piece at byte %zu (%d)", pos,
              rc);
+    if (ov[1] - pos > TD_MAX_PIECE) {
+      *n = start; /* nothing appended */
+      return td_errorf(err, errlen, "a pre-token of %zu bytes at byte offset %zu: at most %zu",
+                       (size_t)(ov[1] - pos), pos, TD_MAX_PIECE);
+    }
     encode_piece(w, t + pos, ov[1] - pos, ids, n, cap);
   }
   return 0;

@@ -7,7 +7,10 @@
  *       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  *     (PCRE2, UTF + UCP, JIT), every piece a run of bytes;
  *  2. start each piece as its single-byte tokens and apply merges, lowest rank
- *     first, every non-overlapping occurrence left to right (encoder.py's bpe());
+ *     first, every non-overlapping occurrence left to right (encoder.py's bpe()),
+ *     in memory linear in the piece (about 16 bytes a byte) and time about
+ *     linear in its merges: a 30 MB word without spaces is one piece like any
+ *     other (splitting it, as some tokenizers do, would change the ids);
  *  3. the pieces' ids, in order. A per-worker cache maps repeated pieces to ids.
  * `<|endoftext|>` written inside a text is ordinary text, as in Megatron; the
  * end-of-document id (td_bpe_eod) is appended by the caller. */

@@ -8,10 +8,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/checked.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "base/memory_limit.h"
 #include "data/blend.h"
 #include "data/numpy_random.h"
 
@@ -53,6 +55,15 @@ static void plan_final_epoch(td_gpt_index *gi) {
   gi->separate_final_epoch = from_final < (int64_t)(0.80 * (double)per_epoch);
 }
 
+/* The flags that ask a split's samples (Megatron's get_train_valid_test_num_samples). */
+static const char *asked_by(td_split s) {
+  static const char *const by[] = {"--train-iters x --global-batch-size, or --train-samples",
+                                   "(--train-iters / --eval-interval + 1) x --eval-iters x "
+                                   "--global-batch-size",
+                                   "--eval-iters x --global-batch-size"};
+  return by[s];
+}
+
 static int plan(td_gpt_index *gi, char *err, size_t errlen) {
   const td_gpt_index_params *p = &gi->p;
   int64_t T = split_tokens(p), L = p->seq_length, docs = p->doc_end - p->doc_begin;
@@ -60,13 +71,18 @@ static int plan(td_gpt_index *gi, char *err, size_t errlen) {
     return td_errorf(err, errlen, "the %s split of '%s' (sequences [%lld, %lld)) holds %lld tokens: too few for any sample",
                  td_split_name(p->split), p->data->prefix, (long long)p->doc_begin, (long long)p->doc_end, (long long)T);
   if (p->num_samples > (INT64_MAX - T) / L)
-    return td_errorf(err, errlen, "%lld samples of %lld tokens overflow", (long long)p->num_samples, (long long)L);
+    return td_errorf(err, errlen,
+                     "%lld %s samples (%s) of --seq-length %lld tokens are more tokens than a "
+                     "64-bit count holds",
+                     (long long)p->num_samples, td_split_name(p->split), asked_by(p->split),
+                     (long long)L);
   int64_t wanted = p->num_samples * L + 1; /* + 1: the extra label token of the last sample */
   int64_t epochs = (wanted + T - 1) / T;
   if (epochs < 1) epochs = 1;
   if (epochs > INT32_MAX || epochs > (INT64_MAX / 8) / docs || epochs > INT64_MAX / T)
-    return td_errorf(err, errlen, "%lld samples of the %s split of '%s' need %lld epochs of its %lld tokens: too many",
-                 (long long)p->num_samples, td_split_name(p->split), p->data->prefix, (long long)epochs, (long long)T);
+    return td_errorf(err, errlen, "%lld samples of the %s split of '%s' (%s) need %lld epochs of its %lld tokens: too many",
+                 (long long)p->num_samples, td_split_name(p->split), p->data->prefix, asked_by(p->split),
+                 (long long)epochs, (long long)T);
   gi->tokens_per_epoch = T, gi->num_epochs = epochs;
   gi->n_documents = epochs * docs;
   gi->n_samples = (epochs * T - 1) / L;
@@ -131,6 +147,25 @@ static void build_shuffle_index(const td_gpt_index *gi, td_np_random *r, int64_t
 }
 
 static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+/* What build() allocates: the document index, the sample index and the shuffle index. */
+static uint64_t build_bytes(const td_gpt_index *gi) {
+  uint64_t docs = td_sat_bytes(gi->n_documents, sizeof(int32_t)) + 8;
+  uint64_t rows = td_sat_bytes(gi->n_samples + 1, 2 * sizeof(int64_t));
+  return td_sat_add(td_sat_add(docs, rows), td_sat_bytes(gi->n_samples, sizeof(int64_t)));
+}
+
+/* The indices must fit in memory before they are built (a mistyped --train-iters
+ * asks for billions of samples: tens of GB of indices). */
+static int check_build_memory(const td_gpt_index *gi, char *err, size_t errlen) {
+  char what[1024], detail[320];
+  snprintf(what, sizeof what, "building the GPTDataset %s indices of '%s'", td_split_name(gi->p.split),
+           gi->p.data->prefix);
+  snprintf(detail, sizeof detail, "%lld samples asked by %s, %lld epochs of %lld documents",
+           (long long)gi->p.num_samples, asked_by(gi->p.split), (long long)gi->num_epochs,
+           (long long)(gi->p.doc_end - gi->p.doc_begin));
+  return td_memory_check(build_bytes(gi), 1, what, detail, err, errlen);
+}
 
 static void build(td_gpt_index *gi) {
   size_t doc_bytes = pad8((size_t)gi->n_documents * 4), rows = (size_t)gi->n_samples + 1;
@@ -363,6 +398,11 @@ int td_gpt_index_open(td_gpt_index *gi, const td_gpt_index_params *p, char *err,
     td_info("Load the GPTDataset %s indices from %s", td_split_name(p->split), path);
   } else {
     if (why) td_warn("the index cache '%s' is %s; rebuilding it", path, why);
+    if (check_build_memory(gi, err, errlen)) {
+      td_free(path), td_free(desc);
+      td_gpt_index_close(gi);
+      return -1;
+    }
     build_and_cache(gi, path, desc);
   }
   td_info("> total number of samples: %lld", (long long)gi->n_samples);
@@ -410,9 +450,12 @@ void td_gpt_masks(const int32_t *tokens, int64_t n, const td_gpt_mask_config *c,
 void td_gpt_num_samples(int64_t train_iters, int64_t global_batch, int64_t eval_interval, int64_t eval_iters,
                         int64_t out[3]) {
   TD_CHECK(eval_interval > 0, "eval interval %lld", (long long)eval_interval);
-  out[TD_SPLIT_TRAIN] = train_iters * global_batch;
-  out[TD_SPLIT_VALID] = (train_iters / eval_interval + 1) * eval_iters * global_batch;
-  out[TD_SPLIT_TEST] = eval_iters * global_batch;
+  int64_t evals = train_iters / eval_interval + 1; /* td_args_validate refuses an overflow first */
+  TD_CHECK(!td_mul_i64(train_iters, global_batch, &out[TD_SPLIT_TRAIN]) &&
+               !td_mul_i64(eval_iters, global_batch, &out[TD_SPLIT_TEST]) &&
+               !td_mul_i64(evals, out[TD_SPLIT_TEST], &out[TD_SPLIT_VALID]),
+           "sample counts overflow: %lld iterations, global batch %lld, %lld x %lld evaluations",
+           (long long)train_iters, (long long)global_batch, (long long)evals, (long long)eval_iters);
 }
 
 /* ---- every split, single or blended (BlendedMegatronDatasetBuilder) ------------------ */
@@ -503,6 +546,9 @@ static int open_blend(td_gpt_datasets *d, const td_gpt_data_config *cfg, const t
   ds->n_parts = b->n;
   ds->parts = td_calloc(sizeof(td_gpt_index *) * (size_t)b->n);
   int rc = 0;
+  if (b->weights && cfg->num_samples[i] > INT64_MAX / 4) /* the sizes below are 1.005 x weight x it */
+    rc = td_errorf(err, errlen, "%lld %s samples (%s): too many to blend", (long long)cfg->num_samples[i],
+                   td_split_name((td_split)i), asked_by((td_split)i));
   for (int k = 0; k < b->n && !rc; k++) {
     asked[k] = b->weights ? td_blend_dataset_size(cfg->num_samples[i], b->weights[k]) : 0;
     ds->parts[k] = open_index(d, cfg, b->prefixes[k], m, i, asked[k], err, errlen);
@@ -510,6 +556,12 @@ static int open_blend(td_gpt_datasets *d, const td_gpt_data_config *cfg, const t
   }
   if (!rc) {
     ds->size = blend_weights(b, ds, cfg->num_samples[i], asked, w);
+    char what[96];
+    snprintf(what, sizeof what, "building the %s blend's indices", td_split_name((td_split)i));
+    rc = td_memory_check(td_sat_bytes(ds->size + 1, sizeof(int16_t) + sizeof(int64_t)), 1, what,
+                         asked_by((td_split)i), err, errlen);
+  }
+  if (!rc) {
     ds->dataset_index = td_malloc(sizeof(int16_t) * (size_t)(ds->size + 1));
     ds->dataset_sample_index = td_malloc(sizeof(int64_t) * (size_t)(ds->size + 1));
     td_blend_indices(w, b->n, ds->size, ds->dataset_index, ds->dataset_sample_index);

@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "base/error.h"
 #include "base/mem.h"
 #include "base/rng.h"
 
@@ -9,6 +10,7 @@
 #define MOCK_STREAM 0x6d6f636bULL
 
 void td_mock_data_init(td_mock_data *m, int64_t seq_length, int32_t eod, uint64_t seed, uint64_t split) {
+  TD_CHECK(seq_length > 0 && seq_length <= INT32_MAX, "mock data: seq_length %lld", (long long)seq_length);
   memset(m, 0, sizeof *m);
   m->seq_length = seq_length, m->eod = eod, m->seed = seed, m->split = split;
 }
@@ -50,6 +52,9 @@ static int64_t doc_at(const td_mock_data *m, int64_t pos) {
 }
 
 void td_mock_data_sample(td_mock_data *m, int64_t index, int32_t *tokens) {
+  /* the positions of sample `index` must fit 64 bits (2^63 tokens: no run gets there) */
+  TD_CHECK(index >= 0 && index <= (INT64_MAX - m->seq_length - 1) / m->seq_length,
+           "mock sample %lld of %lld tokens", (long long)index, (long long)m->seq_length);
   int64_t start = index * m->seq_length, n = m->seq_length + 1;
   cover(m, start + n);
   int64_t d = doc_at(m, start);

@@ -1,5 +1,6 @@
 #include "data/sampler.h"
 
+#include <stdint.h>
 #include <stdio.h>
 
 int td_sampler_init(td_sampler *s, int64_t total_samples, int64_t micro_batch, int dp_rank, int dp_size, char *err,
@@ -8,6 +9,7 @@ int td_sampler_init(td_sampler *s, int64_t total_samples, int64_t micro_batch, i
                     : micro_batch <= 0  ? "the micro-batch size must be positive"
                     : dp_size <= 0      ? "the data-parallel size must be positive"
                     : dp_rank < 0 || dp_rank >= dp_size ? "the data-parallel rank is outside the group"
+                    : micro_batch > INT64_MAX / dp_size ? "micro-batch x data-parallel size overflows"
                                                         : NULL;
   if (bad) {
     if (err && errlen)

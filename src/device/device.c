@@ -1,28 +1,87 @@
 #include "device/device.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "base/mem.h"
+#ifdef TD_HAVE_CUDA
+#include "device/cuda/cuda_device.h"
+#endif
 
 const td_device_ops *td_cpu_device_ops(void);
 
-static const struct {
+/* A backend: its ops table and, for backends with per-handle state, how to make
+ * and release it (NULL: none), whether it can run here, and how to name it. */
+typedef struct {
   const char *name;
   const td_device_ops *(*ops)(void);
-} k_backends[] = {
-    {"cpu", td_cpu_device_ops},
-};
+  void *(*open)(int index);
+  void (*close)(void *impl);
+  int (*available)(void);
+  void (*describe)(const void *impl, char *buf, size_t n);
+} backend;
 
-td_device *td_device_open(const char *name) {
-  for (size_t i = 0; i < sizeof k_backends / sizeof *k_backends; i++) {
-    if (strcmp(name, k_backends[i].name) == 0) {
-      td_device *d = td_calloc(sizeof *d);
-      d->ops = k_backends[i].ops();
-      return d;
-    }
-  }
-  td_fail("unknown device '%s'; known devices: cpu", name);
+static const backend k_backends[] = {
+    {"cpu", td_cpu_device_ops, NULL, NULL, NULL, NULL},
+#ifdef TD_HAVE_CUDA
+    {"cuda", td_cuda_device_ops, td_cuda_open, td_cuda_close, td_cuda_available, td_cuda_describe},
+#endif
+};
+#define N_BACKENDS (sizeof k_backends / sizeof *k_backends)
+
+const char *td_device_names(void) {
+#ifdef TD_HAVE_CUDA
+  return "cpu, cuda";
+#else
+  return "cpu";
+#endif
 }
 
-void td_device_close(td_device *d) { td_free(d); }
+static const backend *find(const char *name) {
+  for (size_t i = 0; i < N_BACKENDS; i++)
+    if (strcmp(name, k_backends[i].name) == 0) return &k_backends[i];
+  return NULL;
+}
+
+int td_device_available(const char *name) {
+  const backend *b = find(name);
+  return b && (!b->available || b->available());
+}
+
+const char *td_device_resolve(const char *name) {
+  if (strcmp(name, "auto") != 0) return name;
+  return td_device_available("cuda") ? "cuda" : "cpu";
+}
+
+td_device *td_device_open_index(const char *name, int index) {
+  const backend *b = find(td_device_resolve(name));
+  if (!b) {
+    if (!strcmp(name, "cuda"))
+      td_fail("device 'cuda': this trident was built without the CUDA backend (no nvcc at build "
+              "time, or -DTRIDENT_CUDA=OFF); known devices: %s", td_device_names());
+    td_fail("unknown device '%s'; known devices: %s, auto", name, td_device_names());
+  }
+  td_device *d = td_calloc(sizeof *d);
+  d->ops = b->ops();
+  d->impl = b->open ? b->open(index) : NULL;
+  return d;
+}
+
+td_device *td_device_open(const char *name) { return td_device_open_index(name, 0); }
+
+void td_device_close(td_device *d) {
+  if (!d) return;
+  for (size_t i = 0; i < N_BACKENDS; i++)
+    if (d->ops == k_backends[i].ops() && k_backends[i].close) k_backends[i].close(d->impl);
+  td_free(d);
+}
+
+void td_device_describe(const td_device *d, char *buf, size_t n) {
+  for (size_t i = 0; i < N_BACKENDS; i++)
+    if (d->ops == k_backends[i].ops() && k_backends[i].describe) {
+      k_backends[i].describe(d->impl, buf, n);
+      return;
+    }
+  snprintf(buf, n, "%s", d->ops->name);
+}

@@ -181,8 +181,23 @@ struct td_device {
   void *impl; /* backend state */
 };
 
-/* Open a device by name ("cpu"). Unknown name: td_fail naming the known ones. */
+/* Open a device by name: "cpu", "cuda" (in a build with the CUDA backend), or
+ * "auto" (td_device_resolve). Unknown name: td_fail naming the known ones; a
+ * known backend without a usable device (no GPU, no driver): td_fail saying so. */
 td_device *td_device_open(const char *name);
+/* The same on device `index` of the backend, taken modulo the number it has
+ * (pass the rank's local rank: ranks on one host spread over its GPUs). */
+td_device *td_device_open_index(const char *name, int index);
 void td_device_close(td_device *d);
+
+/* 1 when `name` is a backend of this build and a device of it is usable here
+ * ("cpu" always is); never fails. */
+int td_device_available(const char *name);
+/* "auto" -> "cuda" when that is available, else "cpu"; any other name as given. */
+const char *td_device_resolve(const char *name);
+/* The backends of this build, for messages: "cpu" or "cpu, cuda". */
+const char *td_device_names(void);
+/* One line naming the opened device: "cpu", "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, ...)". */
+void td_device_describe(const td_device *d, char *buf, size_t n);
 
 #endif

@@ -11,12 +11,16 @@
  * sees the overflow. Accumulation, master weights, gradients and the residual
  * stream stay fp32. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "base/checked.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/mem.h"
+#include "base/memory_limit.h"
 #include "comm/comm.h"
+#include "model/gpt_config.h"
 #include "model/gpt_impl.h"
 #include "model/linear.h"
 
@@ -524,19 +528,22 @@ void td_gpt_cast_weights(td_gpt *m) {
 
 /* ------------------------------------------------------------------ arena */
 
-/* Carves the arena; with base NULL it only measures (every pointer NULL). */
+/* Carves the arena; with base NULL it only measures (every pointer NULL). The
+ * byte counts saturate (base/checked.h): a plan for sizes beyond any machine
+ * measures as TD_SIZE_HUGE and is refused, it does not wrap. */
 typedef struct {
   char *base;
-  size_t used;
+  uint64_t used;
 } bump;
 
-static size_t aligned_bytes(int64_t n, td_dtype dt) {
-  return ((size_t)n * td_dtype_size(dt) + 63) / 64 * 64;
+static uint64_t aligned_bytes(int64_t n, td_dtype dt) {
+  uint64_t b = td_sat_bytes(n, td_dtype_size(dt));
+  return b > TD_SIZE_HUGE - 63 ? TD_SIZE_HUGE : (b + 63) / 64 * 64;
 }
 
 static void *take(bump *b, int64_t n, td_dtype dt) {
   void *p = b->base ? b->base + b->used : NULL;
-  b->used += aligned_bytes(n, dt);
+  b->used = td_sat_add(b->used, aligned_bytes(n, dt));
   return p;
 }
 
@@ -557,7 +564,7 @@ static void carve_layer(td_gpt *m, bump *b, td_gpt_layer_acts *a, int with_out) 
   a->gelu = take(b, N * F, m->md);
   a->out = with_out ? take(b, NS * C, TD_F32) : NULL;
   /* what a layer that keeps everything holds, out included */
-  m->layer_bytes = b->used - before + (with_out ? 0 : aligned_bytes(NS * C, TD_F32));
+  m->layer_bytes = td_sat_add(b->used - before, with_out ? 0 : aligned_bytes(NS * C, TD_F32));
 }
 
 /* The layers' activations. A recomputed layer's live in the slot of its place
@@ -580,12 +587,17 @@ static void carve_layers(td_gpt *m, bump *b) {
   td_free(slot);
 }
 
-static void carve(td_gpt *m, bump *b) {
-  int64_t N = m->N, C = m->C, F = m->F, V = m->V;
+/* The arena before the layers: the ids and the embedding output. */
+static void carve_inputs(td_gpt *m, bump *b) {
+  int64_t N = m->N;
   m->tokens = take(b, N, TD_I32), m->targets = take(b, N, TD_I32);
   m->positions = take(b, N, TD_I32);
-  m->emb = take(b, m->NS * C, TD_F32);
-  carve_layers(m, b);
+  m->emb = take(b, m->NS * m->C, TD_F32);
+}
+
+/* The arena after the layers: the head and the backward scratch. */
+static void carve_rest(td_gpt *m, bump *b) {
+  int64_t N = m->N, C = m->C, F = m->F, V = m->V;
   m->lnf_mean = take(b, m->NS, TD_F32), m->lnf_rstd = take(b, m->NS, TD_F32);
   m->lnf = take(b, m->NS * C, m->md);
   m->logits = m->lay.has_head ? take(b, N * V, TD_F32) : NULL; /* the head's stage only */
@@ -603,6 +615,41 @@ static void carve(td_gpt *m, bump *b) {
     m->full = take(b, N * C, TD_F32), m->gath = take(b, N * C, m->md);
     m->hs = take(b, m->NS * C, TD_F32), m->dlns = take(b, m->NS * C, TD_F32);
   }
+}
+
+static void carve(td_gpt *m, bump *b) {
+  carve_inputs(m, b);
+  carve_layers(m, b);
+  carve_rest(m, b);
+}
+
+/* What carve_layers takes, from one layer's measure (carve_layers' layout, in
+ * closed form, so n layers are measured without a table of n): each layer that
+ * keeps everything takes `full`; recomputed layers share slots (the longest
+ * chunk's layers, the last without its output) and each chunk keeps its output. */
+static uint64_t layers_bytes(td_gpt *m) {
+  bump one = {NULL, 0};
+  td_gpt_layer_acts scratch;
+  carve_layer(m, &one, &scratch, 1);
+  uint64_t n = (uint64_t)m->n_layers, full = one.used, out = aligned_bytes(m->NS * m->C, TD_F32);
+  uint64_t k = m->lay.recompute_num_layers > 0 ? (uint64_t)m->lay.recompute_num_layers : 1;
+  uint64_t slots = (uint64_t)recompute_slots(m);
+  uint64_t shared = slots ? td_sat_add(td_sat_mul(slots - 1, full), full - out) : 0;
+  if (m->lay.recompute == TD_RECOMPUTE_UNIFORM)
+    return td_sat_add(shared, td_sat_mul((n + k - 1) / k, out));
+  if (m->lay.recompute == TD_RECOMPUTE_BLOCK) {
+    uint64_t r = k < n ? k : n; /* the first k layers, a chunk each */
+    return td_sat_add(td_sat_add(shared, td_sat_mul(r, out)), td_sat_mul(n - r, full));
+  }
+  return td_sat_mul(n, full);
+}
+
+/* The arena's bytes without carving it (td_gpt_plan). */
+static uint64_t planned_arena_bytes(td_gpt *m) {
+  bump b = {NULL, 0};
+  carve_inputs(m, &b);
+  carve_rest(m, &b);
+  return td_sat_add(b.used, layers_bytes(m));
 }
 
 /* positions[b*T + t] = t */
@@ -687,12 +734,93 @@ static void alloc_activations(td_gpt *m) {
   m->h_ce = td_malloc((size_t)(m->lay.tp_size + 2) * (size_t)m->N * sizeof(float));
 }
 
+/* ------------------------------------------------------------------ plan */
+
+/* A model struct with the sizes of (cfg, lay, micro_batch, cd); nothing allocated. */
+static void size_model(td_gpt *m, const td_gpt_config *cfg, const td_gpt_layout *lay,
+                       int64_t micro_batch, td_dtype cd) {
+  m->cfg = *cfg, m->lay = *lay, m->cd = cd;
+  m->md = cd == TD_BF16 ? TD_BF16 : TD_F32;
+  set_sizes(m, micro_batch);
+}
+
+/* The host side: the tensor table (grown by doubling: up to twice its tensors),
+ * the activation table, positions, losses and the cross-entropy staging
+ * ((tp + 2) x N), and td_gpt_init_params' buffer of the largest tensor. */
+static uint64_t host_bytes(const td_gpt *m, const td_gpt_param_count *c) {
+  uint64_t tensors = td_sat_mul(td_sat_mul(c->n_tensors, 2), sizeof(td_gpt_tensor));
+  uint64_t acts = td_sat_mul((uint64_t)(m->n_layers ? m->n_layers : 1), sizeof(td_gpt_layer_acts));
+  uint64_t rows = td_sat_mul((uint64_t)m->N, (uint64_t)m->lay.tp_size + 4);
+  return td_sat_add(td_sat_add(tensors, acts),
+                    td_sat_add(td_sat_mul(rows, sizeof(float)), td_sat_mul(c->largest, sizeof(float))));
+}
+
+int td_gpt_plan(const td_gpt_config *cfg, const td_gpt_layout *lay, int64_t micro_batch,
+                td_dtype compute_dtype, td_gpt_memory *mem, td_gpt_param_count *counts,
+                char *err, size_t errlen) {
+  TD_CHECK(lay->tp_size >= 1 && lay->layer_begin >= 0 && lay->layer_begin <= lay->layer_end,
+           "layout: tp %d, layers [%lld, %lld)", lay->tp_size, (long long)lay->layer_begin,
+           (long long)lay->layer_end);
+  if (micro_batch < 1)
+    return td_errorf(err, errlen, "--micro-batch-size must be a positive integer; got %lld",
+                     (long long)micro_batch);
+  if (td_gpt_check_sizes(cfg, micro_batch, NULL, err, errlen)) return -1;
+  td_gpt m;
+  memset(&m, 0, sizeof m);
+  size_model(&m, cfg, lay, micro_batch, compute_dtype);
+  td_gpt_param_count c = td_gpt_count_params(cfg, lay);
+  *mem = (td_gpt_memory){0};
+  mem->params = mem->grads = td_sat_mul(c.flat_numel, sizeof(float));
+  if (compute_dtype != TD_F32) mem->weights_bf16 = td_sat_mul(c.flat_numel, td_dtype_size(m.md));
+  mem->activations = planned_arena_bytes(&m);
+  mem->activations_per_layer = m.layer_bytes;
+  mem->host = host_bytes(&m, &c);
+  if (counts) *counts = c;
+  return 0;
+}
+
+uint64_t td_gpt_memory_total(const td_gpt_memory *m) {
+  return td_sat_add(td_sat_add(td_sat_add(m->params, m->grads), td_sat_add(m->weights_bf16, m->activations)),
+                    m->host);
+}
+
+/* Whether dev's buffers are host memory (the CPU backend, or a profiler
+ * wrapping it): then they count against the host's memory. A GPU's own memory
+ * is not checked here (the device API has no query for it yet). */
+static int device_is_host(const td_device *dev) { return strstr(dev->ops->name, "cpu") != NULL; }
+
+/* Refuse (td_fail) a model beyond the limits or the memory, before allocating. */
+static uint64_t check_create(const td_device *dev, const td_gpt_config *cfg,
+                             const td_gpt_layout *lay, int64_t micro_batch, td_dtype cd) {
+  td_gpt_memory need;
+  char err[1536], detail[512], p[32], a[32], h[32];
+  if (td_gpt_plan(cfg, lay, micro_batch, cd, &need, NULL, err, sizeof err)) td_fail("%s", err);
+  td_bytes_text(need.params, p, sizeof p);
+  td_bytes_text(need.activations, a, sizeof a);
+  td_bytes_text(need.host, h, sizeof h);
+  snprintf(detail, sizeof detail,
+           "parameters %s (--num-layers %lld, --hidden-size %lld, --ffn-hidden-size %lld, "
+           "vocabulary %lld, --max-position-embeddings %lld), the same again for gradients%s, "
+           "activations %s (--micro-batch-size %lld x --seq-length %lld tokens), host tables %s",
+           p, (long long)cfg->num_layers, (long long)cfg->hidden, (long long)cfg->ffn_hidden,
+           (long long)cfg->vocab_size, (long long)cfg->max_positions,
+           cd == TD_F32 ? "" : " and part again for the low-precision weights", a,
+           (long long)micro_batch, (long long)cfg->seq_len, h);
+  uint64_t host = device_is_host(dev) ? td_gpt_memory_total(&need) : need.host;
+  if (td_memory_check(host, td_comm_local_size(), "the model", detail, err, sizeof err) ||
+      td_gpt_check_layers(cfg, "--num-layers", err, sizeof err))
+    td_fail("%s", err);
+  return need.host;
+}
+
 td_gpt *td_gpt_create(td_device *dev, const td_gpt_config *cfg, const td_gpt_layout *lay,
                       int64_t micro_batch, td_dtype compute_dtype) {
+  uint64_t host = check_create(dev, cfg, lay, micro_batch, compute_dtype);
   check_config(cfg, lay, micro_batch, compute_dtype);
   td_gpt *m = td_calloc(sizeof *m);
   m->dev = dev, m->cfg = *cfg, m->lay = *lay, m->cd = compute_dtype;
   m->md = compute_dtype == TD_BF16 ? TD_BF16 : TD_F32;
+  m->host_bytes = host;
   set_sizes(m, micro_batch);
   td_gpt_build_tensors(m);
   size_t flat_bytes = (size_t)m->flat_numel * sizeof(float);
@@ -737,5 +865,6 @@ td_gpt_memory td_gpt_memory_report(const td_gpt *m) {
   r.weights_bf16 = m->weights_lp ? (size_t)m->flat_numel * td_dtype_size(m->md) : 0;
   r.activations = m->arena_bytes;
   r.activations_per_layer = m->layer_bytes;
+  r.host = m->host_bytes;
   return r;
 }

@@ -106,7 +106,8 @@ typedef struct td_gpt_layout {
 td_gpt_layout td_gpt_layout_single(const td_gpt_config *cfg);
 
 /* Megatron's vocabulary padding: the smallest multiple of divisible_by * tp_size
- * that is >= vocab (so every TP rank holds an equal, aligned share). */
+ * that is >= vocab (so every TP rank holds an equal, aligned share); INT64_MAX
+ * when that overflows (td_gpt_check_sizes then refuses it). */
 int64_t td_gpt_padded_vocab(int64_t vocab, int64_t divisible_by, int tp_size);
 
 /* The RNG stream of a tensor's initialisation: FNV-1a 64 of its global name. */
@@ -137,7 +138,9 @@ typedef struct td_gpt td_gpt;
 
 /* Build this rank's model on dev for micro-batches of micro_batch x cfg->seq_len
  * tokens; compute_dtype TD_F32, TD_BF16 or TD_F16. Parameters start at zero: call
- * td_gpt_init_params or load them. */
+ * td_gpt_init_params or load them. Sizes beyond their limits, or a model larger
+ * than the memory available (base/memory_limit.h), are refused (td_fail) before
+ * anything is allocated. */
 td_gpt *td_gpt_create(td_device *dev, const td_gpt_config *cfg, const td_gpt_layout *lay,
                       int64_t micro_batch, td_dtype compute_dtype);
 void td_gpt_destroy(td_gpt *m);
@@ -224,11 +227,33 @@ void td_gpt_reduce_sequence_parallel_grads(td_gpt *m);
 double td_gpt_take_comm_seconds(td_gpt *m);
 
 /* Device bytes held by the model. weights_bf16: the low-precision weight copy
- * (bf16; under TD_F16 the fp16-rounded weights, held in fp32). */
+ * (bf16; under TD_F16 the fp16-rounded weights, held in fp32). host: host memory
+ * beside them (the tensor and activation tables, the loss staging, and at
+ * creation the positions and the initialisation buffer). */
 typedef struct td_gpt_memory {
   size_t params, grads, weights_bf16, activations;
   size_t activations_per_layer; /* what one transformer layer keeps for backward */
+  size_t host;
 } td_gpt_memory;
 td_gpt_memory td_gpt_memory_report(const td_gpt *m);
+
+/* This rank's parameter tensors, counted: flat elements (with the alignment gaps
+ * and the flat_multiple padding), parameters, tensors, and the largest tensor's
+ * elements. Counts saturate at TD_SIZE_HUGE (base/checked.h). */
+typedef struct {
+  uint64_t flat_numel, num_params, n_tensors, largest;
+} td_gpt_param_count;
+
+/* What td_gpt_create would allocate, computed without allocating anything (so a
+ * model of a billion layers is measured, not built): the figures
+ * td_gpt_memory_report gives after creation, each saturating at TD_SIZE_HUGE
+ * (base/checked.h) instead of overflowing. The sizes are checked first
+ * (td_gpt_check_sizes, under trident train's flag names). Returns 0, or -1 with
+ * err. counts (may be NULL): the parameter tensors on this rank. */
+int td_gpt_plan(const td_gpt_config *cfg, const td_gpt_layout *lay, int64_t micro_batch,
+                td_dtype compute_dtype, td_gpt_memory *mem, td_gpt_param_count *counts,
+                char *err, size_t errlen);
+/* The sum of the figures but activations_per_layer (saturating). */
+uint64_t td_gpt_memory_total(const td_gpt_memory *m);
 
 #endif

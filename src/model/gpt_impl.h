@@ -85,6 +85,7 @@ struct td_gpt {
   float *hs;    /* NS x C  a row-parallel output reduce-scattered to this rank's tokens */
   float *dlns;  /* NS x C  an input gradient reduce-scattered to this rank's tokens */
   size_t layer_bytes; /* what one layer keeps (activations_per_layer) */
+  size_t host_bytes;  /* td_gpt_memory's host figure, from the plan at creation */
 
   double comm_seconds; /* in TP collectives, since td_gpt_take_comm_seconds */
   const td_gpt *replica_of; /* td_gpt_create_replica: the model whose buffers it shares */
@@ -100,5 +101,10 @@ struct td_gpt {
 /* gpt_params.c: build m->tensors from cfg and layout (sets the tensor indices,
  * flat_numel, num_params). */
 void td_gpt_build_tensors(td_gpt *m);
+
+/* What td_gpt_build_tensors would give for (cfg, lay), without building the
+ * table of every layer (a billion layers must be measurable); td_gpt_param_count
+ * is in gpt.h. The sizes must have passed td_gpt_check_sizes. */
+td_gpt_param_count td_gpt_count_params(const td_gpt_config *cfg, const td_gpt_layout *lay);
 
 #endif

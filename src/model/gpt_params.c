@@ -4,16 +4,21 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/checked.h"
 #include "base/error.h"
 #include "base/mem.h"
+#include "base/memory_limit.h"
 #include "base/rng.h"
+#include "model/gpt_config.h"
 #include "model/gpt_impl.h"
 
 int64_t td_gpt_padded_vocab(int64_t vocab, int64_t divisible_by, int tp_size) {
-  int64_t multiple = divisible_by * tp_size;
-  TD_CHECK(vocab > 0 && multiple > 0, "vocab %lld, multiple %lld", (long long)vocab,
-           (long long)multiple);
-  return (vocab + multiple - 1) / multiple * multiple;
+  TD_CHECK(vocab > 0 && divisible_by > 0 && tp_size > 0, "vocab %lld, multiple %lld x %d",
+           (long long)vocab, (long long)divisible_by, tp_size);
+  int64_t multiple, padded;
+  if (td_mul_i64(divisible_by, tp_size, &multiple) || td_add_i64(vocab, multiple - 1, &padded))
+    return INT64_MAX; /* beyond any limit: td_gpt_check_sizes refuses it */
+  return padded / multiple * multiple;
 }
 
 uint64_t td_gpt_name_stream(const char *name) {
@@ -132,11 +137,64 @@ void td_gpt_build_tensors(td_gpt *m) {
   m->flat_numel = (m->flat_numel + k - 1) / k * k;
 }
 
+/* The tensors of lay restricted to layers [begin, end) (and its embedding and
+ * head only when with_ends), built on a probe model: their count, flat
+ * elements, parameters and largest tensor. */
+static td_gpt_param_count probe(const td_gpt_config *cfg, const td_gpt_layout *lay, int64_t layers,
+                                int with_ends) {
+  td_gpt m;
+  memset(&m, 0, sizeof m);
+  m.cfg = *cfg, m.lay = *lay;
+  m.lay.layer_end = m.lay.layer_begin + layers;
+  m.lay.flat_multiple = 1;
+  if (!with_ends) m.lay.has_embedding = m.lay.has_head = 0;
+  td_gpt_build_tensors(&m);
+  td_gpt_param_count c = {(uint64_t)m.flat_numel, (uint64_t)m.num_params, (uint64_t)m.n_tensors, 0};
+  for (int i = 0; i < m.n_tensors; i++)
+    if ((uint64_t)m.tensors[i].numel > c.largest) c.largest = (uint64_t)m.tensors[i].numel;
+  td_free(m.tensors);
+  return c;
+}
+
+/* Every layer has the same tensors, and each tensor's alignment gap is its own:
+ * the flat buffer is the ends plus the layers times one layer. */
+td_gpt_param_count td_gpt_count_params(const td_gpt_config *cfg, const td_gpt_layout *lay) {
+  td_gpt_param_count ends = probe(cfg, lay, 0, 1), one = probe(cfg, lay, 1, 0);
+  uint64_t layers = (uint64_t)(lay->layer_end - lay->layer_begin);
+  td_gpt_param_count c = {
+      .flat_numel = td_sat_add(ends.flat_numel, td_sat_mul(layers, one.flat_numel)),
+      .num_params = td_sat_add(ends.num_params, td_sat_mul(layers, one.num_params)),
+      .n_tensors = td_sat_add(ends.n_tensors, td_sat_mul(layers, one.n_tensors)),
+      .largest = ends.largest > one.largest ? ends.largest : one.largest};
+  uint64_t k = lay->flat_multiple > 1 ? (uint64_t)lay->flat_multiple : 1;
+  if (c.flat_numel != TD_SIZE_HUGE) c.flat_numel = td_sat_mul(td_sat_add(c.flat_numel, k - 1) / k, k);
+  return c;
+}
+
+/* Refuse (td_fail) what cannot be built: a parameter buffer and tensor table
+ * beyond the memory available, then too many layers. (trident convert's
+ * readers check their files' sizes under their own names first.) */
+static void check_single(const td_gpt_config *cfg, const td_gpt_layout *lay) {
+  char err[1024], detail[256], table[32];
+  if (td_gpt_check_sizes(cfg, 0, NULL, err, sizeof err)) td_fail("%s", err);
+  td_gpt_param_count c = td_gpt_count_params(cfg, lay);
+  uint64_t table_bytes = td_sat_mul(td_sat_mul(c.n_tensors, 2), sizeof(td_gpt_tensor));
+  td_bytes_text(table_bytes, table, sizeof table);
+  snprintf(detail, sizeof detail, "%llu fp32 parameters in %lld layers, a table of %llu tensors: %s",
+           (unsigned long long)c.num_params, (long long)cfg->num_layers,
+           (unsigned long long)c.n_tensors, table);
+  if (td_memory_check(td_sat_add(td_sat_mul(c.flat_numel, sizeof(float)), table_bytes), 1,
+                      "the model", detail, err, sizeof err) ||
+      td_gpt_check_layers(cfg, "the number of layers", err, sizeof err))
+    td_fail("%s", err);
+}
+
 td_gpt_tensor *td_gpt_single_tensors(const td_gpt_config *cfg, int *n, int64_t *flat_numel) {
   td_gpt m;
   memset(&m, 0, sizeof m);
   m.cfg = *cfg;
   m.lay = td_gpt_layout_single(cfg);
+  check_single(cfg, &m.lay);
   td_gpt_build_tensors(&m);
   *n = m.n_tensors;
   *flat_numel = m.flat_numel;

@@ -2,14 +2,18 @@
 #include "model/hf_convert.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "base/checked.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/mem.h"
+#include "base/memory_limit.h"
 #include "base/safetensors.h"
 #include "model/gpt_config.h"
+#include "model/gpt_impl.h"
 
 #define HF_PATH 4096
 #define HF_MAX_FILES 256
@@ -163,7 +167,9 @@ static int cfg_int(const cfg_reader *r, const char *key, int64_t dflt, int64_t *
   const cJSON *v = cfg_item(r, key);
   if (!v && dflt > 0) return *out = dflt, 0;
   if (!v) return td_errorf(r->err, r->errlen, "%s: \"%s\" is missing", r->path, key);
-  if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble != (double)(int64_t)v->valuedouble)
+  /* range first: converting 1e30 to int64_t is undefined */
+  if (!cJSON_IsNumber(v) || !(v->valuedouble >= 1 && v->valuedouble < 9.2e18) ||
+      v->valuedouble != floor(v->valuedouble))
     return td_errorf(r->err, r->errlen, "%s: \"%s\" must be a positive integer", r->path, key);
   *out = (int64_t)v->valuedouble;
   return 0;
@@ -232,11 +238,39 @@ static int cfg_sizes(const cfg_reader *r, td_gpt_config *c, int64_t *vocab) {
       cfg_int(r, "n_embd", 0, &c->hidden) || cfg_int(r, "vocab_size", 0, vocab) ||
       cfg_int(r, "n_ctx", 1, &ctx) ||
       cfg_int(r, "n_positions", ctx > 1 ? ctx : 0, &c->max_positions) ||
-      cfg_int(r, "n_inner", 4 * c->hidden, &c->ffn_hidden))
+      cfg_int(r, "n_inner", c->hidden <= TD_GPT_MAX_HIDDEN ? 4 * c->hidden : 1, &c->ffn_hidden))
     return -1;
   if (c->hidden % c->heads)
     return td_errorf(r->err, r->errlen, "%s: n_embd %lld is not divisible by n_head %lld", r->path,
                      (long long)c->hidden, (long long)c->heads);
+  return 0;
+}
+
+/* The sizes against trident's limits (model/gpt_config.h) under config.json's
+ * names, then the memory the import takes: the parameters (fp32, padded
+ * vocabulary), the buffer of the largest tensor as read, and the tensor table;
+ * refused before anything is allocated, a billion n_layer included. */
+static int cfg_limits(const cfg_reader *r, const td_gpt_config *c, int64_t divisible_by) {
+  static const char *const names[TD_GPT_SIZE_COUNT] = {
+      "\"n_layer\"", "\"n_embd\"", "\"n_head\"", "\"n_inner\"", "\"n_positions\"",
+      "\"n_positions\"", "the padded \"vocab_size\" (a multiple of --make-vocab-size-divisible-by)",
+      "micro-batch"};
+  char why[768], detail[256];
+  if (td_gpt_check_sizes(c, 0, names, why, sizeof why))
+    return td_errorf(r->err, r->errlen, "%s: %s", r->path, why);
+  td_gpt_layout lay = td_gpt_layout_single(c);
+  td_gpt_param_count n = td_gpt_count_params(c, &lay);
+  uint64_t bytes = td_sat_add(td_sat_mul(td_sat_add(n.flat_numel, n.largest), sizeof(float)),
+                              td_sat_mul(td_sat_mul(n.n_tensors, 2), sizeof(td_gpt_tensor)));
+  snprintf(detail, sizeof detail,
+           "%llu fp32 parameters of n_layer %lld, n_embd %lld, n_inner %lld, n_positions %lld, "
+           "vocab_size padded to %lld (--make-vocab-size-divisible-by %lld)",
+           (unsigned long long)n.num_params, (long long)c->num_layers, (long long)c->hidden,
+           (long long)c->ffn_hidden, (long long)c->max_positions, (long long)c->vocab_size,
+           (long long)divisible_by);
+  if (td_memory_check(bytes, 1, "importing this model", detail, why, sizeof why) ||
+      td_gpt_check_layers(c, "\"n_layer\"", why, sizeof why))
+    return td_errorf(r->err, r->errlen, "%s: %s", r->path, why);
   return 0;
 }
 
@@ -255,7 +289,7 @@ static int parse_config(td_hf_gpt2 *h, const cJSON *root, const char *path, int6
   c->untie_embeddings = !tie;
   c->seq_len = c->max_positions;
   c->vocab_size = td_gpt_padded_vocab(h->vocab, divisible_by, 1);
-  return 0;
+  return cfg_limits(&r, c, divisible_by);
 }
 
 static int read_config(td_hf_gpt2 *h, const char *dir, int64_t divisible_by, char *err,

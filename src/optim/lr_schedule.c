@@ -28,7 +28,34 @@ static double decay_coeff(const td_lr_schedule *s, double step) {
   return wsd_coeff(s->wsd_style, (step - anneal_start) / s->wsd_decay_steps);
 }
 
+/* DeepSpeed's warmup fraction g(i) for 0 <= i < W. */
+static double ds_warmup_gamma(const td_ds_lr *s, double i) {
+  return s->linear_warmup ? i / s->warmup_steps : log(i + 1.0) / log(s->warmup_steps);
+}
+
+static double ds_cosine_ratio(const td_ds_lr *s, double i) {
+  if (i < 0) return 0.0; /* WarmupCosineLR's rate before the first step */
+  if (i < s->warmup_steps)
+    return s->warmup_min_ratio + ds_warmup_gamma(s, i) * (1.0 - s->warmup_min_ratio);
+  double p = fmin(1.0, (i - s->warmup_steps + 1.0) / fmax(1.0, s->total_steps - s->warmup_steps));
+  return fmax(0.0, s->cos_min_ratio + (1.0 - s->cos_min_ratio) * (1.0 + cos(M_PI * p)) / 2.0);
+}
+
+double td_ds_lr_at_iteration(const td_ds_lr *s, double i) {
+  if (s->type == TD_DS_LR_WARMUP_COSINE) return s->base_lr * ds_cosine_ratio(s, i);
+  double g = 1.0;
+  if (i < 0)
+    g = 0.0; /* WarmupLR's rate before the first step: warmup_min_lr */
+  else if (i < s->warmup_steps)
+    g = ds_warmup_gamma(s, i);
+  else if (s->type == TD_DS_LR_WARMUP_DECAY)
+    g = fmax(0.0, (s->total_steps - i) / fmax(1.0, s->total_steps - s->warmup_steps));
+  return s->min_lr + (s->max_lr - s->min_lr) * g;
+}
+
 double td_lr_at(const td_lr_schedule *s, double step) {
+  if (s->ds.type != TD_DS_LR_NONE) /* step k runs with iteration k - 1's rate */
+    return td_ds_lr_at_iteration(&s->ds, floor(step / s->ds.samples_per_step + 0.5) - 1.0);
   if (s->warmup_steps > 0 && step <= s->warmup_steps)
     return s->init_lr + (s->max_lr - s->init_lr) * step / s->warmup_steps;
   if (s->style == TD_LR_CONSTANT) return s->max_lr;

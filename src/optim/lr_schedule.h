@@ -31,15 +31,54 @@ typedef enum { TD_WSD_EXPONENTIAL, TD_WSD_LINEAR, TD_WSD_COSINE, TD_WSD_MINUS_SQ
 extern const char *const td_lr_style_names[];
 extern const char *const td_wsd_style_names[];
 
+/* DeepSpeed's schedules (deepspeed/runtime/lr_schedules.py), used when a
+ * DeepSpeed JSON config names one (train/ds_config.h). They count optimizer
+ * steps, not samples. DeepSpeed sets the rate at construction (iteration -1)
+ * and after every applied step, so the optimizer step k (0-based, skipped fp16
+ * steps not counted) runs with the rate of iteration i = k - 1. With W =
+ * max(2, warmup_num_steps), T = total_num_steps and the warmup fraction
+ *   g(i) = log(i + 1) / log(W)   (warmup_type "log", DeepSpeed's default)
+ *   g(i) = i / W                 (warmup_type "linear"):
+ *   WarmupLR:       i < 0: min;  i < W: min + (max - min) g(i);  else max
+ *   WarmupDecayLR:  as WarmupLR while i < W, then
+ *                   min + (max - min) * max(0, (T - i) / max(1, T - W))
+ *   WarmupCosineLR: base * r, with i < 0: r = 0;  i < W: r = wmin + (1 - wmin) g(i);
+ *                   else p = min(1, (i - W + 1) / max(1, T - W)),
+ *                   r = max(0, cmin + (1 - cmin) (1 + cos(pi p)) / 2)
+ * (min, max: warmup_min_lr, warmup_max_lr; base: the optimizer's lr; wmin,
+ * cmin: warmup_min_ratio, cos_min_ratio). */
+typedef enum {
+  TD_DS_LR_NONE, /* Megatron's schedule (the fields above) */
+  TD_DS_LR_WARMUP,
+  TD_DS_LR_WARMUP_DECAY,
+  TD_DS_LR_WARMUP_COSINE
+} td_ds_lr_type;
+
+typedef struct {
+  td_ds_lr_type type;
+  int linear_warmup;                 /* warmup_type "linear"; 0: "log" */
+  double min_lr, max_lr;             /* WarmupLR, WarmupDecayLR */
+  double base_lr;                    /* WarmupCosineLR: the optimizer's lr */
+  double warmup_min_ratio, cos_min_ratio; /* WarmupCosineLR */
+  double warmup_steps;               /* W: warmup_num_steps, at least 2 (as DeepSpeed) */
+  double total_steps;                /* T: total_num_steps (WarmupDecayLR, WarmupCosineLR) */
+  double samples_per_step;           /* the global batch: trident's step counter is in samples */
+} td_ds_lr;
+
+/* DeepSpeed's get_lr() at last_batch_iteration i (-1: before the first step). */
+double td_ds_lr_at_iteration(const td_ds_lr *s, double i);
+
 typedef struct {
   double init_lr, max_lr, min_lr;
   double warmup_steps, decay_steps; /* in samples; decay_steps > warmup_steps */
   double wsd_decay_steps;           /* WSD only: length of the annealing phase */
   td_lr_style style;
   td_wsd_style wsd_style;
+  td_ds_lr ds; /* type != TD_DS_LR_NONE: DeepSpeed's schedule instead of the above */
 } td_lr_schedule;
 
-/* The learning rate after `step` samples. */
+/* The learning rate after `step` samples (DeepSpeed's schedules: after step /
+ * samples_per_step applied optimizer steps). */
 double td_lr_at(const td_lr_schedule *s, double step);
 
 /* Megatron's weight-decay schedule (OptimizerParamScheduler.get_wd), over

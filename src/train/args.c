@@ -6,9 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/checked.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "data/blend.h"
+#include "model/gpt_config.h"
+#include "train/ds_config.h"
 
 /* ------------------------------------------------------------------ the table */
 
@@ -69,6 +72,7 @@ static const char *const k_wd_styles[] = {"constant", "linear", "cosine", NULL};
 static const char *const k_attention_backends[] = {"flash", "fused", "unfused", "local", "auto", NULL};
 static const char *const k_rerun_modes[] = {"disabled", "validate_results", "report_stats", NULL};
 static const char *const k_recompute_methods[] = {"uniform", "block", NULL};
+static const char *const k_devices[] = {"auto", "cpu", "cuda", NULL}; /* td_args.device */
 
 #define F(field) offsetof(td_args, field)
 #define INT(field) .k = K_INT, .off = F(field)
@@ -85,7 +89,7 @@ static const char *const k_recompute_methods[] = {"uniform", "block", NULL};
 #define NOTE_TB_DEFAULT "written by default with --tensorboard-dir"
 #define NOTE_SCHEDULER "the schedule comes from the command line; the checkpoint gives its step count"
 #define NOTE_WANDB "Weights & Biases is not built in; the scalars go to stdout and to --tensorboard-dir"
-#define NOTE_NAN "a step whose gradient norm is not finite is always skipped and counted in the log line"
+#define NOTE_NAN "on by default, as in Megatron: a NaN or Inf loss (or, in fp32 and bf16, gradient norm) stops the run"
 
 // clang-format off
 static const flag k_flags[] = {
@@ -137,6 +141,8 @@ static const flag k_flags[] = {
      .help = "exit after an iteration divisible by N"},
     {.name = "seed", INT(seed), .def = "1234", .c = C_NONNEG, .g = G_TRAIN, .meta = "N",
      .help = "seed of initialisation, dropout and data order"},
+    {.name = "device", CHOICE(device), .defdoc = "$TRIDENT_DEVICE, else auto", .choices = k_devices, .g = G_TRAIN, .meta = "D",
+     .help = "where the model runs: cpu, cuda, or auto (cuda when built in and a GPU is visible)"},
     {.name = "optimizer", CHOICE(optimizer), .def = "adam", .choices = k_optimizers, .g = G_TRAIN, .meta = "NAME",
      .help = "Adam with decoupled weight decay (AdamW), fp32 state"},
     {.name = "weight-decay", FLOAT(weight_decay), .def = "0.01", .c = C_NONNEG, .g = G_TRAIN, .meta = "W",
@@ -285,9 +291,19 @@ static const flag k_flags[] = {
     {.name = "use-distributed-optimizer", BOOL(use_distributed_optimizer), .g = G_PARALLEL,
      .help = "ZeRO-1: shard the Adam state over the data-parallel ranks"},
     {.name = "deepspeed", BOOL(deepspeed), .g = G_PARALLEL,
-     .help = "DeepSpeed JSON configs (not read yet: refused)"},
+     .help = "apply a DeepSpeed JSON config (--deepspeed_config); docs/deepspeed.md"},
     {.name = "deepspeed_config", .alias = "deepspeed-config", STR(deepspeed_config), .g = G_PARALLEL, .meta = "FILE",
-     .help = "DeepSpeed JSON config (not read yet: refused)"},
+     .help = "DeepSpeed JSON config (batch, precision, clipping, optimizer, schedule, ZeRO), with --deepspeed"},
+    {.name = "deepspeed_config_dict", .alias = "deepspeed-config-dict", STR(deepspeed_config_dict), .g = G_PARALLEL, .meta = "JSON",
+     .help = "the DeepSpeed config given inline, instead of --deepspeed_config"},
+    {.name = "checkpoint-activations", BOOL(checkpoint_activations), .g = G_PARALLEL,
+     .help = "Megatron-DeepSpeed: full recomputation, uniform chunks of --checkpoint-num-layers"},
+    {.name = "checkpoint-num-layers", INT(checkpoint_num_layers), .def = "1", .c = C_POS, .g = G_PARALLEL, .meta = "N",
+     .help = "layers per recomputed chunk with --checkpoint-activations"},
+    {.name = "deepspeed-activation-checkpointing", BOOL(deepspeed_activation_checkpointing), .g = G_PARALLEL,
+     .help = "Megatron-DeepSpeed: DeepSpeed's checkpointing for --checkpoint-activations (trident's recomputation runs, with a note)"},
+    {.name = "no-pipeline-parallel", NOTE, .g = G_COMPAT,
+     .note = "Megatron-DeepSpeed's switch off DeepSpeed's pipeline engine; trident's own 1F1B schedule runs the --pipeline-model-parallel-size stages either way"},
     {.name = "zero-stage", CHOICE(zero_stage), .def = "0", .choices = k_zero_stages, .g = G_PARALLEL, .meta = "N",
      .help = "ZeRO stage: 1 shards the Adam state (2 and 3 run as 1, with a note)"},
     {.name = "recompute-activations", BOOL(recompute_activations), .g = G_PARALLEL,
@@ -322,8 +338,8 @@ static const flag k_flags[] = {
      .note = "gradients are always accumulated and reduced in fp32 here"},
     {.name = "use-cpu-initialization", NOTE, .g = G_COMPAT,
      .note = "weights are always initialised on the host from the global seed, identical for every TP/PP layout"},
-    {.name = "distributed-timeout-minutes", NOTE, .c = C_POS, .g = G_COMPAT, .meta = "N",
-     .note = "MPI has no collective timeout; a failing rank aborts every rank instead"},
+    {.name = "distributed-timeout-minutes", FLOAT(distributed_timeout_minutes), .def = "10", .c = C_POS, .g = G_PARALLEL, .meta = "M",
+     .help = "a communication call blocked this long (a lost rank or host) ends the job with a message naming it; fractions allowed"},
     {.name = "no-async-tensor-model-parallel-allreduce", NOTE, .g = G_COMPAT,
      .note = "deprecated in Megatron as well; ignored"},
     {.name = "empty-unused-memory-level", NOTE, .choices = k_levels, .g = G_COMPAT, .meta = "L",
@@ -386,7 +402,8 @@ static const flag k_flags[] = {
     {.name = "calculate-per-token-loss", NOTE, .g = G_COMPAT,
      .note = "the lm loss is always the per-token mean over the global batch, what this flag selects in Megatron"},
     {.name = "check-for-nan-in-loss-and-grad", NOTE, .g = G_COMPAT, .note = NOTE_NAN},
-    {.name = "no-check-for-nan-in-loss-and-grad", NOTE, .g = G_COMPAT, .note = NOTE_NAN},
+    {.name = "no-check-for-nan-in-loss-and-grad", BOOL(no_check_for_nan_in_loss_and_grad), .g = G_LOG,
+     .help = "skip (and count as nan iterations) steps whose loss or gradient norm is NaN or Inf, instead of stopping"},
     {.name = "log-progress", NOTE, .g = G_COMPAT,
      .note = "no progress.txt is written; the log line gives the progress"},
     {.name = "log-straggler", NOTE, .g = G_COMPAT,
@@ -648,6 +665,8 @@ void td_args_free(td_args *a) {
                          &a->test_data_path};
   for (int i = 0; i < 4; i++)
     free_list(lists[i]);
+  td_ds_config_free(a->ds);
+  a->ds = NULL;
 }
 
 /* ------------------------------------------------------------------ validation */
@@ -751,9 +770,9 @@ static int check_split(const td_args *a, char *err, size_t errlen) {
 }
 
 static int check_layout(td_args *a, int world_size, char *err, size_t errlen) {
-  int64_t tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
+  int64_t tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size, mp;
   if (check_split(a, err, errlen)) return -1;
-  if (world_size % (tp * pp))
+  if (td_mul_i64(tp, pp, &mp) || world_size % mp)
     return td_errorf(err, errlen,
                 "%d ranks cannot be split into --tensor-model-parallel-size %lld x "
                 "--pipeline-model-parallel-size %lld groups",
@@ -765,7 +784,12 @@ static int check_layout(td_args *a, int world_size, char *err, size_t errlen) {
 }
 
 static int check_batch(td_args *a, char *err, size_t errlen) {
-  int64_t per_step = a->micro_batch_size * a->data_parallel_size;
+  int64_t per_step;
+  if (td_mul_i64(a->micro_batch_size, a->data_parallel_size, &per_step))
+    return td_errorf(err, errlen,
+                     "--micro-batch-size %lld x data-parallel size %lld samples per step overflow "
+                     "a 64-bit count",
+                     (long long)a->micro_batch_size, (long long)a->data_parallel_size);
   if (a->global_batch_size == TD_UNSET) a->global_batch_size = per_step;
   if (a->global_batch_size % per_step)
     return td_errorf(err, errlen,
@@ -783,7 +807,29 @@ static int check_batch(td_args *a, char *err, size_t errlen) {
   return 0;
 }
 
+/* The flag (with its value) that set the warmup, or the decay, for messages. */
+static const char *warmup_flag(const td_args *a, char *out, size_t n) {
+  int by_iters = a->train_samples == TD_UNSET;
+  if (!isnan(a->lr_warmup_fraction))
+    snprintf(out, n, "--lr-warmup-fraction %g", a->lr_warmup_fraction);
+  else
+    snprintf(out, n, "--lr-warmup-%s %lld", by_iters ? "iters" : "samples",
+             (long long)(by_iters ? a->lr_warmup_iters : a->lr_warmup_samples));
+  return out;
+}
+
+static const char *decay_flag(const td_args *a, char *out, size_t n) {
+  int by_iters = a->train_samples == TD_UNSET;
+  snprintf(out, n, "--lr-decay-%s %lld%s", by_iters ? "iters" : "samples",
+           (long long)(by_iters ? a->lr_decay_iters : a->lr_decay_samples),
+           td_args_given(a, by_iters ? "lr-decay-iters" : "lr-decay-samples")
+               ? ""
+               : by_iters ? " (default: --train-iters)" : " (default: --train-samples)");
+  return out;
+}
+
 static int check_schedule(td_args *a, char *err, size_t errlen) {
+  char wflag[64], dflag[96];
   if (a->train_samples == TD_UNSET && a->lr_decay_iters == TD_UNSET)
     a->lr_decay_iters = a->train_iters;
   if (a->train_samples != TD_UNSET && a->lr_decay_samples == TD_UNSET)
@@ -796,11 +842,12 @@ static int check_schedule(td_args *a, char *err, size_t errlen) {
                 "--lr-decay-style WSD needs --lr-wsd-decay-iters (or --lr-wsd-decay-samples)");
   td_lr_schedule s;
   td_args_lr_schedule(a, &s);
-  if (s.warmup_steps >= s.decay_steps)
+  if (s.ds.type == TD_DS_LR_NONE && s.warmup_steps >= s.decay_steps) /* DeepSpeed's: its own rules */
     return td_errorf(err, errlen,
                 "the learning-rate warmup (%.0f samples) must be shorter than the decay (%.0f "
-                "samples): check --lr-warmup-* against --lr-decay-*",
-                s.warmup_steps, s.decay_steps);
+                "samples): check %s against %s",
+                s.warmup_steps, s.decay_steps, warmup_flag(a, wflag, sizeof wflag),
+                decay_flag(a, dflag, sizeof dflag));
   return 0;
 }
 
@@ -862,12 +909,6 @@ static int check_data(td_args *a, char *err, size_t errlen) {
 static int check_run(td_args *a, char *err, size_t errlen) {
   if (a->save && a->save_interval == TD_UNSET)
     return td_errorf(err, errlen, "--save needs --save-interval N (as in Megatron)");
-  if (a->deepspeed || a->deepspeed_config)
-    return td_errorf(err, errlen,
-                     "--%s: trident does not read DeepSpeed JSON configs yet (ZeRO and offload "
-                     "are not built); give the batch, precision and optimizer settings as "
-                     "Megatron flags instead",
-                     a->deepspeed ? "deepspeed" : "deepspeed_config");
   if (a->use_distributed_optimizer && a->zero_stage == 0) a->zero_stage = 1;
   return 0;
 }
@@ -877,6 +918,11 @@ static int check_run(td_args *a, char *err, size_t errlen) {
  * takes neither. */
 static int check_recompute(td_args *a, char *err, size_t errlen) {
   if (a->recompute_activations) a->recompute_granularity = TD_GRANULARITY_SELECTIVE;
+  if (a->checkpoint_activations) { /* Megatron-DeepSpeed's: full, in chunks of N layers */
+    a->recompute_granularity = TD_GRANULARITY_FULL;
+    if (a->recompute_method < 0) a->recompute_method = 0;
+    if (a->recompute_num_layers == TD_UNSET) a->recompute_num_layers = a->checkpoint_num_layers;
+  }
   int64_t stage_layers = a->num_layers / a->pipeline_model_parallel_size;
   if (a->recompute_granularity == TD_GRANULARITY_SELECTIVE &&
       (a->recompute_method >= 0 || a->recompute_num_layers != TD_UNSET))
@@ -888,11 +934,18 @@ static int check_recompute(td_args *a, char *err, size_t errlen) {
   if (a->recompute_method < 0)
     return td_errorf(err, errlen,
                      "--recompute-granularity full needs --recompute-method uniform or block");
+  char got[64] = ""; /* the value and the flag it came from */
+  if (a->recompute_num_layers != TD_UNSET)
+    snprintf(got, sizeof got, "; got --%s %lld",
+             a->checkpoint_activations && !td_args_given(a, "recompute-num-layers")
+                 ? "checkpoint-num-layers"
+                 : "recompute-num-layers",
+             (long long)a->recompute_num_layers);
   if (a->recompute_num_layers == TD_UNSET || a->recompute_num_layers > stage_layers)
     return td_errorf(err, errlen,
                      "--recompute-granularity full needs --recompute-num-layers between 1 and the "
-                     "layers per pipeline stage (%lld)",
-                     (long long)stage_layers);
+                     "layers per pipeline stage (%lld)%s",
+                     (long long)stage_layers, got);
   return 0;
 }
 
@@ -928,10 +981,99 @@ static int check_weight_decay(td_args *a, char *err, size_t errlen) {
   return 0;
 }
 
+/* ------------------------------------------------------------------ sizes
+ * Every size flag is bounded before anything is computed from it: a product
+ * that wraps would size a buffer too small, or a cast to int would turn a
+ * count negative (model/gpt_config.h has the model's limits and why). Values
+ * that are only compared or counted against (intervals, iterations) are free. */
+
+/* int fields downstream: the loss scaler's window and hysteresis. */
+static int check_int_fields(const td_args *a, char *err, size_t errlen) {
+  const char *names[] = {"loss-scale-window", "hysteresis"};
+  const int64_t v[] = {a->loss_scale_window, a->hysteresis};
+  for (int i = 0; i < 2; i++)
+    if (v[i] > INT32_MAX)
+      return td_errorf(err, errlen, "--%s %lld is too large: at most %d (the loss scaler counts "
+                       "steps in a 32-bit int)", names[i], (long long)v[i], INT32_MAX);
+  return 0;
+}
+
+/* --vocab-size N: ids 0..N, the end-of-document token being N; padded to a
+ * multiple of --make-vocab-size-divisible-by x TP. Token ids are int32. */
+static int check_vocab(const td_args *a, char *err, size_t errlen) {
+  int64_t m, padded = 0;
+  if (td_mul_i64(a->make_vocab_size_divisible_by, a->tensor_model_parallel_size, &m) ||
+      m > TD_GPT_MAX_DIM)
+    return td_errorf(err, errlen,
+                     "--make-vocab-size-divisible-by %lld x --tensor-model-parallel-size %lld is "
+                     "too large: the vocabulary is padded to a multiple of it, and token ids are "
+                     "32-bit ints (at most %d)",
+                     (long long)a->make_vocab_size_divisible_by,
+                     (long long)a->tensor_model_parallel_size, INT32_MAX);
+  if (a->vocab_size == TD_UNSET) return 0; /* the tokenizer's: checked when the model is built */
+  if (a->vocab_size > TD_GPT_MAX_DIM - 1)
+    return td_errorf(err, errlen,
+                     "--vocab-size %lld is too large: at most %d (token ids are 32-bit ints, and "
+                     "the end-of-document token takes id --vocab-size)",
+                     (long long)a->vocab_size, INT32_MAX - 1);
+  padded = (a->vocab_size + m) / m * m; /* N + 1 tokens, rounded up */
+  if (padded > TD_GPT_MAX_DIM)
+    return td_errorf(err, errlen,
+                     "--vocab-size %lld padded to a multiple of --make-vocab-size-divisible-by "
+                     "%lld x --tensor-model-parallel-size %lld is %lld tokens: at most %d (token "
+                     "ids are 32-bit ints)",
+                     (long long)a->vocab_size, (long long)a->make_vocab_size_divisible_by,
+                     (long long)a->tensor_model_parallel_size, (long long)padded, INT32_MAX);
+  return 0;
+}
+
+/* The model's sizes under their flag names (td_gpt_check_sizes), the default
+ * --ffn-hidden-size (4 x hidden) only once the hidden size is known to fit. */
+static int check_sizes(const td_args *a, char *err, size_t errlen) {
+  if (check_int_fields(a, err, errlen) || check_vocab(a, err, errlen)) return -1;
+  td_gpt_config c = {.num_layers = a->num_layers, .hidden = a->hidden_size,
+                     .heads = a->num_attention_heads, .ffn_hidden = a->ffn_hidden_size,
+                     .seq_len = a->seq_length, .max_positions = a->max_position_embeddings,
+                     .vocab_size = 1};
+  const char *names[TD_GPT_SIZE_COUNT];
+  memcpy(names, td_gpt_flag_names, sizeof names);
+  if (c.ffn_hidden == TD_UNSET) { /* name the default, which the user did not type */
+    c.ffn_hidden = c.hidden <= TD_GPT_MAX_HIDDEN ? 4 * c.hidden : 1;
+    names[TD_GPT_SIZE_FFN] = "--ffn-hidden-size (by default 4 x --hidden-size)";
+  }
+  return td_gpt_check_sizes(&c, a->micro_batch_size, names, err, errlen);
+}
+
+/* Megatron's sample counts (td_gpt_num_samples) and one global batch's tokens
+ * must fit 64 bits: train = iterations x global batch, validation = (train-iters
+ * / eval-interval + 1) x eval-iters x global batch. */
+static int check_samples(const td_args *a, char *err, size_t errlen) {
+  int64_t gbs = a->global_batch_size, n, evals = a->train_iters / a->eval_interval + 1;
+  if (td_mul_i64(a->train_iters, gbs, &n))
+    return td_errorf(err, errlen,
+                     "--train-iters %lld x --global-batch-size %lld samples overflow a 64-bit "
+                     "count",
+                     (long long)a->train_iters, (long long)gbs);
+  if (td_mul_i64(a->eval_iters, gbs, &n) || td_mul_i64(evals, n, &n))
+    return td_errorf(err, errlen,
+                     "--eval-iters %lld x --global-batch-size %lld x %lld evaluations (--train-iters "
+                     "/ --eval-interval + 1) validation samples overflow a 64-bit count",
+                     (long long)a->eval_iters, (long long)gbs, (long long)evals);
+  if (td_mul_i64(gbs, a->seq_length + 1, &n))
+    return td_errorf(err, errlen,
+                     "--global-batch-size %lld x --seq-length %lld tokens per iteration overflow a "
+                     "64-bit count",
+                     (long long)gbs, (long long)a->seq_length);
+  return 0;
+}
+
 int td_args_validate(td_args *a, int world_size, char *err, size_t errlen) {
-  if (check_refused(a, err, errlen) || check_weight_decay(a, err, errlen) ||check_required(a, err, errlen) || check_model(a, err, errlen) ||
+  /* the DeepSpeed config first: it sets the flags the checks below read (the
+   * data-parallel size of its batch identity comes from world_size) */
+  if (check_refused(a, err, errlen) || td_ds_config_apply(a, world_size, err, errlen) ||
+      check_weight_decay(a, err, errlen) || check_required(a, err, errlen) || check_sizes(a, err, errlen) || check_model(a, err, errlen) ||
       check_precision(a, err, errlen) || check_length(a, err, errlen) ||
-      check_layout(a, world_size, err, errlen) || check_batch(a, err, errlen) ||
+      check_layout(a, world_size, err, errlen) || check_batch(a, err, errlen) || check_samples(a, err, errlen) ||
       check_schedule(a, err, errlen) || check_tokenizer(a, err, errlen) ||
       check_data(a, err, errlen) || check_run(a, err, errlen) ||
       check_recompute(a, err, errlen))
@@ -942,6 +1084,7 @@ int td_args_validate(td_args *a, int world_size, char *err, size_t errlen) {
 /* ------------------------------------------------------------------ derived objects */
 
 void td_args_lr_schedule(const td_args *a, td_lr_schedule *s) {
+  if (td_ds_config_lr_schedule(a->ds, a, s)) return; /* the config's scheduler replaces Megatron's */
   int by_iters = a->train_samples == TD_UNSET;
   double gbs = (double)a->global_batch_size;
   double decay = by_iters ? (double)a->lr_decay_iters * gbs : (double)a->lr_decay_samples;
@@ -966,6 +1109,7 @@ void td_args_wd_schedule(const td_args *a, td_wd_schedule *s) {
 }
 
 void td_args_loss_scaler(const td_args *a, td_loss_scaler *s) {
+  if (td_ds_config_loss_scaler(a->ds, s)) return; /* DeepSpeed's rule, from the config's fp16 */
   if ((a->fp16 || a->bf16) && !isnan(a->loss_scale))
     td_loss_scaler_init_constant(s, (float)a->loss_scale);
   else if (a->fp16)
@@ -989,7 +1133,8 @@ void td_args_print_notes(const td_args *a, FILE *f) {
   if (td_args_given(a, "sequence-parallel") && a->tensor_model_parallel_size == 1)
     fprintf(f, "trident: note: --sequence-parallel: off, because tensor parallelism is off (as in "
                "Megatron)\n");
-  if (a->zero_stage > 1)
+  td_ds_config_print_notes(a->ds, f);
+  if (a->zero_stage > 1 && (!a->ds || td_args_given(a, "zero-stage"))) /* else the config's note */
     fprintf(f, "trident: note: --zero-stage %d: stages 2 and 3 (sharded gradients and parameters) "
                "are not built yet; running stage 1 (sharded optimizer state)\n",
             a->zero_stage);
@@ -1093,4 +1238,10 @@ cJSON *td_args_to_json(const td_args *a) {
   cJSON_AddNumberToObject(o, "data_parallel_size", (double)a->data_parallel_size);
   cJSON_AddNumberToObject(o, "num_micro_batches", (double)a->num_micro_batches);
   return o;
+}
+
+const char *td_args_device(const td_args *a) {
+  if (a->device >= 0) return k_devices[a->device];
+  const char *e = getenv("TRIDENT_DEVICE");
+  return e && *e ? e : "auto";
 }

@@ -54,6 +54,7 @@ typedef struct {
   /* training */
   int64_t micro_batch_size, global_batch_size, train_iters, train_samples, exit_interval, seed;
   int optimizer; /* index into {"adam"} */
+  int device;    /* --device: index into {"auto", "cpu", "cuda"}, or -1 (td_args_device) */
   double weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad;
   double start_weight_decay, end_weight_decay; /* default: weight_decay */
   int weight_decay_incr_style;                 /* 0 constant, 1 linear, 2 cosine */
@@ -80,6 +81,8 @@ typedef struct {
   int no_load_optim, no_load_rng, finetune, log_throughput;
   int log_params_norm, log_num_zeros_in_grad, exit_signal_handler;
   int no_save_optim, no_save_rng, exit_on_missing_checkpoint;
+  int no_check_for_nan_in_loss_and_grad; /* skip non-finite steps instead of stopping */
+  double distributed_timeout_minutes;     /* the communication watchdog (comm/watchdog.h) */
   double exit_duration_in_mins; /* Megatron's is an int; a fraction is accepted */
   const char *tensorboard_dir;
   int64_t tensorboard_log_interval;
@@ -93,7 +96,12 @@ typedef struct {
   int recompute_granularity; /* td_recompute_granularity, or -1: none */
   int recompute_method;      /* 0 uniform, 1 block, or -1 */
   int64_t recompute_num_layers;
-  const char *deepspeed_config;
+  /* Megatron-DeepSpeed: --deepspeed with --deepspeed_config FILE or --deepspeed_config_dict
+   * JSON (train/ds_config.h); --checkpoint-activations is its full recomputation */
+  const char *deepspeed_config, *deepspeed_config_dict;
+  int checkpoint_activations, deepspeed_activation_checkpointing;
+  int64_t checkpoint_num_layers;
+  struct td_ds_config_s *ds; /* the applied DeepSpeed config (td_args_validate), or NULL */
   int help; /* --help / -h was given: print td_args_print_help, nothing else is checked */
 
   /* derived by td_args_validate */
@@ -115,6 +123,10 @@ void td_args_free(td_args *a);
 
 /* Was --name (without dashes; either spelling) given on the command line? */
 int td_args_given(const td_args *a, const char *name);
+
+/* The device asked for: --device, else $TRIDENT_DEVICE, else "auto" (a name for
+ * td_device_open; an unknown TRIDENT_DEVICE is left for it to refuse). */
+const char *td_args_device(const td_args *a);
 
 /* One line per accepted-but-inert flag that was given, saying what it means here. */
 void td_args_print_notes(const td_args *a, FILE *f);

@@ -1,7 +1,10 @@
 #include "train/checkpoint.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,12 @@
 #define RNG_NAME "rng_dp000.json"
 #define SLICES_NAME "slices.json"
 #define LATEST_FILE "latest_checkpointed_iteration.txt"
+#define METADATA_NAME "metadata.json"
+/* iter_XXXXXXX.tmp: a save in progress; iter_XXXXXXX.old: the published
+ * directory of an iteration being saved again, moved aside until the new one and
+ * the latest file are in place (see publish()). */
+#define TMP_SUFFIX ".tmp"
+#define ASIDE_SUFFIX ".old"
 
 /* Paths are at most CK_PATH bytes; a longer checkpoint directory is refused. */
 #define CK_PATH 4096
@@ -30,6 +39,23 @@ static void iter_dir(char *out, size_t n, const char *dir, int64_t iteration) {
 
 static void with_suffix(char *out, size_t n, const char *a, const char *suffix) {
   if ((size_t)snprintf(out, n, "%s%s", a, suffix) >= n) td_fail("checkpoint path too long: %s", a);
+}
+
+/* The names of one iteration: published, being written, and moved aside. */
+typedef struct {
+  char final[CK_PATH], tmp[CK_PATH], aside[CK_PATH];
+} iter_paths;
+
+static void paths_of(iter_paths *p, const char *dir, int64_t iteration) {
+  iter_dir(p->final, sizeof p->final, dir, iteration);
+  with_suffix(p->tmp, sizeof p->tmp, p->final, TMP_SUFFIX);
+  with_suffix(p->aside, sizeof p->aside, p->final, ASIDE_SUFFIX);
+}
+
+void td_checkpoint_path(char *out, size_t n, const char *dir, int64_t iteration, const char *rel) {
+  char d[CK_PATH];
+  iter_dir(d, sizeof d, dir, iteration);
+  path_join(out, n, d, rel);
 }
 
 /* Megatron's shard directory of TP rank t and pipeline stage p: "mp_rank_TT", or
@@ -208,6 +234,46 @@ static int write_text(const char *path, const char *text, char *err, size_t errl
   return td_write_file(path, text, strlen(text), err, errlen);
 }
 
+/* "got 1e+300", "got \"x\"", or "but it is missing": what a field holds, for a message. */
+static void got_text(char *out, size_t n, const cJSON *v) {
+  if (!v) {
+    snprintf(out, n, "but it is missing");
+    return;
+  }
+  char *j = cJSON_PrintUnformatted(v);
+  snprintf(out, n, "got %.40s%s", j ? j : "?", j && strlen(j) > 40 ? "..." : "");
+  free(j);
+}
+
+int td_ckpt_json_int(const cJSON *o, const char *key, const char *file, const char *field,
+                     int64_t lo, int64_t hi, int64_t *out, char *err, size_t errlen) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  /* compared as doubles first: casting one outside int64 is undefined */
+  double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+  if (isfinite(x) && x >= (double)lo && x <= (double)hi && x == floor(x)) {
+    *out = (int64_t)x;
+    return 0;
+  }
+  char got[64];
+  got_text(got, sizeof got, v);
+  return td_errorf(err, errlen, "%s: %s must be an integer from %lld to %lld, %s (the checkpoint is damaged)",
+                   file, field, (long long)lo, (long long)hi, got);
+}
+
+int td_ckpt_json_number(const cJSON *o, const char *key, const char *file, const char *field,
+                        double lo, double hi, double *out, char *err, size_t errlen) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+  if (isfinite(x) && x >= lo && x <= hi) {
+    *out = x;
+    return 0;
+  }
+  char got[64];
+  got_text(got, sizeof got, v);
+  return td_errorf(err, errlen, "%s: %s must be a number from %g to %g, %s (the checkpoint is damaged)",
+                   file, field, lo, hi, got);
+}
+
 td_ckpt_tensor td_ckpt_view_of(const td_gpt_tensor *v, float *flat) {
   td_ckpt_tensor c = {.name = v->name, .ndim = v->ndim, .data = flat + v->offset};
   for (int d = 0; d < v->ndim; d++) {
@@ -240,15 +306,142 @@ static int save_tensors(td_device *dev, const char *path, const td_ckpt_tensor *
   return rc;
 }
 
+/* A directory holds a complete checkpoint when its metadata.json is there: the
+ * commit renames it into place after every shard is on disk. */
+static int is_complete(const char *d) {
+  char p[CK_PATH];
+  path_join(p, sizeof p, d, METADATA_NAME);
+  return td_path_exists(p);
+}
+
+/* write path through path.tmp and a rename, so path is either the old file or
+ * the whole new one; fsynced. Returns 0; -1 when path is unchanged; -2 when it
+ * was replaced but its directory could not be flushed. err set on failure. */
+static int replace_file(const char *dir, const char *path, const char *text, char *err,
+                        size_t errlen) {
+  char ptmp[CK_PATH];
+  with_suffix(ptmp, sizeof ptmp, path, TMP_SUFFIX);
+  if (write_text(ptmp, text, err, errlen) || td_rename(ptmp, path, err, errlen)) {
+    char ignore[1024];
+    td_remove_tree(ptmp, ignore, sizeof ignore); /* no half-written temporary left behind */
+    return -1;
+  }
+  return td_fsync_dir(dir, err, errlen) ? -2 : 0;
+}
+
+/* A re-save of iteration N moves the published iter_N aside before renaming the
+ * new one in; a crash between the two renames leaves iter_N missing while the
+ * latest file may name it. Both copies are complete then: put the newer one (the
+ * .tmp) back, else the one aside. Several ranks may race here when loading: a
+ * failed rename is fine once iter_N is there. Returns 0 when iter_N is there (or
+ * was restored), 1 when it is missing and nothing can restore it, -1 with err set
+ * when a copy exists but could not be put back. */
+static int recover_iteration(const char *dir, int64_t it, char *err, size_t errlen) {
+  iter_paths p;
+  paths_of(&p, dir, it);
+  if (td_is_dir(p.final)) return 0;
+  const char *from = is_complete(p.tmp) ? p.tmp : is_complete(p.aside) ? p.aside : NULL;
+  if (!from) return 1;
+  char why[1024];
+  if (td_rename(from, p.final, why, sizeof why) == 0) {
+    td_fsync_dir(dir, why, sizeof why);
+    printf("  checkpoint %s: %s was missing (a save was interrupted while publishing it); "
+           "restored it from %s\n", dir, p.final, from);
+    fflush(stdout);
+    return 0;
+  }
+  if (td_is_dir(p.final)) return 0; /* another rank put it back first */
+  return td_errorf(err, errlen,
+                   "%s is missing (a save was interrupted while publishing it) and %s holds a "
+                   "complete copy, but putting it back failed: %s; rename %s to %s and load again",
+                   p.final, from, why, from, p.final);
+}
+
+/* The latest file's iteration: >= 0; -1 when there is no such file; -2 with err
+ * set when it cannot be read or does not hold an iteration number. */
+static int64_t read_latest(const char *dir, char *err, size_t errlen) {
+  char p[CK_PATH];
+  path_join(p, sizeof p, dir, LATEST_FILE);
+  char *text = td_read_file(p, NULL, err, errlen);
+  if (!text) return errno == ENOENT ? -1 : -2;
+  char *end;
+  errno = 0;
+  long long it = strtoll(text, &end, 10);
+  while (*end == '\n' || *end == ' ' || *end == '\r') end++;
+  /* digits only: strtoll would also take "-1", "+5" and leading blanks */
+  int bad = !isdigit((unsigned char)text[0]) || errno || *end || it > TD_CKPT_MAX_INT;
+  char shown[48];
+  size_t k = 0;
+  for (; text[k] && k < 32; k++) shown[k] = isprint((unsigned char)text[k]) ? text[k] : '?';
+  while (k > 0 && (text[k - 1] == '\n' || text[k - 1] == '\r')) k--; /* the usual newline */
+  shown[k] = 0;
+  td_free(text);
+  if (!bad) return it;
+  td_errorf(err, errlen, "%s: expected an iteration number (an integer from 0 to %lld, e.g. 100), "
+            "got \"%s\"; the checkpoint is damaged", p, (long long)TD_CKPT_MAX_INT, shown);
+  return -2;
+}
+
+/* iter_NNNNNNN.tmp or iter_NNNNNNN.old (7 to 18 digits, as iter_dir writes them):
+ * 1 (a save's temporary) or 2 (a copy aside) with the iteration; the latest
+ * file's temporary: 3; anything else: 0, never touched. */
+static int leftover_kind(const char *name, int64_t *it) {
+  if (!strcmp(name, LATEST_FILE TMP_SUFFIX)) return 3;
+  if (strncmp(name, "iter_", 5)) return 0;
+  const char *d = name + 5;
+  size_t n = 0;
+  while (isdigit((unsigned char)d[n])) n++;
+  if (n < 7 || n > 18) return 0;
+  *it = strtoll(d, NULL, 10);
+  return !strcmp(d + n, TMP_SUFFIX) ? 1 : !strcmp(d + n, ASIDE_SUFFIX) ? 2 : 0;
+}
+
+/* Leftovers of interrupted saves in dir: first every copy that still holds a
+ * checkpoint the directory lacks is put back (the latest file's iteration, and
+ * any iteration moved aside), then the rest is removed, with one line saying
+ * what. Nothing else in dir is touched. */
+static int clean_leftovers(const char *dir, char *err, size_t errlen) {
+  char ignore[1024], done[512] = "";
+  int64_t latest = read_latest(dir, ignore, sizeof ignore), it;
+  if (latest >= 0 && recover_iteration(dir, latest, err, errlen) < 0) return -1;
+  int n, rc = 0, removed = 0;
+  char **names = td_list_dir(dir, &n, err, errlen);
+  if (!names) return -1;
+  for (int i = 0; i < n && rc == 0; i++)
+    if (leftover_kind(names[i], &it) == 2 && recover_iteration(dir, it, err, errlen) < 0) rc = -1;
+  for (int i = 0; i < n && rc == 0; i++) {
+    char p[CK_PATH];
+    path_join(p, sizeof p, dir, names[i]);
+    if (!leftover_kind(names[i], &it) || !td_path_exists(p)) continue; /* gone: put back above */
+    rc = td_remove_tree(p, err, errlen);
+    if (rc == 0 && removed++ < 8)
+      snprintf(done + strlen(done), sizeof done - strlen(done), "%s%s", removed > 1 ? ", " : "", names[i]);
+  }
+  td_free_list(names, n);
+  if (removed) {
+    printf("  removed %d leftover%s of interrupted saves from %s: %s%s\n", removed,
+           removed > 1 ? "s" : "", dir, done, removed > 8 ? ", ..." : "");
+    fflush(stdout);
+  }
+  return rc;
+}
+
 int td_checkpoint_save_prepare(const char *dir, int64_t iteration, char *err, size_t errlen) {
-  char final[CK_PATH], tmp[CK_PATH];
-  if (iteration < 0) return td_errorf(err, errlen, "internal: checkpoint iteration %lld < 0", (long long)iteration);
+  iter_paths p;
+  if (iteration < 0 || iteration > TD_CKPT_MAX_INT)
+    return td_errorf(err, errlen, "internal: checkpoint iteration %lld out of range", (long long)iteration);
   if (td_mkdir_p(dir, err, errlen)) return -1;
-  iter_dir(final, sizeof final, dir, iteration);
-  with_suffix(tmp, sizeof tmp, final, ".tmp");
-  if (td_remove_tree(tmp, err, errlen)) return -1; /* left over from a crash */
-  if (td_mkdir_p(tmp, err, errlen)) return -1;
+  if (clean_leftovers(dir, err, errlen)) return -1; /* this iteration's .tmp among them */
+  paths_of(&p, dir, iteration);
+  if (td_mkdir_p(p.tmp, err, errlen)) return -1;
   return td_fsync_dir(dir, err, errlen);
+}
+
+void td_checkpoint_save_abort(const char *dir, int64_t iteration) {
+  iter_paths p;
+  char ignore[1024];
+  paths_of(&p, dir, iteration);
+  td_remove_tree(p.tmp, ignore, sizeof ignore);
 }
 
 /* The caller's slices must be consistent: inside their global shapes. */
@@ -496,27 +689,66 @@ static char *build_metadata(const char *tmp, const td_ckpt_contents *c, char *er
   return s;
 }
 
+/* Undo a publish that failed before the latest file changed: the new directory
+ * back to .tmp (the caller removes it), the one aside back in place. */
+static void unpublish(const char *dir, const iter_paths *p, int moved_new, int moved_old,
+                      char *err, size_t errlen) {
+  char why[1024];
+  if ((moved_new && td_rename(p->final, p->tmp, why, sizeof why)) ||
+      (moved_old && td_rename(p->aside, p->final, why, sizeof why)) || td_fsync_dir(dir, why, sizeof why)) {
+    size_t n = strlen(err);
+    snprintf(err + n, errlen - n, "; undoing the save failed too: %s", why);
+  }
+}
+
+/* Publish p->tmp (complete) as iteration `it`. Nothing is deleted before the
+ * new checkpoint and the latest file are in place, so at every moment the latest
+ * file names a complete directory, or recover_iteration can rename one back:
+ *   iter_N -> iter_N.old (a re-save), iter_N.tmp -> iter_N, the latest file
+ *   (written aside, renamed), then iter_N.old removed;
+ * each rename followed by an fsync of dir. A failure before the latest file is
+ * replaced puts everything back as it was. */
+static int publish(const char *dir, const iter_paths *p, int64_t it, char *err, size_t errlen) {
+  int moved_old = 0, moved_new = 0;
+  if (td_is_dir(p->final)) {
+    if (td_remove_tree(p->aside, err, errlen) || td_rename(p->final, p->aside, err, errlen)) return -1;
+    moved_old = 1;
+  }
+  int rc = moved_old ? td_fsync_dir(dir, err, errlen) : 0;
+  if (rc == 0) rc = td_rename(p->tmp, p->final, err, errlen);
+  moved_new = rc == 0;
+  if (rc == 0) rc = td_fsync_dir(dir, err, errlen);
+  char latest[CK_PATH], text[32];
+  path_join(latest, sizeof latest, dir, LATEST_FILE);
+  snprintf(text, sizeof text, "%lld", (long long)it);
+  if (rc == 0) rc = replace_file(dir, latest, text, err, errlen);
+  if (rc == -1) {
+    unpublish(dir, p, moved_new, moved_old, err, errlen);
+    return -1;
+  }
+  if (rc == -2) return -1; /* published; only the flush of dir failed: said in err */
+  char why[1024];
+  if (moved_old && td_remove_tree(p->aside, why, sizeof why)) {
+    printf("  warning: %s (the next save removes it)\n", why);
+    fflush(stdout);
+  }
+  return 0;
+}
+
 int td_checkpoint_save_commit(const char *dir, const td_ckpt_contents *c, char *err,
                               size_t errlen) {
-  char final[CK_PATH], tmp[CK_PATH], p[CK_PATH], ptmp[CK_PATH];
-  iter_dir(final, sizeof final, dir, c->iteration);
-  with_suffix(tmp, sizeof tmp, final, ".tmp");
-  if (!td_is_dir(tmp))
-    return td_errorf(err, errlen, "%s does not exist (td_checkpoint_save_prepare must run first)", tmp);
-  char *meta = build_metadata(tmp, c, err, errlen);
+  iter_paths p;
+  char meta_path[CK_PATH];
+  paths_of(&p, dir, c->iteration);
+  if (!td_is_dir(p.tmp))
+    return td_errorf(err, errlen, "%s does not exist (td_checkpoint_save_prepare must run first)", p.tmp);
+  char *meta = build_metadata(p.tmp, c, err, errlen);
   if (!meta) return -1;
-  path_join(p, sizeof p, tmp, "metadata.json");
-  int rc = write_text(p, meta, err, errlen);
+  path_join(meta_path, sizeof meta_path, p.tmp, METADATA_NAME);
+  int rc = replace_file(p.tmp, meta_path, meta, err, errlen); /* last: marks the copy complete */
   free(meta);
-  if (rc || td_fsync_dir(tmp, err, errlen)) return -1;
-  if (td_remove_tree(final, err, errlen)) return -1; /* re-saving the same iteration */
-  if (td_rename(tmp, final, err, errlen) || td_fsync_dir(dir, err, errlen)) return -1;
-  char text[32];
-  snprintf(text, sizeof text, "%lld", (long long)c->iteration);
-  path_join(p, sizeof p, dir, LATEST_FILE);
-  with_suffix(ptmp, sizeof ptmp, p, ".tmp");
-  if (write_text(ptmp, text, err, errlen) || td_rename(ptmp, p, err, errlen)) return -1;
-  return td_fsync_dir(dir, err, errlen);
+  if (rc) return -1;
+  return publish(dir, &p, c->iteration, err, errlen);
 }
 
 int td_checkpoint_save(td_device *dev, const char *dir, const td_ckpt_contents *c, char *err,
@@ -524,10 +756,7 @@ int td_checkpoint_save(td_device *dev, const char *dir, const td_ckpt_contents *
   if (td_checkpoint_save_prepare(dir, c->iteration, err, errlen)) return -1;
   if (td_checkpoint_save_shard(dev, dir, c, err, errlen) ||
       td_checkpoint_save_commit(dir, c, err, errlen)) {
-    char tmp[CK_PATH], final[CK_PATH], ignore[256];
-    iter_dir(final, sizeof final, dir, c->iteration);
-    with_suffix(tmp, sizeof tmp, final, ".tmp");
-    td_remove_tree(tmp, ignore, sizeof ignore);
+    td_checkpoint_save_abort(dir, c->iteration);
     return -1;
   }
   return 0;
@@ -536,21 +765,11 @@ int td_checkpoint_save(td_device *dev, const char *dir, const td_ckpt_contents *
 /* ------------------------------------------------------------------ load */
 
 int64_t td_checkpoint_latest(const char *dir, char *err, size_t errlen) {
-  char p[CK_PATH];
-  path_join(p, sizeof p, dir, LATEST_FILE);
-  if (!td_path_exists(p)) return -1;
-  char *text = td_read_file(p, NULL, err, errlen);
-  if (!text) return -2;
-  char *end;
-  errno = 0;
-  long long it = strtoll(text, &end, 10);
-  while (*end == '\n' || *end == ' ' || *end == '\r') end++;
-  int bad = errno || end == text || *end || it < 0;
-  td_free(text);
-  if (bad) {
-    td_errorf(err, errlen, "%s: expected an iteration number (e.g. 100); the checkpoint is damaged", p);
-    return -2;
-  }
+  /* only a path that does not exist means "no checkpoint": one that cannot be
+   * read must not silently start a run from scratch */
+  if (td_open_dir(dir, err, errlen)) return errno == ENOENT ? -1 : -2;
+  int64_t it = read_latest(dir, err, errlen);
+  if (it >= 0 && recover_iteration(dir, it, err, errlen) < 0) return -2;
   return it;
 }
 
@@ -579,6 +798,15 @@ char *td_checkpoint_read_rng(const char *dir, int64_t iteration, char *err, size
   path_join(p, sizeof p, sdir, RNG_NAME);
   cJSON *root = read_json(p, err, errlen);
   if (!root) return NULL;
+  int64_t v;
+  /* {} (a converted checkpoint, --no-save-rng) has no state; else a seed */
+  if (cJSON_GetArraySize(root) > 0 &&
+      (td_ckpt_json_int(root, "seed", p, "seed", 0, TD_CKPT_MAX_INT, &v, err, errlen) ||
+       (cJSON_HasObjectItem(root, "iteration") &&
+        td_ckpt_json_int(root, "iteration", p, "iteration", 0, TD_CKPT_MAX_INT, &v, err, errlen)))) {
+    cJSON_Delete(root);
+    return NULL;
+  }
   char *text = cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
   char *copy = td_malloc(strlen(text) + 1);
@@ -771,8 +999,20 @@ int td_checkpoint_load(td_device *dev, const char *dir, int64_t iteration,
   const cJSON *state = cJSON_GetObjectItemCaseSensitive(root, "state");
   const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(root, "tensors");
   const cJSON *layout = cJSON_GetObjectItemCaseSensitive(root, "layout");
-  const cJSON *tpj = cJSON_GetObjectItemCaseSensitive(layout, "tensor_model_parallel_size");
-  int tp_saved = cJSON_IsNumber(tpj) ? tpj->valueint : 1;
+  int64_t saved_it, tp_saved = 1;
+  if (td_ckpt_json_int(root, "iteration", meta_path, "iteration", 0, TD_CKPT_MAX_INT, &saved_it, err,
+                       errlen) ||
+      (cJSON_HasObjectItem(layout, "tensor_model_parallel_size") &&
+       td_ckpt_json_int(layout, "tensor_model_parallel_size", meta_path,
+                        "layout.tensor_model_parallel_size", 1, 1 << 20, &tp_saved, err, errlen))) {
+    cJSON_Delete(root);
+    return -1;
+  }
+  if (saved_it != iteration) {
+    cJSON_Delete(root);
+    return td_errorf(err, errlen, "%s: iteration is %lld but the directory is iteration %lld's (the "
+                     "checkpoint is damaged)", meta_path, (long long)saved_it, (long long)iteration);
+  }
   if (!cJSON_IsObject(state)) {
     cJSON_Delete(root);
     return td_errorf(err, errlen, "%s: not a trident checkpoint metadata file (no \"state\" object)", meta_path);
@@ -789,7 +1029,7 @@ int td_checkpoint_load(td_device *dev, const char *dir, int64_t iteration,
     int set = k / c->n_params, i = k % c->n_params;
     const td_ckpt_tensor *t = set == 0 ? &c->params[i] : set == 1 ? &c->exp_avg[i] : &c->exp_avg_sq[i];
     rc = plan_tensor(tensors, meta_path, iterdir, t, c->params[i].name, set ? OPTIM_NAME : MODEL_NAME,
-                     tp_saved, &fc, &fills[k], err, errlen);
+                     (int)tp_saved, &fc, &fills[k], err, errlen);
     planned = k + 1;
   }
   if (rc == 0) /* everything checked: only now touch the caller's tensors */

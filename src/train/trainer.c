@@ -1,6 +1,8 @@
 #include "train/trainer.h"
 
 #include <cjson/cJSON.h>
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -19,16 +21,19 @@
 #include "data/gpt_dataset.h"
 #include "data/mock_data.h"
 #include "data/sampler.h"
+#include "device/cpu/cpu_gemm.h"
 #include "device/device.h"
 #include "model/gpt.h"
 #include "model/gpt_config.h"
 #include "optim/adamw.h"
 #include "train/checkpoint.h"
+#include "train/model_device.h"
 #include "parallel/ddp.h"
 #include "parallel/zero.h"
 #include "train/tb_events.h"
 #include "train/timers.h"
 #include "train/train_log.h"
+#include "train/train_memory.h"
 
 enum { SPLIT_TRAIN = 0, SPLIT_VALID = 1, SPLIT_TEST = 2 };
 
@@ -230,10 +235,16 @@ static void print_summary(const trainer *t) {
   printf(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %lld\n",
          (long long)td_gpt_num_params(t->model));
   const td_layout *l = &t->topo.layout;
+  char dev[320];
+  td_device_describe(t->dev, dev, sizeof dev);
   printf(" > layout: world size %d = tensor-parallel %d x pipeline-parallel %d x data-parallel %d; "
          "device %s, %d threads per rank, %s compute\n",
-         l->world, l->tp, l->pp, l->dp, t->dev->ops->name, omp_get_max_threads(),
-         td_dtype_name(t->compute));
+         l->world, l->tp, l->pp, l->dp, dev, omp_get_max_threads(), td_dtype_name(t->compute));
+  if (!strcmp(t->dev->ops->name, "cpu")) { /* which GEMM library runs each shape (cpu_gemm.h) */
+    char gemm[4800];
+    td_cpu_gemm_describe(gemm, sizeof gemm);
+    printf(" > GEMM: %s\n", gemm);
+  }
   if (t->dp_size > 1)
     printf(" > data-parallel gradient all-reduce: %d buckets of at most %lld elements, "
            "overlapped with backward\n",
@@ -282,7 +293,7 @@ static double fill_batch(trainer *t, int split, int64_t consumed) {
   const td_args *a = t->a;
   const int64_t s = a->seq_length, mb = a->micro_batch_size;
   const td_gpt_mask_config mc = {.eod = t->eod, .eod_mask_loss = a->eod_mask_loss};
-  int64_t idx[mb];
+  int64_t *idx = td_malloc((size_t)mb * sizeof *idx); /* not on the stack: mb may be 10^6 */
   double mask_sum = 0;
   for (int64_t m = 0; m < a->num_micro_batches; m++) {
     if (!td_sampler_micro_batch(&t->sampler[split], consumed + m * mb * a->data_parallel_size, idx))
@@ -297,6 +308,7 @@ static double fill_batch(trainer *t, int split, int64_t consumed) {
       for (int64_t j = 0; j < s; j++) mask_sum += t->mask[o + j];
     }
   }
+  td_free(idx);
   return mask_sum;
 }
 
@@ -364,7 +376,19 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
   td_timers_start(tm, TD_TIMER_OPTIMIZER_CLIP_MAIN_GRAD);
   r->grad_norm = sqrt(model_sum(t, td_gpt_grads(t->model), MODEL_SUM_SQUARES)) / scale;
   int found_inf = !isfinite(r->grad_norm);
-  td_loss_scaler_update(&t->scaler, found_inf);
+  /* fp16 overflows are expected (the scaler skips the step and lowers the scale);
+   * in fp32 and bf16 a non-finite norm means the run diverged. Every rank holds
+   * the same norm: rank 0 reports, the others are stopped by its abort. */
+  if (found_inf && !a->fp16 && !a->no_check_for_nan_in_loss_and_grad &&
+      td_comm_rank(td_comm_world()) == 0)
+    td_fail("iteration %lld: found %s in the gradient norm; the run stops, as Megatron's "
+            "--check-for-nan-in-loss-and-grad does (--no-check-for-nan-in-loss-and-grad skips "
+            "such steps instead)",
+            (long long)t->iteration + 1, isnan(r->grad_norm) ? "NaN" : "Inf");
+  if (td_loss_scaler_update(&t->scaler, found_inf)) /* DeepSpeed's rule stops at the floor */
+    td_fail("iteration %lld: the gradients overflow with the loss scale already at its minimum "
+            "%g; DeepSpeed's dynamic loss scaler stops the run here (fp16.min_loss_scale)",
+            (long long)t->iteration + 1, t->scaler.scale);
   td_timers_stop(tm, TD_TIMER_OPTIMIZER_CLIP_MAIN_GRAD);
   if (found_inf) {
     r->skipped = 1;
@@ -494,6 +518,16 @@ static void sync_tied_embeddings(trainer *t) {
   td_comm_all_reduce(g, grad, grad, v->numel, TD_F32, TD_OP_SUM);
 }
 
+/* Megatron's --check-for-nan-in-loss-and-grad (on by default): a NaN or Inf in
+ * this rank's forward loss stops the run, naming the rank and the iteration. */
+static void check_local_loss(const trainer *t, double loss_sum) {
+  if (isfinite(loss_sum) || t->a->no_check_for_nan_in_loss_and_grad) return;
+  td_fail("rank %d, iteration %lld: found %s in local forward loss calculation; the run stops, as "
+          "Megatron's --check-for-nan-in-loss-and-grad does (--no-check-for-nan-in-loss-and-grad "
+          "skips such steps instead)",
+          td_comm_rank(td_comm_world()), (long long)t->iteration + 1, isnan(loss_sum) ? "NaN" : "Inf");
+}
+
 static step_result train_step(trainer *t) {
   const td_args *a = t->a;
   td_timers *tm = &t->timers;
@@ -508,6 +542,7 @@ static step_result train_step(trainer *t) {
   /* one stage (PP = 1) is the schedule without warm-up or communication: forward
    * and backward per micro-batch */
   double loss_sum = pipeline_step(t, (float)(scale / denom));
+  check_local_loss(t, loss_sum);
   td_timers_start(tm, TD_TIMER_ALL_GRADS_SYNC);
   if (t->dp_size > 1) td_ddp_finish(&t->ddp);
   td_gpt_reduce_sequence_parallel_grads(t->model);
@@ -651,6 +686,12 @@ static void gather_optim_state(trainer *t, float *full[2]) {
 
 static void save_checkpoint(trainer *t) {
   const td_args *a = t->a;
+  /* Never a NaN checkpoint over a good one: weights an update overflowed (a
+   * divergent run) are refused, at the price of one pass over the parameters. */
+  if (!isfinite(model_sum(t, td_gpt_params(t->model), MODEL_SUM_SQUARES)))
+    td_fail("iteration %lld: the parameters hold NaN or Inf values (the run diverged); "
+            "not saving them to %s, whose latest checkpoint stays as it was",
+            (long long)t->iteration, a->save);
   char *state = state_json(t), rng[128], err[1024];
   snprintf(rng, sizeof rng, "{\"seed\": %llu, \"iteration\": %lld}", (unsigned long long)t->seed,
            (long long)t->iteration);
@@ -671,6 +712,7 @@ static void save_checkpoint(trainer *t) {
   if (!rc && t->dp_rank == 0) rc = td_checkpoint_save_shard(t->dev, dir, &c, err, sizeof err);
   if (!rc) td_comm_barrier(t->topo.world);
   if (!rc && t->is_logger) rc = td_checkpoint_save_commit(dir, &c, err, sizeof err);
+  if (rc && t->is_logger) td_checkpoint_save_abort(dir, t->iteration); /* no half-written dir left */
   if (rc) td_fail("saving checkpoint at iteration %lld: %s", (long long)t->iteration, err);
   free(state);
   for (int k = 0; k < 2; k++)
@@ -683,27 +725,44 @@ static void save_checkpoint(trainer *t) {
   td_comm_barrier(t->topo.world);
 }
 
-static double json_number(const cJSON *o, const char *key, const char *what) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!cJSON_IsNumber(v)) td_fail("checkpoint %s: metadata.json has no number '%s'", what, key);
-  return v->valuedouble;
+/* A counter of the saved state (file: its metadata.json, for the message): an
+ * integer from lo to hi, or the run stops (a wrong one would resume silently
+ * at the wrong place). */
+static int64_t state_int(const cJSON *o, const char *key, const char *field, const char *file,
+                         int64_t lo, int64_t hi) {
+  char err[1024];
+  int64_t v;
+  if (td_ckpt_json_int(o, key, file, field, lo, hi, &v, err, sizeof err)) td_fail("--load: %s", err);
+  return v;
 }
 
 /* Restore the trainer state saved by state_json (the optimizer step only with
- * the optimizer state). */
-static void restore_state(trainer *t, const char *text, const char *dir, int with_optim) {
+ * the optimizer state) of iteration `it`, every field checked. */
+static void restore_state(trainer *t, const char *text, const char *dir, int64_t it, int with_optim) {
+  char file[4096], err[1024];
+  td_checkpoint_path(file, sizeof file, dir, it, "metadata.json");
   cJSON *s = cJSON_Parse(text);
-  if (!s) td_fail("checkpoint %s: metadata.json state is not valid JSON", dir);
-  t->iteration = (int64_t)json_number(s, "iteration", dir);
-  t->consumed_train = (int64_t)json_number(s, "consumed_train_samples", dir);
-  t->consumed_valid = (int64_t)json_number(s, "consumed_valid_samples", dir);
-  t->lr_steps = (int64_t)json_number(s, "lr_scheduler_num_steps", dir);
-  if (with_optim) t->opt.step = (int64_t)json_number(s, "optimizer_step", dir);
+  if (!cJSON_IsObject(s)) td_fail("--load: %s: \"state\" is not a JSON object", file);
+  const int64_t big = TD_CKPT_MAX_INT;
+  t->iteration = state_int(s, "iteration", "state.iteration", file, 0, big);
+  if (t->iteration != it)
+    td_fail("--load: %s: state.iteration is %lld but this is iteration %lld's checkpoint (the "
+            "checkpoint is damaged)", file, (long long)t->iteration, (long long)it);
+  t->consumed_train = state_int(s, "consumed_train_samples", "state.consumed_train_samples", file, 0, big);
+  t->consumed_valid = state_int(s, "consumed_valid_samples", "state.consumed_valid_samples", file, 0, big);
+  t->lr_steps = state_int(s, "lr_scheduler_num_steps", "state.lr_scheduler_num_steps", file, 0, big);
+  if (with_optim) t->opt.step = state_int(s, "optimizer_step", "state.optimizer_step", file, 0, big);
   const cJSON *ls = cJSON_GetObjectItemCaseSensitive(s, "loss_scaler");
   if (cJSON_IsObject(ls) && t->scaler.dynamic) {
-    t->scaler.scale = (float)json_number(ls, "scale", dir);
-    t->scaler.growth_tracker = (int)json_number(ls, "growth_tracker", dir);
-    t->scaler.hysteresis_tracker = (int)json_number(ls, "hysteresis_tracker", dir);
+    double scale;
+    if (td_ckpt_json_number(ls, "scale", file, "state.loss_scaler.scale", FLT_MIN, FLT_MAX, &scale,
+                            err, sizeof err))
+      td_fail("--load: %s", err);
+    t->scaler.scale = (float)scale;
+    t->scaler.growth_tracker =
+        (int)state_int(ls, "growth_tracker", "state.loss_scaler.growth_tracker", file, 0, INT_MAX);
+    t->scaler.hysteresis_tracker = (int)state_int(
+        ls, "hysteresis_tracker", "state.loss_scaler.hysteresis_tracker", file, INT_MIN, INT_MAX);
   }
   cJSON_Delete(s);
 }
@@ -776,7 +835,7 @@ static void load_checkpoint(trainer *t) {
     t->dev->ops->copy_d2d(t->dev, t->opt.exp_avg_sq, full_v + t->zshard.first, bytes);
     t->dev->ops->free(t->dev, full_m), t->dev->ops->free(t->dev, full_v);
   }
-  if (!a->finetune) restore_state(t, state, a->load, with_optim);
+  if (!a->finetune) restore_state(t, state, a->load, it, with_optim);
   if (!a->finetune && !a->no_load_rng) restore_rng(t, a->load, it);
   td_free(state);
   td_gpt_cast_weights(t->model);
@@ -966,9 +1025,14 @@ int td_train(td_args *a) {
   t.true_vocab = tokenizer_vocab(a, &t.eod);
   t.cfg = model_config(a, td_args_padded_vocab_size(a, t.true_vocab));
   setup_topology(&t);
-  t.dev = td_device_open("cpu");
+  t.dev = td_model_device_open(td_args_device(a), td_comm_local_rank(), "train", t.is_logger);
   t.zero = a->zero_stage >= 1;
   td_gpt_layout lay = model_layout(&t);
+  char merr[2048]; /* the whole run's memory, before any of it is allocated */
+  td_train_place place = {t.topo.layout.pp, t.topo.coord.pp, t.dp_size, t.zero,
+                          strstr(t.dev->ops->name, "cpu") != NULL};
+  if (td_train_check_memory(a, &t.cfg, &lay, t.compute, &place, td_comm_local_size(), merr, sizeof merr))
+    td_fail("%s", merr);
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);
   td_gpt_init_params(t.model, (uint64_t)a->seed);
   td_timers_init(&t.timers, a->timing_log_level);

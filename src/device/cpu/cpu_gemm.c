@@ -1,16 +1,10 @@
 /* GEMM for the CPU backend: oneDNN's matmul primitive (brgemm kernels; bf16 runs
  * on AMX / AVX512-BF16 where the CPU has them), OpenBLAS (cblas_sgemm; Debian's
  * OpenBLAS is built without its bf16 GEMM) or trident's own AMX GEMM for bf16
- * (cpu_gemm_amx_avx512.c). fp32 goes to OpenBLAS: measured at the GPT-2 124M
- * shapes (bench/RESULTS.md, `trident bench kernels`) it is as fast as oneDNN on
- * most and up to 2x faster where oneDNN 2.6 falls back to slow kernels (n = 3072,
- * transposed A). bf16 goes to the AMX GEMM where the CPU has AMX: at the same
- * shapes on 2 cores it is 1.3-1.4x faster than oneDNN 2.6's AMX brgemm on the
- * weight gradients (transposed A) and up to 3x on the lm_head products, within
- * 10% of it on the small attention projection (bench/RESULTS.md). Calls made from
- * inside parallel regions (the attention's fallback) stay with oneDNN.
- * TRIDENT_GEMM_FP32=onednn|openblas and TRIDENT_GEMM_BF16=onednn|amx override
- * the choices.
+ * (cpu_gemm_amx_avx512.c). Which one runs a call is measured per shape class on
+ * the machine that runs (cpu_gemm_select.c): no library is fastest everywhere
+ * (bench/RESULTS.md). Calls made from inside parallel regions (the attention's
+ * fallback) take the default library, never the AMX GEMM.
  *
  * oneDNN primitives are created once per distinct (shape, strides, dtypes,
  * alpha, beta, bias?) and cached; each thread has its own stream and scratchpad,
@@ -28,20 +22,9 @@
 #include "device/cpu/cpu_gemm_amx.h"
 #include "device/cpu/cpu_kernels.h"
 
-/* ------------------------------------------------------------------ choice */
+/* ---------------------------------------------------------------- libraries */
 
 static const char *const k_library_names[TD_GEMM_LIBRARIES] = {"onednn", "openblas", "amx"};
-
-/* The library named by environment variable var (one that serves dt), else dflt. */
-static td_gemm_library library_from_env(const char *var, td_dtype dt, td_gemm_library dflt) {
-  const char *e = getenv(var);
-  if (!e || !*e) return dflt;
-  for (int lib = 0; lib < TD_GEMM_LIBRARIES; lib++)
-    if (!strcmp(e, k_library_names[lib]) && td_cpu_gemm_library_serves((td_gemm_library)lib, dt))
-      return (td_gemm_library)lib;
-  td_fail("%s='%s' is not known here; expected %s", var, e,
-          dt == TD_F32 ? "'onednn' or 'openblas'" : "'onednn' or 'amx' (on a CPU with AMX-BF16)");
-}
 
 int td_cpu_gemm_library_serves(td_gemm_library lib, td_dtype ab_dtype) {
   switch (lib) {
@@ -50,18 +33,6 @@ int td_cpu_gemm_library_serves(td_gemm_library lib, td_dtype ab_dtype) {
     case TD_GEMM_AMX: return ab_dtype == TD_BF16 && td_cpu_gemm_amx_usable();
     default: return 0;
   }
-}
-
-td_gemm_library td_cpu_gemm_library(td_dtype ab_dtype) {
-  static int f32 = -1, bf16 = -1;
-  if (ab_dtype == TD_BF16) {
-    if (bf16 < 0)
-      bf16 = (int)library_from_env("TRIDENT_GEMM_BF16", TD_BF16,
-                                   td_cpu_gemm_amx_usable() ? TD_GEMM_AMX : TD_GEMM_ONEDNN);
-    return (td_gemm_library)bf16;
-  }
-  if (f32 < 0) f32 = (int)library_from_env("TRIDENT_GEMM_FP32", TD_F32, TD_GEMM_OPENBLAS);
-  return (td_gemm_library)f32;
 }
 
 const char *td_gemm_library_name(td_gemm_library lib) {
@@ -265,11 +236,13 @@ void td_cpu_gemm_with(const td_matmul_desc *g, td_gemm_library lib) {
 }
 
 void td_cpu_gemm(const td_matmul_desc *g, int threads) {
-  td_gemm_library lib = td_cpu_gemm_library(g->ab_dtype);
-  /* oneDNN and OpenBLAS run on the calling thread inside a parallel region. The AMX
-   * GEMM keeps shared packing buffers, so calls made from parallel regions (threads
-   * = 1) go to oneDNN even when the team has one thread and the region is not
+  check_desc(g);
+  /* oneDNN and OpenBLAS run on the calling thread inside a parallel region. Calls
+   * made from parallel regions (threads = 1) are not measured (they would time each
+   * other) and take the default; the AMX GEMM keeps shared packing buffers, so they
+   * go to oneDNN instead, even when the team has one thread and the region is not
    * active: the library, and so the bits, must not depend on the thread count. */
+  td_gemm_library lib = threads == 1 ? td_cpu_gemm_library(g->ab_dtype) : td_cpu_gemm_choose(g);
   if (threads == 1 && lib == TD_GEMM_AMX) lib = TD_GEMM_ONEDNN;
   td_cpu_gemm_with(g, lib);
 }

@@ -3,6 +3,8 @@
 #ifndef TD_DEVICE_CPU_GEMM_H
 #define TD_DEVICE_CPU_GEMM_H
 
+#include <stddef.h>
+
 #include "device/device.h"
 
 /* TD_GEMM_AMX is trident's own bf16 GEMM on AMX tiles (cpu_gemm_amx.h). */
@@ -13,10 +15,23 @@ typedef enum {
   TD_GEMM_LIBRARIES = 3
 } td_gemm_library;
 
-/* The library used for inputs of this dtype: fp32 OpenBLAS unless
- * TRIDENT_GEMM_FP32=onednn; bf16 AMX where it can run, else oneDNN, unless
- * TRIDENT_GEMM_BF16=onednn. */
+/* The default library for inputs of this dtype: the one TRIDENT_GEMM_FP32 /
+ * TRIDENT_GEMM_BF16 force, else fp32 OpenBLAS and bf16 AMX where it can run, else
+ * oneDNN. It runs the calls that are not measured (cpu_gemm_select.c: small
+ * products, calls from inside parallel regions). */
 td_gemm_library td_cpu_gemm_library(td_dtype ab_dtype);
+/* The library ops->matmul runs this call on: forced by the environment, else the
+ * fastest measured on this machine for the call's shape class (measured on scratch
+ * buffers at the class's first call, then kept, and cached in a file per machine:
+ * TRIDENT_GEMM_CACHE=PATH|off), else the default. Safe to call from any thread. */
+td_gemm_library td_cpu_gemm_choose(const td_matmul_desc *desc);
+/* One line for a start-up summary: per dtype the library or how many shape classes
+ * each library won, and where the choices are cached. "fp32 measured per shape
+ * (oneDNN 12, OpenBLAS 3; smaller shapes OpenBLAS), bf16 oneDNN (the only library
+ * here); choices cached in /home/u/.cache/trident/gemm-0123456789abcdef.json". */
+void td_cpu_gemm_describe(char *buf, size_t n);
+/* Forget every choice and re-read the environment (tests). */
+void td_cpu_gemm_select_reset(void);
 const char *td_gemm_library_name(td_gemm_library lib);
 /* 1 when lib can run inputs of this dtype here (OpenBLAS: fp32 only; AMX: bf16
  * only, on a CPU with AMX-BF16). */

@@ -1,0 +1,171 @@
+#include "base/memory_limit.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+
+#include "base/checked.h"
+#include "base/error.h"
+
+#define ENV_NAME "TRIDENT_MEMORY_LIMIT"
+
+/* ------------------------------------------------------------------ text */
+
+void td_bytes_text(uint64_t bytes, char *out, size_t n) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes == TD_SIZE_HUGE) {
+    snprintf(out, n, "more than 16 EiB");
+    return;
+  }
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024 && u < 6) v /= 1024, u++;
+  if (u == 0)
+    snprintf(out, n, "%llu B", (unsigned long long)bytes);
+  else
+    snprintf(out, n, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u]);
+}
+
+int td_memory_parse(const char *s, uint64_t *bytes) {
+  if (!strcasecmp(s, "unlimited")) return *bytes = TD_SIZE_HUGE, 0;
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || errno || !isfinite(v) || v < 0) return -1;
+  static const char units[] = "kmgt";
+  double scale = 1;
+  const char *u = end[0] ? strchr(units, tolower((unsigned char)end[0])) : NULL;
+  if (u) {
+    scale = ldexp(1.0, 10 * (int)(u - units + 1));
+    end++;
+    if (!strcasecmp(end, "ib") || !strcasecmp(end, "b")) end += strlen(end);
+  } else if (!strcasecmp(end, "b")) {
+    end++;
+  }
+  if (*end || v * scale >= 18446744073709551615.0) return -1;
+  *bytes = (uint64_t)(v * scale);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ sources */
+
+/* A "Key:   N kB" line of a /proc file, in bytes; -1 when absent. */
+static int64_t proc_kb(const char *path, const char *key) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[256];
+  size_t klen = strlen(key);
+  int64_t v = -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, key, klen) && line[klen] == ':') {
+      long long kb = strtoll(line + klen + 1, NULL, 10);
+      v = kb >= 0 ? kb * 1024 : -1;
+      break;
+    }
+  fclose(f);
+  return v;
+}
+
+/* One number from a cgroup file ("max": no limit, TD_SIZE_HUGE); 0 when unreadable. */
+static uint64_t cgroup_value(const char *dir, const char *file) {
+  char path[600], text[64] = "";
+  snprintf(path, sizeof path, "/sys/fs/cgroup%s/%s", dir, file);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int ok = fgets(text, sizeof text, f) != NULL;
+  fclose(f);
+  if (!ok) return 0;
+  if (!strncmp(text, "max", 3)) return TD_SIZE_HUGE;
+  return strtoull(text, NULL, 10);
+}
+
+/* This process's cgroup v2 directory ("0::/path" of /proc/self/cgroup). */
+static void cgroup_dir(char *dir, size_t n) {
+  dir[0] = 0;
+  FILE *f = fopen("/proc/self/cgroup", "r");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "0::", 3)) {
+      line[strcspn(line, "\n")] = 0;
+      snprintf(dir, n, "%s", strcmp(line + 3, "/") ? line + 3 : "");
+      break;
+    }
+  fclose(f);
+}
+
+/* Keep the smaller of the limit so far and bytes (from source). */
+static void consider(td_memory_limit *l, uint64_t bytes, const char *source) {
+  if (bytes >= l->bytes) return;
+  l->bytes = bytes;
+  snprintf(l->source, sizeof l->source, "%s", source);
+}
+
+static void node_limits(td_memory_limit *l, int ranks) {
+  char what[160], dir[512];
+  int64_t avail = proc_kb("/proc/meminfo", "MemAvailable");
+  int64_t swap = proc_kb("/proc/meminfo", "SwapFree");
+  const char *share = ranks > 1 ? ", shared by the job's ranks on this node" : "";
+  if (avail >= 0) {
+    snprintf(what, sizeof what, "MemAvailable + SwapFree in /proc/meminfo%s", share);
+    consider(l, ((uint64_t)avail + (uint64_t)(swap > 0 ? swap : 0)) / (uint64_t)ranks, what);
+  }
+  cgroup_dir(dir, sizeof dir);
+  uint64_t max = cgroup_value(dir, "memory.max"), used = cgroup_value(dir, "memory.current");
+  if (max && max != TD_SIZE_HUGE && used != TD_SIZE_HUGE) {
+    snprintf(what, sizeof what, "the cgroup's memory.max minus memory.current%s", share);
+    consider(l, (max > used ? max - used : 0) / (uint64_t)ranks, what);
+  }
+}
+
+static void process_limits(td_memory_limit *l) {
+  struct rlimit r;
+  if (getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY) {
+    int64_t used = proc_kb("/proc/self/status", "VmSize");
+    uint64_t u = used > 0 ? (uint64_t)used : 0;
+    consider(l, r.rlim_cur > u ? r.rlim_cur - u : 0, "RLIMIT_AS (ulimit -v) minus the address space in use");
+  }
+  if (getrlimit(RLIMIT_DATA, &r) == 0 && r.rlim_cur != RLIM_INFINITY) {
+    int64_t used = proc_kb("/proc/self/status", "VmData");
+    uint64_t u = used > 0 ? (uint64_t)used : 0;
+    consider(l, r.rlim_cur > u ? r.rlim_cur - u : 0, "RLIMIT_DATA (ulimit -d) minus the data in use");
+  }
+}
+
+int td_memory_limit_get(int ranks_per_node, td_memory_limit *l, char *err, size_t errlen) {
+  l->bytes = TD_SIZE_HUGE;
+  snprintf(l->source, sizeof l->source, "no limit found");
+  const char *env = getenv(ENV_NAME);
+  if (env && *env) {
+    if (td_memory_parse(env, &l->bytes))
+      return td_errorf(err, errlen,
+                       ENV_NAME "='%s': expected the bytes one trident process may use: a number "
+                       "with an optional K, M, G or T suffix (binary: 1.5G, 512MiB), or unlimited",
+                       env);
+    snprintf(l->source, sizeof l->source, ENV_NAME "=%s", env);
+    return 0;
+  }
+  node_limits(l, ranks_per_node > 1 ? ranks_per_node : 1);
+  process_limits(l);
+  return 0;
+}
+
+int td_memory_check(uint64_t need, int ranks_per_node, const char *what, const char *detail,
+                    char *err, size_t errlen) {
+  td_memory_limit l;
+  if (td_memory_limit_get(ranks_per_node, &l, err, errlen)) return -1;
+  if (l.bytes == TD_SIZE_HUGE || need <= l.bytes) return 0;
+  char a[32], b[32];
+  td_bytes_text(need, a, sizeof a);
+  td_bytes_text(l.bytes, b, sizeof b);
+  return td_errorf(err, errlen,
+                   "%s needs %s%s%s%s, more than the %s available (%s; " ENV_NAME
+                   "=bytes sets the limit of one trident process)",
+                   what, a, detail ? " (" : "", detail ? detail : "", detail ? ")" : "", b,
+                   l.source);
+}

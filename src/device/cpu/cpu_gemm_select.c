@@ -1,0 +1,364 @@
+/* Which GEMM library runs a call: chosen per shape class by measurement on the
+ * machine that runs, because the fastest library depends on the CPU and on how
+ * each library was built for it. Debian's OpenBLAS 0.3.21 does not know Sapphire
+ * Rapids and falls back to a slow kernel there (fp32 at 13-26% of oneDNN's rate,
+ * issue #14), while on a 2-core EPYC it beat oneDNN 2.6 where oneDNN falls back
+ * to slow kernels (bench/RESULTS.md); a fixed default is wrong somewhere.
+ *
+ * On the first call of a class (cpu_gemm_select.h: m, n, k, batch, transposes,
+ * dtypes, bias, beta != 0, threads) whose product is at least MIN_FLOPS, each
+ * library that can serve it (fp32: oneDNN, OpenBLAS; bf16: oneDNN, and the AMX
+ * GEMM where the CPU has AMX) runs on scratch buffers: one warm-up run each, then
+ * ROUNDS rounds that run each library once in turn (so a burst of load from other
+ * processes hits all of them), the fastest run per library. A class larger than RUN_FLOPS
+ * per thread is timed on a smaller shape of the same kind (m, then n, then k
+ * halved, none below PROXY_MIN_DIM), keeping a class to a few ms and a process to
+ * BUDGET_S; classes met after that use the default below, unsaved, and the next
+ * run measures them. The caller's buffers are never touched: the real call then
+ * runs once, on the chosen library.
+ *
+ * The default (td_cpu_gemm_library) runs what is not measured: classes under
+ * MIN_FLOPS, calls from inside parallel regions (the attention's blocks), and the
+ * budget's overflow. A library wins a class only when it is more than TIE faster
+ * than the default, so a near-tie does not flip between runs.
+ *
+ * Choices go to the cache file (cpu_gemm_cache.c) under a lock on its directory,
+ * so later runs, and the ranks of one run, repeat them: results are then
+ * reproducible bit for bit; the first run on a machine measures.
+ * TRIDENT_GEMM_FP32=onednn|openblas and TRIDENT_GEMM_BF16=onednn|amx force a
+ * library (no measurement); "auto" or unset measures. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/dtype.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "device/cpu/cpu_gemm.h"
+#include "device/cpu/cpu_gemm_amx.h"
+#include "device/cpu/cpu_gemm_select.h"
+
+#define MIN_FLOPS 4e6     /* below: call overhead decides, not the kernel; the default runs */
+#define RUN_FLOPS 64e6    /* per thread and timed run (fp32; bf16 4x): ~1 ms on a Zen 4 core */
+#define PROXY_MIN_DIM 256 /* a timed shape keeps m, n, k at least this (or the class's own) */
+#define ROUNDS 3
+#define DROP 3.0   /* a library 3x slower than the best in the first round runs no more */
+#define TIE 1.05   /* another library must beat the default by more than 5% */
+#define BUDGET_S 0.4
+
+/* ----------------------------------------------------------------- default */
+
+static const char *const k_env[2] = {"TRIDENT_GEMM_FP32", "TRIDENT_GEMM_BF16"};
+static const char *const k_pretty[TD_GEMM_LIBRARIES] = {"oneDNN", "OpenBLAS", "AMX"};
+static int g_forced[2] = {-2, -2}; /* per dtype: -2 not read yet, -1 measure, else a library */
+
+/* The library forced by the dtype's environment variable, or -1 ("auto" or unset). */
+static int forced_from_env(td_dtype dt) {
+  const char *e = getenv(k_env[dt == TD_BF16]);
+  if (!e || !*e || !strcmp(e, "auto")) return -1;
+  for (int lib = 0; lib < TD_GEMM_LIBRARIES; lib++)
+    if (!strcmp(e, td_gemm_library_name((td_gemm_library)lib)) &&
+        td_cpu_gemm_library_serves((td_gemm_library)lib, dt))
+      return lib;
+  td_fail("%s='%s' is not known here; expected %s or 'auto'", k_env[dt == TD_BF16], e,
+          dt == TD_F32 ? "'onednn', 'openblas'" : "'onednn', 'amx' (on a CPU with AMX-BF16)");
+}
+
+static int forced_library(td_dtype dt) {
+  int i = dt == TD_BF16;
+  if (g_forced[i] == -2) {
+#pragma omp critical(td_gemm_env)
+    if (g_forced[i] == -2) g_forced[i] = forced_from_env(dt);
+  }
+  return g_forced[i];
+}
+
+td_gemm_library td_cpu_gemm_library(td_dtype ab_dtype) {
+  int forced = forced_library(ab_dtype);
+  if (forced >= 0) return (td_gemm_library)forced;
+  if (ab_dtype == TD_BF16) return td_cpu_gemm_amx_usable() ? TD_GEMM_AMX : TD_GEMM_ONEDNN;
+  return TD_GEMM_OPENBLAS;
+}
+
+/* ------------------------------------------------------------------ classes */
+
+static td_gemm_class class_of(const td_matmul_desc *g) {
+  td_gemm_class c;
+  memset(&c, 0, sizeof c);
+  c.m = g->m, c.n = g->n, c.k = g->k, c.batch = g->batch;
+  c.trans_a = g->trans_a != 0, c.trans_b = g->trans_b != 0;
+  c.ab_dtype = g->ab_dtype, c.c_dtype = g->c_dtype;
+  c.bias = g->bias != NULL, c.beta = g->beta != 0.0f, c.threads = omp_get_max_threads();
+  return c;
+}
+
+static double class_flops(const td_gemm_class *c) {
+  return 2.0 * (double)c->m * (double)c->n * (double)c->k * (double)c->batch;
+}
+
+/* The libraries that can run the class here, the default first when it is one. */
+static int candidates(const td_gemm_class *c, td_gemm_library *out) {
+  td_gemm_library dflt = td_cpu_gemm_library((td_dtype)c->ab_dtype);
+  int n = 0;
+  for (int i = -1; i < TD_GEMM_LIBRARIES; i++) {
+    td_gemm_library lib = i < 0 ? dflt : (td_gemm_library)i;
+    if (i >= 0 && lib == dflt) continue;
+    if (!td_cpu_gemm_library_serves(lib, (td_dtype)c->ab_dtype)) continue;
+    /* the AMX GEMM leaves a bf16 output deeper than one pass to oneDNN */
+    if (lib == TD_GEMM_AMX && c->c_dtype == TD_BF16 && c->k > TD_GEMM_AMX_KMAX) continue;
+    out[n++] = lib;
+  }
+  return n;
+}
+
+/* ------------------------------------------------------------- measurement */
+
+/* The shape timed for a class: the class's own, or (over RUN_FLOPS per thread) a
+ * smaller one of the same kind. */
+static td_gemm_class timed_shape(const td_gemm_class *c) {
+  td_gemm_class p = *c;
+  double target = RUN_FLOPS * c->threads * (c->ab_dtype == TD_BF16 ? 4 : 1);
+  if (p.batch > 2 && class_flops(&p) > target) p.batch = 2; /* still the batched kernel */
+  int64_t *dims[3] = {&p.m, &p.n, &p.k};
+  for (int d = 0; d < 3; d++)
+    while (class_flops(&p) > target && *dims[d] > PROXY_MIN_DIM) {
+      int64_t half = (*dims[d] / 2 + 15) / 16 * 16;
+      *dims[d] = half > PROXY_MIN_DIM ? half : PROXY_MIN_DIM;
+    }
+  return p;
+}
+
+/* n values in [-1, 1) from a fixed hash (the values do not matter, denormals would). */
+static void *scratch_fill(int64_t n, int32_t dt, uint32_t seed) {
+  void *p = td_malloc((size_t)n * (dt == TD_BF16 ? 2 : 4));
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t h = ((uint32_t)i + seed) * 2654435761u;
+    float v = (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    if (dt == TD_BF16)
+      ((uint16_t *)p)[i] = td_f32_to_bf16(v);
+    else
+      ((float *)p)[i] = v;
+  }
+  return p;
+}
+
+/* A call of shape p on new scratch buffers (C zeroed); free with scratch_free. */
+static td_matmul_desc scratch_desc(const td_gemm_class *p) {
+  int64_t na = p->batch * p->m * p->k, nb = p->batch * p->k * p->n, nc = p->batch * p->m * p->n;
+  td_matmul_desc d = {.m = p->m, .n = p->n, .k = p->k, .batch = p->batch,
+                      .ab_dtype = (td_dtype)p->ab_dtype, .c_dtype = (td_dtype)p->c_dtype,
+                      .trans_a = p->trans_a, .trans_b = p->trans_b,
+                      .lda = p->trans_a ? p->m : p->k, .ldb = p->trans_b ? p->k : p->n,
+                      .ldc = p->n, .stride_a = p->m * p->k, .stride_b = p->k * p->n,
+                      .stride_c = p->m * p->n, .alpha = 1.0f, .beta = p->beta ? 1.0f : 0.0f};
+  d.a = scratch_fill(na, p->ab_dtype, 1);
+  d.b = scratch_fill(nb, p->ab_dtype, 2);
+  d.c = td_calloc((size_t)nc * (p->c_dtype == TD_BF16 ? 2 : 4));
+  if (p->bias) d.bias = scratch_fill(p->n, TD_F32, 3);
+  return d;
+}
+
+static void scratch_free(td_matmul_desc *d) {
+  td_free((void *)d->a), td_free((void *)d->b), td_free(d->c), td_free((void *)d->bias);
+}
+
+static double min_of(const double *t, int n) {
+  double m = t[0];
+  for (int i = 1; i < n; i++) m = t[i] < m ? t[i] : m;
+  return m;
+}
+
+static double time_one(const td_matmul_desc *d, td_gemm_library lib) {
+  double t0 = td_now_seconds();
+  td_cpu_gemm_with(d, lib);
+  return td_now_seconds() - t0;
+}
+
+/* Seconds per candidate (us[lib], in microseconds): the fastest of its timed runs,
+ * since other processes' load only ever adds time (a median of 3 was still off by
+ * a scheduler quantum, ~8 ms, on a loaded 2-core VM); interleaved rounds. */
+static void time_candidates(const td_matmul_desc *d, const td_gemm_library *cand, int nc,
+                            double *us) {
+  double t[TD_GEMM_LIBRARIES][ROUNDS], best = 1e30;
+  int runs[TD_GEMM_LIBRARIES] = {0};
+  for (int i = 0; i < nc; i++) time_one(d, cand[i]); /* primitives, packing buffers, pages */
+  for (int r = 0; r < ROUNDS; r++) {
+    for (int i = 0; i < nc; i++)
+      if (r == 0 || t[i][0] <= DROP * best) t[i][runs[i]++] = time_one(d, cand[i]);
+    for (int i = 0; r == 0 && i < nc; i++)
+      if (t[i][0] < best) best = t[i][0];
+  }
+  for (int i = 0; i < nc; i++) us[cand[i]] = 1e6 * min_of(t[i], runs[i]);
+}
+
+/* The fastest candidate; the default (cand[0]) unless another beats it by TIE. */
+static int pick(const td_gemm_library *cand, int nc, const double *us) {
+  int best = 0;
+  for (int i = 1; i < nc; i++)
+    if (us[cand[i]] < us[cand[best]]) best = i;
+  if (us[cand[0]] <= TIE * us[cand[best]]) best = 0;
+  return (int)cand[best];
+}
+
+static double g_spent; /* seconds this process has spent measuring */
+
+static void measure(td_gemm_choice *ch, const td_gemm_library *cand, int nc) {
+  if (g_spent > BUDGET_S) { /* later runs measure it */
+    ch->library = (int32_t)cand[0], ch->unsaved = 1;
+    return;
+  }
+  double t0 = td_now_seconds();
+  td_gemm_class p = timed_shape(&ch->cls);
+  td_matmul_desc d = scratch_desc(&p);
+  time_candidates(&d, cand, nc, ch->us);
+  scratch_free(&d);
+  ch->library = (int32_t)pick(cand, nc, ch->us);
+  ch->tm = p.m, ch->tn = p.n, ch->tk = p.k;
+  g_spent += td_now_seconds() - t0;
+  const td_gemm_class *c = &ch->cls;
+  td_debug("GEMM %s m %lld n %lld k %lld ta %d tb %d: %s %.0f us, %s %.0f us at m %lld n %lld k "
+           "%lld -> %s", td_dtype_name((td_dtype)c->ab_dtype), (long long)c->m, (long long)c->n,
+           (long long)c->k, c->trans_a, c->trans_b, k_pretty[cand[0]], ch->us[cand[0]],
+           k_pretty[cand[1]], ch->us[cand[1]], (long long)p.m, (long long)p.n, (long long)p.k,
+           k_pretty[ch->library]);
+}
+
+/* ------------------------------------------------------------------ choices */
+
+/* Every class met or read from the cache file in this process; guarded by the
+ * critical section td_gemm_select. */
+static td_gemm_choice *g_choices;
+static int g_n, g_cap, g_loaded;
+
+static td_gemm_choice *find(const td_gemm_class *c) {
+  for (int i = 0; i < g_n; i++)
+    if (!memcmp(&g_choices[i].cls, c, sizeof *c)) return &g_choices[i];
+  return NULL;
+}
+
+static td_gemm_choice *append(const td_gemm_choice *ch) {
+  if (g_n == g_cap) {
+    g_cap = g_cap ? 2 * g_cap : 64;
+    td_gemm_choice *grown = td_malloc(sizeof *grown * (size_t)g_cap);
+    if (g_n) memcpy(grown, g_choices, sizeof *grown * (size_t)g_n);
+    td_free(g_choices);
+    g_choices = grown;
+  }
+  g_choices[g_n] = *ch;
+  return &g_choices[g_n++];
+}
+
+/* Add the file's choices for classes this process has not met (its own stay: the
+ * process has already computed with them). */
+static void merge_file(void) {
+  int n;
+  td_gemm_choice *c = td_gemm_cache_load(&n);
+  for (int i = 0; i < n; i++)
+    if (!find(&c[i].cls)) append(&c[i]);
+  td_free(c);
+  g_loaded = 1;
+}
+
+static int is_candidate(int lib, const td_gemm_library *cand, int nc) {
+  for (int i = 0; i < nc; i++)
+    if ((int)cand[i] == lib) return 1;
+  return 0;
+}
+
+/* The choice for class c: known, read from the file (which another process may
+ * have just written), or measured and saved. */
+static int choose_locked(const td_gemm_class *c, const td_gemm_library *cand, int nc) {
+  if (!g_loaded) merge_file();
+  td_gemm_choice *ch = find(c);
+  if (ch && is_candidate(ch->library, cand, nc)) return ch->library;
+  int fd = td_gemm_cache_lock();
+  merge_file();
+  ch = find(c);
+  if (!ch || !is_candidate(ch->library, cand, nc)) { /* new, or a library not usable here */
+    td_gemm_choice fresh;
+    memset(&fresh, 0, sizeof fresh);
+    fresh.cls = *c;
+    if (!ch) ch = append(&fresh);
+    else *ch = fresh;
+    measure(ch, cand, nc);
+    if (!ch->unsaved) td_gemm_cache_save(g_choices, g_n);
+  }
+  td_gemm_cache_unlock(fd);
+  return ch->library;
+}
+
+td_gemm_library td_cpu_gemm_choose(const td_matmul_desc *g) {
+  int forced = forced_library(g->ab_dtype);
+  if (forced >= 0) return (td_gemm_library)forced;
+  td_gemm_class c = class_of(g);
+  td_gemm_library cand[TD_GEMM_LIBRARIES];
+  int nc = candidates(&c, cand);
+  if (nc == 1) return cand[0];
+  if (omp_in_parallel() || g->m <= 0 || g->n <= 0 || g->k <= 0 || g->batch <= 0 ||
+      class_flops(&c) < MIN_FLOPS)
+    return cand[0];
+  int lib;
+#pragma omp critical(td_gemm_select)
+  lib = choose_locked(&c, cand, nc);
+  return (td_gemm_library)lib;
+}
+
+void td_cpu_gemm_select_reset(void) {
+#pragma omp critical(td_gemm_select)
+  {
+    td_free(g_choices);
+    g_choices = NULL, g_n = g_cap = g_loaded = 0, g_spent = 0;
+    g_forced[0] = g_forced[1] = -2;
+    td_gemm_cache_reset();
+  }
+}
+
+/* ----------------------------------------------------------------- summary */
+
+/* "measured per shape (oneDNN 12, OpenBLAS 3; smaller shapes OpenBLAS)" for dtype dt. */
+static void describe_dtype(td_dtype dt, char *buf, size_t n) {
+  int forced = forced_library(dt), count[TD_GEMM_LIBRARIES] = {0};
+  td_gemm_class probe = {.m = 1, .n = 1, .k = 1, .batch = 1, .ab_dtype = dt, .c_dtype = TD_F32};
+  td_gemm_library cand[TD_GEMM_LIBRARIES];
+  int nc = candidates(&probe, cand);
+  if (forced >= 0) {
+    snprintf(buf, n, "%s (forced by %s)", k_pretty[forced], k_env[dt == TD_BF16]);
+    return;
+  }
+  if (nc == 1) {
+    snprintf(buf, n, "%s (the only library here)", k_pretty[cand[0]]);
+    return;
+  }
+  for (int i = 0; i < g_n; i++)
+    if (g_choices[i].cls.ab_dtype == (int32_t)dt && g_choices[i].cls.threads == omp_get_max_threads())
+      count[g_choices[i].library]++;
+  char counts[160] = "none cached yet";
+  size_t used = 0;
+  for (int l = 0; l < TD_GEMM_LIBRARIES; l++)
+    if (count[l] && used < sizeof counts)
+      used += (size_t)snprintf(counts + used, sizeof counts - used, "%s%s %d", used ? ", " : "",
+                               k_pretty[l], count[l]);
+  snprintf(buf, n, "measured per shape (%s; smaller shapes %s)", counts, k_pretty[cand[0]]);
+}
+
+void td_cpu_gemm_describe(char *buf, size_t n) {
+  char f32[256], bf16[256], cache[4200] = "";
+#pragma omp critical(td_gemm_select)
+  {
+    if (!g_loaded) merge_file();
+    describe_dtype(TD_F32, f32, sizeof f32);
+    describe_dtype(TD_BF16, bf16, sizeof bf16);
+  }
+  const char *path = td_gemm_cache_path(), *env = getenv("TRIDENT_GEMM_CACHE");
+  if (forced_library(TD_F32) < 0 || forced_library(TD_BF16) < 0) {
+    if (*path)
+      snprintf(cache, sizeof cache, "; choices cached in %s", path);
+    else
+      snprintf(cache, sizeof cache, "; choices not cached (%s): measured again every run",
+               env && !strcmp(env, "off") ? "TRIDENT_GEMM_CACHE=off" : "no home directory");
+  }
+  snprintf(buf, n, "fp32 %s, bf16 %s%s", f32, bf16, cache);
+}

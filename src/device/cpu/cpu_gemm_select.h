@@ -1,0 +1,56 @@
+/* Internal to the CPU backend: the GEMM library chosen per shape class by
+ * measurement (cpu_gemm_select.c) and the file that keeps those choices per
+ * machine (cpu_gemm_cache.c). */
+#ifndef TD_DEVICE_CPU_GEMM_SELECT_H
+#define TD_DEVICE_CPU_GEMM_SELECT_H
+
+#include <stdint.h>
+
+#include "device/cpu/cpu_gemm.h"
+
+/* What decides which library is fastest for a call: the shape, transposes,
+ * dtypes, whether a bias is added and C accumulated (beta != 0), and the OpenMP
+ * thread count. Zero-initialised and compared bytewise. */
+typedef struct {
+  int64_t m, n, k, batch;
+  int32_t trans_a, trans_b, ab_dtype, c_dtype, bias, beta, threads, pad_;
+} td_gemm_class;
+
+/* One class's choice. us[lib] is the time of lib's fastest timed run on the
+ * timed shape (tm x tn x tk, the class's own or a smaller one of the same kind),
+ * in microseconds; 0: lib was not timed. */
+typedef struct {
+  td_gemm_class cls;
+  int32_t library;   /* td_gemm_library */
+  int32_t unsaved;   /* 1: not measured (measuring budget spent): never written */
+  int64_t tm, tn, tk;
+  double us[TD_GEMM_LIBRARIES];
+} td_gemm_choice;
+
+/* The cache file: $TRIDENT_GEMM_CACHE, else $XDG_CACHE_HOME/trident/gemm-<hash>.json,
+ * else ~/.cache/trident/gemm-<hash>.json, hash = FNV-1a of td_gemm_machine();
+ * "" when TRIDENT_GEMM_CACHE=off or no home is known. Resolved once (until
+ * td_gemm_cache_reset). */
+const char *td_gemm_cache_path(void);
+/* The CPU (cpuid brand string, family, model, stepping) and the libraries'
+ * versions (oneDNN, OpenBLAS's build string with the core it chose): a file
+ * measured under another string is ignored. */
+const char *td_gemm_machine(void);
+
+/* Read the file's choices (td_malloc'ed array, *n of them; NULL, 0 when there is
+ * no file, it is unreadable or corrupt (one warning per process), or it belongs to
+ * another machine string). */
+td_gemm_choice *td_gemm_cache_load(int *n);
+/* Write choices (those not marked unsaved) to the file: a temporary file in the
+ * same directory, then rename, so readers see the old file or the new one. A
+ * failure is one warning per process. */
+void td_gemm_cache_save(const td_gemm_choice *c, int n);
+/* An exclusive flock on the cache file's directory, so the processes of one
+ * machine (the ranks of a run, parallel tests) measure a class once and agree on
+ * it: -1 when there is no cache or the lock cannot be had (then measure alone). */
+int td_gemm_cache_lock(void);
+void td_gemm_cache_unlock(int fd);
+/* Forget the resolved path and the warning already given (tests). */
+void td_gemm_cache_reset(void);
+
+#endif

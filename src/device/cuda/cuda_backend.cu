@@ -1,0 +1,249 @@
+/* The CUDA backend: opening a GPU (stream, cuBLASLt handle, workspace), memory,
+ * copies, fill, synchronize, and the ops table the kernel files fill in.
+ *
+ * Memory is plain cudaMalloc (never managed memory), zeroed on the handle's
+ * stream before alloc returns. copy_h2d and copy_d2h return with the copy done;
+ * copy_d2d and fill are asynchronous on the stream like the kernels. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/cuda/cuda_internal.cuh"
+
+/* ------------------------------------------------------------------ errors */
+
+void td_cuda_check(cudaError_t e, const char *what, const char *file, int line) {
+  if (e == cudaSuccess) return;
+  td_fail("CUDA error at %s:%d (%s): %s (%s)", file, line, what, cudaGetErrorString(e),
+          cudaGetErrorName(e));
+}
+
+void td_cuda_lt_check(cublasStatus_t s, const char *what, const char *file, int line) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  td_fail("cuBLASLt error at %s:%d (%s): status %d", file, line, what, (int)s);
+}
+
+td_cuda *td_cuda_enter(td_device *d) {
+  td_cuda *c = (td_cuda *)d->impl;
+  TD_CUDA_OK(cudaSetDevice(c->index));
+  return c;
+}
+
+void td_cuda_sync(td_cuda *c) {
+  TD_CUDA_OK(cudaStreamSynchronize(c->stream));
+  int flags = *(volatile int *)c->err_host;
+  if (!flags) return;
+  *(volatile int *)c->err_host = 0;
+  if (flags & TD_CUDA_ERR_TARGET)
+    td_fail("cross-entropy: a target id is outside the vocabulary [0, vocab) (found on cuda:%d)",
+            c->index);
+  td_fail("cuda:%d: a kernel reported bad input (flags %#x)", c->index, (unsigned)flags);
+}
+
+void *td_cuda_scratch(td_cuda *c, size_t bytes) {
+  if (bytes <= c->scratch_bytes) return c->scratch;
+  TD_CUDA_OK(cudaStreamSynchronize(c->stream)); /* the old buffer may still be in use */
+  if (c->scratch) TD_CUDA_OK(cudaFree(c->scratch));
+  size_t grown = bytes + bytes / 4;
+  if (cudaMalloc(&c->scratch, grown) != cudaSuccess) {
+    (void)cudaGetLastError();
+    td_fail("cuda:%d: cannot allocate %.1f MiB of kernel scratch", c->index, grown / 1048576.0);
+  }
+  c->scratch_bytes = grown;
+  return c->scratch;
+}
+
+void td_cuda_smem_optin(const td_cuda *c, const void *kernel, size_t bytes, const char *what) {
+  if (bytes > c->smem_optin)
+    td_fail("%s needs %zu bytes of shared memory per block; cuda:%d (%s) allows %zu", what, bytes,
+            c->index, c->name, c->smem_optin);
+  if (bytes > 48 * 1024)
+    TD_CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)bytes));
+}
+
+/* ------------------------------------------------------------ open, close */
+
+/* A GPU is usable when the driver answers and device 0 is compute capability 8.0
+ * or newer (what the kernels are built for). */
+extern "C" int td_cuda_available(void) {
+  int count = 0, major = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e == cudaSuccess && count > 0) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  (void)cudaGetLastError(); /* a missing driver is an answer here, not an error */
+  return e == cudaSuccess && count > 0 && major >= 8;
+}
+
+extern "C" void *td_cuda_open(int index) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    td_fail("no CUDA device visible: %s", cudaGetErrorString(e));
+  }
+  if (count == 0) td_fail("no CUDA device visible: %s", cudaGetErrorString(cudaErrorNoDevice));
+  td_cuda *c = (td_cuda *)td_calloc(sizeof *c);
+  c->index = (index < 0 ? 0 : index) % count;
+  TD_CUDA_OK(cudaSetDevice(c->index));
+  cudaDeviceProp prop;
+  TD_CUDA_OK(cudaGetDeviceProperties(&prop, c->index));
+  snprintf(c->name, sizeof c->name, "%s", prop.name);
+  c->cc_major = prop.major, c->cc_minor = prop.minor, c->sm_count = prop.multiProcessorCount;
+  c->smem_optin = prop.sharedMemPerBlockOptin, c->mem_total = prop.totalGlobalMem;
+  if (prop.major < 8)
+    td_fail("cuda:%d (%s) has compute capability %d.%d; trident's CUDA kernels are built for "
+            "8.0 (A100) and newer", c->index, prop.name, prop.major, prop.minor);
+  TD_CUDA_OK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  TD_LT_OK(cublasLtCreate(&c->lt));
+  TD_CUDA_OK(cudaMalloc(&c->workspace, TD_CUDA_WORKSPACE_BYTES));
+  TD_CUDA_OK(cudaMalloc(&c->reduce, 16));
+  TD_CUDA_OK(cudaMallocHost(&c->host_result, 16));
+  TD_CUDA_OK(cudaHostAlloc((void **)&c->err_host, sizeof(int), cudaHostAllocMapped));
+  TD_CUDA_OK(cudaHostGetDevicePointer((void **)&c->err_dev, c->err_host, 0));
+  *c->err_host = 0;
+  const char *tf32 = getenv("TRIDENT_CUDA_TF32");
+  c->tf32 = tf32 && !strcmp(tf32, "1");
+  return c;
+}
+
+extern "C" void td_cuda_close(void *impl) {
+  td_cuda *c = (td_cuda *)impl;
+  if (!c) return;
+  TD_CUDA_OK(cudaSetDevice(c->index));
+  TD_CUDA_OK(cudaStreamSynchronize(c->stream));
+  td_cuda_gemm_release(c);
+  if (c->scratch) TD_CUDA_OK(cudaFree(c->scratch));
+  TD_CUDA_OK(cudaFree(c->workspace));
+  TD_CUDA_OK(cudaFree(c->reduce));
+  TD_CUDA_OK(cudaFreeHost(c->host_result));
+  TD_CUDA_OK(cudaFreeHost(c->err_host));
+  TD_LT_OK(cublasLtDestroy(c->lt));
+  TD_CUDA_OK(cudaStreamDestroy(c->stream));
+  td_free(c);
+}
+
+extern "C" void td_cuda_describe(const void *impl, char *buf, size_t n) {
+  const td_cuda *c = (const td_cuda *)impl;
+  snprintf(buf, n, "cuda:%d (%s, sm_%d%d, %d SMs, %.1f GiB%s)", c->index, c->name, c->cc_major,
+           c->cc_minor, c->sm_count, c->mem_total / 1073741824.0,
+           c->tf32 ? ", fp32 GEMMs in TF32" : "");
+}
+
+/* ------------------------------------------------------------------ memory */
+
+static void *cu_alloc(td_device *d, size_t bytes) {
+  td_cuda *c = td_cuda_enter(d);
+  void *p = NULL;
+  if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+    (void)cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    (void)cudaMemGetInfo(&free_b, &total_b);
+    td_fail("cuda:%d: cannot allocate %.1f MiB of device memory (%.1f of %.1f MiB free)",
+            c->index, bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
+  }
+  if (bytes) TD_CUDA_OK(cudaMemsetAsync(p, 0, bytes, c->stream));
+  TD_CUDA_OK(cudaStreamSynchronize(c->stream));
+  return p;
+}
+
+static void cu_free(td_device *d, void *p) {
+  td_cuda_enter(d);
+  if (p) TD_CUDA_OK(cudaFree(p));
+}
+
+/* Host buffers may be reused as soon as this returns (pinned or not). */
+static void cu_copy_h2d(td_device *d, void *dst, const void *src, size_t bytes) {
+  td_cuda *c = td_cuda_enter(d);
+  if (!bytes) return;
+  TD_CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+  TD_CUDA_OK(cudaStreamSynchronize(c->stream));
+}
+
+static void cu_copy_d2h(td_device *d, void *dst, const void *src, size_t bytes) {
+  td_cuda *c = td_cuda_enter(d);
+  if (bytes) TD_CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+  td_cuda_sync(c);
+}
+
+/* Overlapping ranges (memmove on the CPU) go through scratch. */
+static void cu_copy_d2d(td_device *d, void *dst, const void *src, size_t bytes) {
+  td_cuda *c = td_cuda_enter(d);
+  if (!bytes || dst == src) return;
+  uintptr_t a = (uintptr_t)dst, b = (uintptr_t)src;
+  if (a < b + bytes && b < a + bytes) {
+    void *tmp = td_cuda_scratch(c, bytes);
+    TD_CUDA_OK(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+    src = tmp;
+  }
+  TD_CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+}
+
+static void cu_synchronize(td_device *d) { td_cuda_sync(td_cuda_enter(d)); }
+
+/* dst[i] = pattern, n elements of 2, 4 or 8 bytes */
+template <typename U>
+__global__ void fill_kernel(U *dst, int64_t n, U pattern) {
+  TD_GRID_STRIDE(i, n) dst[i] = pattern;
+}
+
+/* dst[i] = value converted to dt, as the CPU backend converts it (integers truncate). */
+static void cu_fill(td_device *d, void *dst, td_dtype dt, int64_t n, float value) {
+  td_cuda *c = td_cuda_enter(d);
+  uint64_t pattern;
+  switch (dt) {
+    case TD_F32: pattern = td_f32_bits(value); break;
+    case TD_BF16: pattern = td_f32_to_bf16(value); break;
+    case TD_F16: pattern = td_f32_to_f16(value); break;
+    case TD_I32: pattern = (uint32_t)(int32_t)value; break;
+    case TD_I64: pattern = (uint64_t)(int64_t)value; break;
+    case TD_F64: {
+      double v = value;
+      memcpy(&pattern, &v, sizeof v);
+      break;
+    }
+    default: td_fail("fill: unknown dtype %d", (int)dt);
+  }
+  if (n <= 0) return;
+  size_t es = td_dtype_size(dt);
+  if (pattern == 0) {
+    TD_CUDA_OK(cudaMemsetAsync(dst, 0, (size_t)n * es, c->stream));
+    return;
+  }
+  unsigned grid = td_cuda_grid(c, n, TD_CUDA_THREADS);
+  if (es == 2)
+    fill_kernel<uint16_t><<<grid, TD_CUDA_THREADS, 0, c->stream>>>((uint16_t *)dst, n, (uint16_t)pattern);
+  else if (es == 4)
+    fill_kernel<uint32_t><<<grid, TD_CUDA_THREADS, 0, c->stream>>>((uint32_t *)dst, n, (uint32_t)pattern);
+  else
+    fill_kernel<uint64_t><<<grid, TD_CUDA_THREADS, 0, c->stream>>>((uint64_t *)dst, n, pattern);
+  TD_CUDA_LAUNCHED();
+}
+
+void td_cuda_register_memory(td_device_ops *ops) {
+  ops->alloc = cu_alloc;
+  ops->free = cu_free;
+  ops->copy_h2d = cu_copy_h2d;
+  ops->copy_d2h = cu_copy_d2h;
+  ops->copy_d2d = cu_copy_d2d;
+  ops->fill = cu_fill;
+  ops->synchronize = cu_synchronize;
+}
+
+/* ------------------------------------------------------------------ table */
+
+extern "C" const td_device_ops *td_cuda_device_ops(void) {
+  static td_device_ops ops;
+  static int ready;
+  if (!ready) { /* device.c's registry calls this from one thread at start-up */
+    ops.name = "cuda";
+    td_cuda_register_memory(&ops);
+    td_cuda_register_gemm(&ops);
+    td_cuda_register_elementwise(&ops);
+    td_cuda_register_embedding(&ops);
+    td_cuda_register_loss(&ops);
+    td_cuda_register_optim(&ops);
+    td_cuda_register_attention(&ops);
+    ready = 1;
+  }
+  return &ops;
+}

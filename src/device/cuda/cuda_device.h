@@ -1,0 +1,33 @@
+/* The CUDA backend as device.c sees it (C linkage; built only with TD_HAVE_CUDA).
+ *
+ * One handle = one GPU, one cudaStream_t that every op of the handle runs on, a
+ * cuBLASLt handle and a fixed GEMM workspace (cuda_internal.cuh). Ops are
+ * asynchronous on that stream except where device.h returns a value to the host
+ * (sum_squares, count_zeros), copy_d2h and copy_h2d (both return with the copy
+ * done, so the host buffer may be reused or read at once) and synchronize. */
+#ifndef TD_DEVICE_CUDA_CUDA_DEVICE_H
+#define TD_DEVICE_CUDA_CUDA_DEVICE_H
+
+#include <stddef.h>
+
+#include "device/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+const td_device_ops *td_cuda_device_ops(void);
+/* Backend state for GPU (index mod the number of visible GPUs). No GPU or no
+ * driver: td_fail("no CUDA device visible: <cudaGetErrorString>"). */
+void *td_cuda_open(int index);
+void td_cuda_close(void *impl);
+/* 1 when at least one GPU is visible and the driver works; never fails. */
+int td_cuda_available(void);
+/* "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB)" */
+void td_cuda_describe(const void *impl, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

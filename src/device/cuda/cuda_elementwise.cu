@@ -1,0 +1,363 @@
+/* The elementwise and row kernels of the CUDA backend: bias_backward, layernorm
+ * forward / backward, gelu forward / backward, add, scale, dropout, cast
+ * (device.h has each one's math; the comments here give shapes and blocking).
+ *
+ * Sums over rows (bias_backward, layernorm's dw / db) are two fixed stages:
+ * column sums of row chunks whose size depends on rows alone
+ * (td_rows_per_chunk), each chunk's rows in order, then the chunks in order per
+ * column (td_add_partials_kernel). Row statistics (layernorm) are one block per
+ * row reduced by td_block_sum's fixed tree, in double as on the CPU. */
+#include "device/cuda/cuda_internal.cuh"
+
+#define COL_TILE 32  /* columns per block of a column-sum kernel (one warp wide) */
+#define ROW_LANES 8  /* threads per column stepping through a chunk's rows */
+#define MAX_CHUNKS 64
+
+/* Rows per chunk of a reduction over rows: a function of rows alone. */
+static int64_t td_rows_per_chunk(int64_t rows) {
+  int64_t r = (rows + MAX_CHUNKS - 1) / MAX_CHUNKS;
+  return r < 32 ? 32 : r;
+}
+
+/* out[c] += sum_k part[k * stride + c], k = 0 .. nparts-1 in order; c < cols */
+__global__ void td_add_partials_kernel(float *out, const float *part, int64_t nparts,
+                                       int64_t stride, int64_t cols) {
+  TD_GRID_STRIDE(c, cols) {
+    float s = 0.0f;
+    for (int64_t k = 0; k < nparts; k++) s += part[k * stride + c];
+    out[c] += s;
+  }
+}
+
+/* ------------------------------------------------------------- bias_backward */
+
+/* part[chunk, c] = sum of dout[r, c] over the chunk's rows; dout: rows x cols.
+ * grid (ceil(cols / COL_TILE), chunks), block (COL_TILE, ROW_LANES): lane y sums
+ * rows r0 + y, r0 + y + ROW_LANES, ... in order, then lane y = 0 adds the lanes
+ * in order. */
+__global__ void td_colsum_partial_kernel(float *part, const float *dout, int64_t rows,
+                                         int64_t cols, int64_t rc) {
+  __shared__ float sm[ROW_LANES][COL_TILE + 1];
+  const int64_t c = (int64_t)blockIdx.x * COL_TILE + threadIdx.x;
+  const int64_t r0 = (int64_t)blockIdx.y * rc, r1 = min(rows, r0 + rc);
+  float s = 0.0f;
+  if (c < cols)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += ROW_LANES) s += dout[r * cols + c];
+  sm[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float t = 0.0f;
+    for (int y = 0; y < ROW_LANES; y++) t += sm[y][threadIdx.x];
+    part[blockIdx.y * cols + c] = t;
+  }
+}
+
+static void cu_bias_backward(td_device *d, float *dbias, const float *dout, int64_t rows,
+                             int64_t cols) {
+  td_cuda *c = td_cuda_enter(d);
+  if (rows <= 0 || cols <= 0) return;
+  int64_t rc = td_rows_per_chunk(rows), nch = (rows + rc - 1) / rc;
+  float *part = (float *)td_cuda_scratch(c, (size_t)(nch * cols) * sizeof(float));
+  dim3 grid((unsigned)((cols + COL_TILE - 1) / COL_TILE), (unsigned)nch), block(COL_TILE, ROW_LANES);
+  td_colsum_partial_kernel<<<grid, block, 0, c->stream>>>(part, dout, rows, cols, rc);
+  TD_CUDA_LAUNCHED();
+  td_add_partials_kernel<<<td_cuda_grid(c, cols, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(
+      dbias, part, nch, cols, cols);
+  TD_CUDA_LAUNCHED();
+}
+
+/* ----------------------------------------------------------------- layernorm */
+
+/* One block per row r (grid-stride over rows): x: rows x cols fp32; w, b: cols;
+ *   mean = sum x / C, rstd = 1 / sqrt(sum (x - mean)^2 / C + eps) (sums in double),
+ *   out[r, c] = (x - mean) rstd w + b in out_dtype (fp32 or bf16); mean, rstd saved
+ *   when not NULL. */
+__global__ void td_layernorm_forward_kernel(void *out, int out_bf16, float *mean, float *rstd,
+                                            const float *x, const float *w, const float *b,
+                                            int64_t rows, int64_t cols, float eps) {
+  __shared__ double red[33];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float *xr = x + r * cols;
+    double s = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += xr[c];
+    s = td_block_sum(s, red);
+    const float m = (float)(s / (double)cols);
+    double ss = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      double dv = (double)xr[c] - m;
+      ss += dv * dv;
+    }
+    ss = td_block_sum(ss, red);
+    const float rs = (float)(1.0 / sqrt(ss / (double)cols + eps));
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+      td_st_dt(out, out_bf16, r * cols + c, (xr[c] - m) * rs * w[c] + b[c]);
+    if (threadIdx.x == 0) {
+      if (mean) mean[r] = m;
+      if (rstd) rstd[r] = rs;
+    }
+  }
+}
+
+static void cu_layernorm_forward(td_device *d, void *out, td_dtype out_dtype, float *mean,
+                                 float *rstd, const float *x, const float *w, const float *b,
+                                 int64_t rows, int64_t cols, float eps) {
+  td_cuda *c = td_cuda_enter(d);
+  if (out_dtype != TD_F32 && out_dtype != TD_BF16) td_fail("layernorm output must be fp32 or bf16");
+  if (rows <= 0 || cols <= 0) return;
+  unsigned grid = (unsigned)(rows < 65536 * 16 ? rows : 65536 * 16);
+  td_layernorm_forward_kernel<<<grid, TD_CUDA_THREADS, 0, c->stream>>>(
+      out, out_dtype == TD_BF16, mean, rstd, x, w, b, rows, cols, eps);
+  TD_CUDA_LAUNCHED();
+}
+
+/* One block per row: with xhat = (x - mean) rstd and g = dout w,
+ *   dx[r, c] += rstd (g - mean_c(g) - xhat mean_c(g xhat))   (the means in double) */
+__global__ void td_layernorm_backward_dx_kernel(float *dx, const float *dout, const float *x,
+                                                const float *w, const float *mean,
+                                                const float *rstd, int64_t rows, int64_t cols) {
+  __shared__ double red[33];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float *xr = x + r * cols, *gr = dout + r * cols;
+    const float m = mean[r], rs = rstd[r];
+    double s_dy = 0, s_dyx = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      float xhat = (xr[c] - m) * rs, dyw = gr[c] * w[c];
+      s_dy += dyw;
+      s_dyx += (double)dyw * xhat;
+    }
+    s_dy = td_block_sum(s_dy, red);
+    s_dyx = td_block_sum(s_dyx, red);
+    const float m_dy = (float)(s_dy / (double)cols), m_dyx = (float)(s_dyx / (double)cols);
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      float xhat = (xr[c] - m) * rs, dyw = gr[c] * w[c];
+      dx[r * cols + c] += rs * (dyw - m_dy - xhat * m_dyx);
+    }
+  }
+}
+
+/* part[chunk] = [sum dout xhat (cols) | sum dout (cols)] over the chunk's rows,
+ * blocked like td_colsum_partial_kernel; part rows are 2 * cols apart. */
+__global__ void td_layernorm_dwdb_partial_kernel(float *part, const float *dout, const float *x,
+                                                 const float *mean, const float *rstd,
+                                                 int64_t rows, int64_t cols, int64_t rc) {
+  __shared__ float sw[ROW_LANES][COL_TILE + 1], sb[ROW_LANES][COL_TILE + 1];
+  const int64_t c = (int64_t)blockIdx.x * COL_TILE + threadIdx.x;
+  const int64_t r0 = (int64_t)blockIdx.y * rc, r1 = min(rows, r0 + rc);
+  float aw = 0.0f, ab = 0.0f;
+  if (c < cols)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += ROW_LANES) {
+      float g = dout[r * cols + c], xhat = (x[r * cols + c] - mean[r]) * rstd[r];
+      aw += g * xhat;
+      ab += g;
+    }
+  sw[threadIdx.y][threadIdx.x] = aw;
+  sb[threadIdx.y][threadIdx.x] = ab;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float tw = 0.0f, tb = 0.0f;
+    for (int y = 0; y < ROW_LANES; y++) tw += sw[y][threadIdx.x], tb += sb[y][threadIdx.x];
+    part[blockIdx.y * 2 * cols + c] = tw;
+    part[blockIdx.y * 2 * cols + cols + c] = tb;
+  }
+}
+
+/* dx += ..., dw += sum_r dout xhat, db += sum_r dout (device.h). dw and db are
+ * summed before dx is written, so dx may be any buffer but dout's and x's. */
+static void cu_layernorm_backward(td_device *d, float *dx, float *dw, float *db, const float *dout,
+                                  const float *x, const float *w, const float *mean,
+                                  const float *rstd, int64_t rows, int64_t cols) {
+  td_cuda *c = td_cuda_enter(d);
+  if (rows <= 0 || cols <= 0) return;
+  int64_t rc = td_rows_per_chunk(rows), nch = (rows + rc - 1) / rc;
+  float *part = (float *)td_cuda_scratch(c, (size_t)(2 * nch * cols) * sizeof(float));
+  dim3 grid((unsigned)((cols + COL_TILE - 1) / COL_TILE), (unsigned)nch), block(COL_TILE, ROW_LANES);
+  td_layernorm_dwdb_partial_kernel<<<grid, block, 0, c->stream>>>(part, dout, x, mean, rstd, rows,
+                                                                   cols, rc);
+  TD_CUDA_LAUNCHED();
+  unsigned cg = td_cuda_grid(c, cols, TD_CUDA_THREADS);
+  td_add_partials_kernel<<<cg, TD_CUDA_THREADS, 0, c->stream>>>(dw, part, nch, 2 * cols, cols);
+  TD_CUDA_LAUNCHED();
+  td_add_partials_kernel<<<cg, TD_CUDA_THREADS, 0, c->stream>>>(db, part + cols, nch, 2 * cols,
+                                                                 cols);
+  TD_CUDA_LAUNCHED();
+  unsigned grid_rows = (unsigned)(rows < 65536 * 16 ? rows : 65536 * 16);
+  td_layernorm_backward_dx_kernel<<<grid_rows, TD_CUDA_THREADS, 0, c->stream>>>(
+      dx, dout, x, w, mean, rstd, rows, cols);
+  TD_CUDA_LAUNCHED();
+}
+
+/* ---------------------------------------------------------------------- gelu */
+
+#define INV_SQRT_2PI 0.3989422804014327f
+#define GELU_TANH_K0 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_TANH_K1 0.044715f
+
+/* The CPU's formulas (cpu_ew_generic.c): erf form through erfc (no cancellation
+ * for x < 0), tanh form through an overflow-free sigmoid pair. */
+__device__ __forceinline__ float td_phi_cdf(float x) { return 0.5f * erfcf(-x * 0.70710678118654752f); }
+
+__device__ __forceinline__ void td_sigmoid_pair(float z, float *s, float *s1) {
+  float e = expf(-fabsf(z)), big = 1.0f / (1.0f + e), small = e * big;
+  *s = z >= 0.0f ? big : small;
+  *s1 = z >= 0.0f ? small : big;
+}
+
+__device__ __forceinline__ float td_gelu_value(float x, int tanh_form) {
+  if (!tanh_form) return x * td_phi_cdf(x);
+  float s, s1;
+  td_sigmoid_pair(2.0f * GELU_TANH_K0 * x * (1.0f + GELU_TANH_K1 * x * x), &s, &s1);
+  return x * s;
+}
+
+__device__ __forceinline__ float td_gelu_grad(float x, int tanh_form) {
+  if (!tanh_form) {
+    float xc = fminf(fmaxf(x, -16.0f), 16.0f); /* phi(16) underflows; keeps Inf * 0 out */
+    return td_phi_cdf(x) + xc * expf(-0.5f * xc * xc) * INV_SQRT_2PI;
+  }
+  float x2 = x * x, s, s1;
+  td_sigmoid_pair(2.0f * GELU_TANH_K0 * x * (1.0f + GELU_TANH_K1 * x2), &s, &s1);
+  return s + x * s * s1 * (2.0f * GELU_TANH_K0) * (1.0f + 3.0f * GELU_TANH_K1 * x2);
+}
+
+/* out[i] = gelu(x[i]); x, out: n elements, each fp32 or bf16 */
+__global__ void td_gelu_forward_kernel(void *out, int out_bf16, const void *x, int x_bf16,
+                                       int64_t n, int tanh_form) {
+  TD_GRID_STRIDE(i, n) td_st_dt(out, out_bf16, i, td_gelu_value(td_ld_dt(x, x_bf16, i), tanh_form));
+}
+
+/* dx[i] = dout[i] gelu'(x[i]) (dx may alias dout: each thread reads, then writes, its own i) */
+__global__ void td_gelu_backward_kernel(float *dx, const float *dout, const void *x, int x_bf16,
+                                        int64_t n, int tanh_form) {
+  TD_GRID_STRIDE(i, n) dx[i] = dout[i] * td_gelu_grad(td_ld_dt(x, x_bf16, i), tanh_form);
+}
+
+static void cu_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const void *x,
+                            td_dtype x_dtype, int64_t n, td_gelu_kind kind) {
+  td_cuda *c = td_cuda_enter(d);
+  if (out_dtype != TD_F32 && out_dtype != TD_BF16) td_fail("gelu output must be fp32 or bf16");
+  if (x_dtype != TD_F32 && x_dtype != TD_BF16) td_fail("gelu input must be fp32 or bf16");
+  if (n <= 0) return;
+  td_gelu_forward_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(
+      out, out_dtype == TD_BF16, x, x_dtype == TD_BF16, n, kind == TD_GELU_TANH);
+  TD_CUDA_LAUNCHED();
+}
+
+static void cu_gelu_backward(td_device *d, float *dx, const float *dout, const void *x,
+                             td_dtype x_dtype, int64_t n, td_gelu_kind kind) {
+  td_cuda *c = td_cuda_enter(d);
+  if (x_dtype != TD_F32 && x_dtype != TD_BF16) td_fail("gelu input must be fp32 or bf16");
+  if (n <= 0) return;
+  td_gelu_backward_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(
+      dx, dout, x, x_dtype == TD_BF16, n, kind == TD_GELU_TANH);
+  TD_CUDA_LAUNCHED();
+}
+
+/* ------------------------------------------------------- add, scale, dropout */
+
+/* out = a + b, n elements (out may alias a or b) */
+__global__ void td_add_kernel(float *out, const float *a, const float *b, int64_t n) {
+  TD_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+/* x *= alpha */
+__global__ void td_scale_kernel(float *x, int64_t n, float alpha) {
+  TD_GRID_STRIDE(i, n) x[i] *= alpha;
+}
+
+static void cu_add(td_device *d, float *out, const float *a, const float *b, int64_t n) {
+  td_cuda *c = td_cuda_enter(d);
+  if (n <= 0) return;
+  td_add_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(out, a, b, n);
+  TD_CUDA_LAUNCHED();
+}
+
+static void cu_scale(td_device *d, float *x, int64_t n, float alpha) {
+  td_cuda *c = td_cuda_enter(d);
+  if (n <= 0) return;
+  td_scale_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(x, n, alpha);
+  TD_CUDA_LAUNCHED();
+}
+
+/* x[k] = unit(td_rng_u32(seed, stream, first + k)) >= p ? x[k] * s : 0, k < n,
+ * s = 1 / (1 - p) (computed by the host as the CPU does). One thread per Philox
+ * block j (counters 4j .. 4j+3), j from first / 4 to (first + n - 1) / 4. */
+__global__ void td_dropout_kernel(float *x, int64_t n, float p, float s, uint64_t seed,
+                                  uint64_t stream, uint64_t first) {
+  const uint64_t j0 = first / 4, nblocks = (first + (uint64_t)n - 1) / 4 - j0 + 1;
+  TD_GRID_STRIDE(t, (int64_t)nblocks) {
+    const uint64_t j = j0 + (uint64_t)t;
+    td_hd_u32x4 w = td_hd_rng_block(seed, stream, j);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      int64_t k = (int64_t)(4 * j + (uint64_t)q - first); /* element index */
+      if (4 * j + (uint64_t)q < first || k >= n) continue;
+      x[k] = td_hd_bits_to_unit(w.w[q]) >= p ? x[k] * s : 0.0f;
+    }
+  }
+}
+
+static void cu_dropout(td_device *d, float *x, int64_t n, float p, uint64_t seed, uint64_t stream,
+                       uint64_t first) {
+  td_cuda *c = td_cuda_enter(d);
+  if (!(p >= 0.0f && p <= 1.0f)) td_fail("dropout probability %g outside [0, 1]", (double)p);
+  if (p == 0.0f || n <= 0) return;
+  const float s = 1.0f / (1.0f - p);
+  int64_t nblocks = (int64_t)((first + (uint64_t)n - 1) / 4 - first / 4 + 1);
+  td_dropout_kernel<<<td_cuda_grid(c, nblocks, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(
+      x, n, p, s, seed, stream, first);
+  TD_CUDA_LAUNCHED();
+}
+
+/* ---------------------------------------------------------------------- cast */
+
+/* dst[i] = (dst type) src[i]; types 0 fp32, 1 bf16, 2 fp16 (td_dtype's values),
+ * through fp32 with hostdev.h's rounding (== dtype.h's). */
+__global__ void td_cast_kernel(void *dst, int dst_t, const void *src, int src_t, int64_t n) {
+  TD_GRID_STRIDE(i, n) {
+    float v;
+    if (src_t == TD_F32)
+      v = ((const float *)src)[i];
+    else if (src_t == TD_BF16)
+      v = td_hd_bf16_to_f32(((const uint16_t *)src)[i]);
+    else
+      v = td_hd_f16_to_f32(((const uint16_t *)src)[i]);
+    if (dst_t == TD_F32)
+      ((float *)dst)[i] = v;
+    else if (dst_t == TD_BF16)
+      ((uint16_t *)dst)[i] = td_hd_f32_to_bf16(v);
+    else
+      ((uint16_t *)dst)[i] = td_hd_f32_to_f16(v);
+  }
+}
+
+static int is_float_dtype(td_dtype dt) { return dt == TD_F32 || dt == TD_BF16 || dt == TD_F16; }
+
+/* dst = (dst_dtype) src; the same dtype is a copy. In place (dst == src) needs
+ * equal element sizes, as on the CPU (each element is read before it is written). */
+static void cu_cast(td_device *d, void *dst, td_dtype dst_dtype, const void *src,
+                    td_dtype src_dtype, int64_t n) {
+  td_cuda *c = td_cuda_enter(d);
+  if (!is_float_dtype(dst_dtype) || !is_float_dtype(src_dtype))
+    td_fail("cast between %s and %s: only fp32, bf16, fp16", td_dtype_name(src_dtype),
+            td_dtype_name(dst_dtype));
+  if (n <= 0) return;
+  if (dst_dtype == src_dtype) {
+    if (dst != src) d->ops->copy_d2d(d, dst, src, (size_t)n * td_dtype_size(dst_dtype));
+    return;
+  }
+  td_cast_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(
+      dst, (int)dst_dtype, src, (int)src_dtype, n);
+  TD_CUDA_LAUNCHED();
+}
+
+void td_cuda_register_elementwise(td_device_ops *ops) {
+  ops->bias_backward = cu_bias_backward;
+  ops->layernorm_forward = cu_layernorm_forward;
+  ops->layernorm_backward = cu_layernorm_backward;
+  ops->gelu_forward = cu_gelu_forward;
+  ops->gelu_backward = cu_gelu_backward;
+  ops->add = cu_add;
+  ops->scale = cu_scale;
+  ops->dropout = cu_dropout;
+  ops->cast = cu_cast;
+}

@@ -1,0 +1,173 @@
+/* Internal to the CUDA backend (the .cu files of src/device/cuda): the handle's state, error
+ * checking, launch helpers and the deterministic reductions the kernels share.
+ *
+ * Conventions of every kernel here:
+ *  - it runs on the handle's stream (td_cuda::stream), never the default stream;
+ *  - element offsets are int64_t; grid-stride loops, so any n fits the grid;
+ *  - no floating-point atomics: every output element is written by one thread,
+ *    and sums over many threads go through td_block_sum (a fixed shuffle tree)
+ *    or a fixed two-stage blocking, so results are bitwise reproducible. */
+#ifndef TD_DEVICE_CUDA_CUDA_INTERNAL_CUH
+#define TD_DEVICE_CUDA_CUDA_INTERNAL_CUH
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+extern "C" {
+#include "base/log.h"
+#include "base/mem.h"
+#include "device/device.h"
+/* base/error.h spells noreturn the C11 way; the same functions for C++: */
+[[noreturn]] void td_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+}
+#include "base/hostdev.h"
+#include "device/cuda/cuda_device.h"
+
+#define TD_CUDA_THREADS 256
+#define TD_CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt's, fixed: Hopper's advice */
+
+typedef struct td_cuda_gemm_cache td_cuda_gemm_cache;
+
+typedef struct td_cuda {
+  int index;                 /* CUDA device ordinal */
+  cudaStream_t stream;       /* every op of the handle runs on it */
+  cublasLtHandle_t lt;
+  void *workspace;           /* TD_CUDA_WORKSPACE_BYTES for cuBLASLt */
+  void *scratch;             /* kernels' partial sums and staging; grows, never shrinks */
+  size_t scratch_bytes;
+  void *reduce;              /* 16 device bytes: a reduction's result */
+  void *host_result;         /* 16 pinned host bytes it is copied to */
+  int *err_host, *err_dev;   /* mapped pinned flag: kernels report bad input (TD_CUDA_ERR_*) */
+  td_cuda_gemm_cache *gemm;  /* cuBLASLt plans per shape (cuda_gemm.cu) */
+  int tf32;                  /* TRIDENT_CUDA_TF32=1: fp32 GEMMs on TF32 tensor cores */
+  int sm_count, cc_major, cc_minor;
+  size_t smem_optin;         /* dynamic shared memory a block may opt in to */
+  size_t mem_total;
+  char name[256];
+} td_cuda;
+
+/* Values of the error flag (mapped pinned memory: kernels store, never add, and
+ * the host reads it after a stream synchronisation): input found out of range. */
+#define TD_CUDA_ERR_TARGET 1 /* cross_entropy_forward: target outside [0, vocab) */
+
+/* ------------------------------------------------------------------ errors */
+
+void td_cuda_check(cudaError_t e, const char *what, const char *file, int line);
+void td_cuda_lt_check(cublasStatus_t s, const char *what, const char *file, int line);
+#define TD_CUDA_OK(call) td_cuda_check((call), #call, __FILE__, __LINE__)
+#define TD_LT_OK(call) td_cuda_lt_check((call), #call, __FILE__, __LINE__)
+/* After a <<<...>>> launch: a bad configuration is reported here, not later. */
+#define TD_CUDA_LAUNCHED() td_cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+/* The handle's state, with its device made current (every op starts here). */
+td_cuda *td_cuda_enter(td_device *d);
+
+/* Wait for the stream, then fail with the message of any input error a kernel flagged. */
+void td_cuda_sync(td_cuda *c);
+
+/* Device scratch of at least bytes (256-byte aligned), valid until the next call
+ * that asks for more; stream order keeps one op's use apart from the next's. */
+void *td_cuda_scratch(td_cuda *c, size_t bytes);
+
+/* Blocks for a grid-stride loop over n items of `threads` each: enough to fill the
+ * GPU, never more than the items need. */
+static inline unsigned td_cuda_grid(const td_cuda *c, int64_t n, int threads) {
+  int64_t need = (n + threads - 1) / threads, cap = (int64_t)c->sm_count * 32;
+  if (need < 1) need = 1;
+  return (unsigned)(need < cap ? need : cap);
+}
+
+/* Dynamic shared memory above 48 KiB must be asked for per kernel. */
+void td_cuda_smem_optin(const td_cuda *c, const void *kernel, size_t bytes, const char *what);
+
+/* ------------------------------------------------------- kernel registration */
+
+void td_cuda_register_memory(td_device_ops *ops);      /* alloc .. synchronize (cuda_backend.cu) */
+void td_cuda_register_gemm(td_device_ops *ops);        /* matmul */
+void td_cuda_register_elementwise(td_device_ops *ops); /* bias_backward, layernorm, gelu, add,
+                                                          scale, dropout, cast */
+void td_cuda_register_embedding(td_device_ops *ops);   /* embedding_forward/backward */
+void td_cuda_register_loss(td_device_ops *ops);        /* cross_entropy_* */
+void td_cuda_register_optim(td_device_ops *ops);       /* adamw, sum_squares, count_zeros */
+void td_cuda_register_attention(td_device_ops *ops);   /* attention_forward/backward */
+
+void td_cuda_gemm_release(td_cuda *c); /* frees the plan cache */
+
+/* ------------------------------------------------------------ device helpers */
+
+/* Loads and stores by storage type: float, or bf16 held as uint16_t. */
+__device__ __forceinline__ float td_ld(const float *p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float td_ld(const uint16_t *p, int64_t i) {
+  return td_hd_bf16_to_f32(p[i]);
+}
+__device__ __forceinline__ void td_st(float *p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void td_st(uint16_t *p, int64_t i, float v) {
+  p[i] = td_hd_f32_to_bf16(v);
+}
+
+/* An fp32 or bf16 element of a buffer whose dtype is known at run time. */
+__device__ __forceinline__ float td_ld_dt(const void *p, int bf16, int64_t i) {
+  return bf16 ? td_hd_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+__device__ __forceinline__ void td_st_dt(void *p, int bf16, int64_t i, float v) {
+  if (bf16)
+    ((uint16_t *)p)[i] = td_hd_f32_to_bf16(v);
+  else
+    ((float *)p)[i] = v;
+}
+
+/* Sum over a warp by a xor butterfly: every lane gets the same bits (each step
+ * adds the same two values, only commuted). */
+template <typename T>
+__device__ __forceinline__ T td_warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+/* Maximum over a warp (fmaxf: a NaN loses to a number, as on the CPU). */
+__device__ __forceinline__ float td_warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024), returned to every
+ * thread: warps by the butterfly, then the warp sums in warp order by warp 0.
+ * Every thread of the block must call it (it synchronises); red holds 33 T. */
+template <typename T>
+__device__ T td_block_sum(T v, T *red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = td_warp_sum(v);
+  __syncthreads(); /* red may still be read by a previous call */
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    T w = lane < nw ? red[lane] : (T)0;
+    w = td_warp_sum(w);
+    if (lane == 0) red[32] = w;
+  }
+  __syncthreads();
+  return red[32];
+}
+
+/* Maximum over the block, as td_block_sum. */
+__device__ __forceinline__ float td_block_max(float v, float *red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = td_warp_max(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float w = lane < nw ? red[lane] : -INFINITY;
+    w = td_warp_max(w);
+    if (lane == 0) red[32] = w;
+  }
+  __syncthreads();
+  return red[32];
+}
+
+#define TD_GRID_STRIDE(i, n)                                                          \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);           \
+       i += (int64_t)gridDim.x * blockDim.x)
+
+#endif

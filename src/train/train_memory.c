@@ -1,0 +1,111 @@
+#include "train/train_memory.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/checked.h"
+#include "base/memory_limit.h"
+#include "train/checkpoint.h"
+
+/* The trainer's per-tensor host tables: the checkpoint views of the parameters
+ * and of Adam's two moments with their names, and (a bound for) the DDP buckets
+ * and the optimizer's ranges. */
+#define TRAINER_BYTES_PER_TENSOR \
+  (3 * sizeof(td_ckpt_tensor) + 2 * (TD_GPT_NAME_MAX + 16) + 128)
+
+/* Micro-batches in flight on this stage (the trainer's setup_pipeline), each
+ * with its own activation arena. */
+static int arenas(const td_args *a, const td_train_place *p) {
+  int64_t span = p->pp_size - p->pp_rank, m = a->num_micro_batches;
+  return p->pp_size > 1 ? (int)(span < m ? span : m) : 1;
+}
+
+int td_train_memory_plan(const td_args *a, const td_gpt_config *cfg, const td_gpt_layout *lay,
+                         td_dtype compute, const td_train_place *p, td_train_memory *m,
+                         char *err, size_t errlen) {
+  td_gpt_param_count c;
+  memset(m, 0, sizeof *m);
+  if (td_gpt_plan(cfg, lay, a->micro_batch_size, compute, &m->model, &c, err, errlen)) return -1;
+  m->arenas = arenas(a, p);
+  m->activations = td_sat_mul(m->model.activations, (uint64_t)m->arenas);
+  uint64_t share = p->zero ? c.flat_numel / (uint64_t)p->dp_size : c.flat_numel; /* equal shards */
+  m->optimizer = td_sat_mul(share, 2 * sizeof(float));
+  if (p->zero && (a->save || a->load)) m->checkpoint = td_sat_mul(c.flat_numel, 2 * sizeof(float));
+  uint64_t tokens = td_sat_mul((uint64_t)a->global_batch_size, (uint64_t)a->seq_length);
+  m->staging = td_sat_add(td_sat_mul(tokens, 2 * sizeof(int32_t) + sizeof(float)),
+                          td_sat_mul((uint64_t)a->seq_length + 1, sizeof(int32_t)));
+  m->tables = td_sat_add(td_sat_mul(m->model.host, (uint64_t)m->arenas), /* a replica's tables */
+                         td_sat_mul(c.n_tensors, TRAINER_BYTES_PER_TENSOR));
+  uint64_t device = td_sat_add(td_sat_add(m->model.params, m->model.grads),
+                               td_sat_add(m->model.weights_bf16, m->activations));
+  device = td_sat_add(device, td_sat_add(m->optimizer, m->checkpoint));
+  m->total = td_sat_add(p->device_is_host ? device : 0, td_sat_add(m->staging, m->tables));
+  return 0;
+}
+
+typedef struct {
+  const char *name;
+  uint64_t bytes;
+} part;
+
+/* The flags behind each part of td_train_memory, for the largest one. */
+static void part_flags(int k, const td_args *a, const td_gpt_config *cfg, char *out, size_t n) {
+  switch (k) {
+  case 0: case 1: case 2: case 3: case 4:
+    snprintf(out, n,
+             "--num-layers %lld, --hidden-size %lld, --ffn-hidden-size %lld, "
+             "--max-position-embeddings %lld and the padded vocabulary of %lld",
+             (long long)cfg->num_layers, (long long)cfg->hidden, (long long)cfg->ffn_hidden,
+             (long long)cfg->max_positions, (long long)cfg->vocab_size);
+    break;
+  case 5:
+    snprintf(out, n,
+             "--micro-batch-size %lld x --seq-length %lld tokens through --num-layers %lld layers "
+             "(hidden %lld, ffn %lld, vocabulary %lld)",
+             (long long)a->micro_batch_size, (long long)cfg->seq_len, (long long)cfg->num_layers,
+             (long long)cfg->hidden, (long long)cfg->ffn_hidden, (long long)cfg->vocab_size);
+    break;
+  case 6:
+    snprintf(out, n, "--global-batch-size %lld x --seq-length %lld tokens",
+             (long long)a->global_batch_size, (long long)a->seq_length);
+    break;
+  default:
+    snprintf(out, n, "--num-layers %lld (12 tensors per layer)", (long long)cfg->num_layers);
+  }
+}
+
+static void describe(const td_train_memory *m, const td_args *a, const td_gpt_config *cfg,
+                     char *out, size_t n) {
+  const part parts[] = {{"parameters", m->model.params},
+                        {"gradients", m->model.grads},
+                        {"optimizer state", m->optimizer},
+                        {"checkpoint staging of the optimizer state", m->checkpoint},
+                        {"low-precision weights", m->model.weights_bf16},
+                        {"activations", m->activations},
+                        {"batch staging", m->staging},
+                        {"host tables", m->tables}};
+  size_t len = 0;
+  int largest = 0;
+  for (int k = 0; k < (int)(sizeof parts / sizeof *parts) && len < n; k++) {
+    char b[32];
+    if (!parts[k].bytes) continue;
+    if (parts[k].bytes > parts[largest].bytes) largest = k;
+    td_bytes_text(parts[k].bytes, b, sizeof b);
+    int w = snprintf(out + len, n - len, "%s%s %s%s", len ? ", " : "", parts[k].name, b,
+                     k == 5 && m->arenas > 1 ? " in the pipeline's arenas" : "");
+    len += w > 0 ? (size_t)w : 0;
+  }
+  char flags[320];
+  part_flags(largest, a, cfg, flags, sizeof flags);
+  if (len < n) snprintf(out + len, n - len, "; the largest, %s, from %s", parts[largest].name, flags);
+}
+
+int td_train_check_memory(const td_args *a, const td_gpt_config *cfg, const td_gpt_layout *lay,
+                          td_dtype compute, const td_train_place *p, int ranks_per_node,
+                          char *err, size_t errlen) {
+  td_train_memory m;
+  if (td_train_memory_plan(a, cfg, lay, compute, p, &m, err, errlen)) return -1;
+  char detail[1024];
+  describe(&m, a, cfg, detail, sizeof detail);
+  return td_memory_check(m.total, ranks_per_node, "each rank of this run", detail, err, errlen);
+}

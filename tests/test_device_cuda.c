@@ -1,0 +1,802 @@
+/* The CUDA backend against the CPU backend, op by op: the same random inputs
+ * (odd sizes that are not multiples of any tile: m, n, k in {1, 7, 33, 129},
+ * T in {1, 17, 64, 130}, D in {32, 64, 80, ...}) run through both, outputs
+ * compared with a tolerance fit for each op (fp32 GEMMs in true fp32: 1e-5
+ * normwise; bf16 outputs: bf16 rounding), and exactly where both compute the same
+ * thing the same way (add, scale, dropout, cast, fill, copies, embedding,
+ * count_zeros; dropout masks of ones and attention's masks bit for bit, also
+ * against td_rng_u32 itself). Every CUDA op runs twice on the same inputs and
+ * must give the same bits (determinism).
+ *
+ * Built only with the CUDA backend (TD_HAVE_CUDA). Without a visible GPU it
+ * prints why and exits 77, which ctest reports as skipped. */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "base/mem.h"
+#include "base/rng.h"
+#include "check.h"
+#include "device/device.h"
+
+static td_device *g_cpu, *g_gpu;
+static uint64_t g_stream = 1000; /* test RNG streams, one per buffer */
+
+/* ------------------------------------------------------------------ helpers */
+
+#define MAX_BUFS 16
+typedef struct {
+  td_device *d;
+  void *p[MAX_BUFS];
+  int n;
+} bufs;
+
+/* A device copy of host (bytes), or zeroed device memory when host is NULL. */
+static void *put(bufs *b, const void *host, size_t bytes) {
+  void *p = b->d->ops->alloc(b->d, bytes);
+  if (host) b->d->ops->copy_h2d(b->d, p, host, bytes);
+  b->p[b->n++] = p;
+  return p;
+}
+static void get(bufs *b, void *host, const void *dev, size_t bytes) {
+  b->d->ops->copy_d2h(b->d, host, dev, bytes);
+}
+static void release(bufs *b) {
+  for (int i = 0; i < b->n; i++) b->d->ops->free(b->d, b->p[i]);
+  b->n = 0;
+}
+
+static float *randf(int64_t n, float lo, float hi) {
+  float *x = td_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+  tst_fill_uniform(x, n, g_stream++, lo, hi);
+  return x;
+}
+static uint16_t *to_bf16(const float *x, int64_t n) {
+  uint16_t *h = td_malloc((size_t)(n > 0 ? n : 1) * 2);
+  for (int64_t i = 0; i < n; i++) h[i] = td_f32_to_bf16(x[i]);
+  return h;
+}
+static void *alloc_host(size_t bytes) { return td_calloc(bytes ? bytes : 1); }
+
+static int same_bits(const void *a, const void *b, size_t bytes) { return !memcmp(a, b, bytes); }
+
+/* max |got - ref| / max |ref| (NaN counts as a failure) */
+static double relerr(const float *got, const float *ref, int64_t n) {
+  return tst_rel_err_f(got, ref, n);
+}
+
+/* Tolerance of fp32 GEMMs: true fp32, or TF32 when the environment asks for it. */
+static double fp32_gemm_tol(void) {
+  const char *e = getenv("TRIDENT_CUDA_TF32");
+  return e && !strcmp(e, "1") ? 2e-3 : 1e-5;
+}
+
+/* ------------------------------------------------------------------ memory */
+
+static void test_memory(void) {
+  const int64_t n = 1000;
+  float *h = randf(n, -1, 1), *back = alloc_host(n * 4);
+  bufs b = {.d = g_gpu};
+  float *z = put(&b, NULL, 4096);
+  float *zh = alloc_host(4096);
+  get(&b, zh, z, 4096);
+  int zero = 1;
+  for (int i = 0; i < 1024; i++) zero &= zh[i] == 0.0f;
+  CHECK(zero, "alloc returns zeroed memory");
+  float *x = put(&b, h, n * 4), *y = put(&b, NULL, n * 4);
+  g_gpu->ops->copy_d2d(g_gpu, y, x, n * 4);
+  get(&b, back, y, n * 4);
+  CHECK(same_bits(back, h, n * 4), "copy_h2d, copy_d2d, copy_d2h round trip");
+  /* overlapping d2d (memmove): shift right by 7 and left by 5, as the CPU does */
+  float *ref = alloc_host(n * 4);
+  memcpy(ref, h, n * 4);
+  memmove(ref + 7, ref, (n - 7) * 4);
+  memmove(ref, ref + 5, (n - 5) * 4);
+  g_gpu->ops->copy_d2d(g_gpu, x + 7, x, (n - 7) * 4);
+  g_gpu->ops->copy_d2d(g_gpu, x, x + 5, (n - 5) * 4);
+  get(&b, back, x, n * 4);
+  CHECK(same_bits(back, ref, n * 4), "copy_d2d with overlapping ranges is memmove");
+  /* fill: every dtype, values the CPU converts the same way */
+  static const td_dtype dts[] = {TD_F32, TD_BF16, TD_F16, TD_I32, TD_I64, TD_F64};
+  static const float vals[] = {0.0f, -0.0f, 1.5f, -3.25f, 1e-30f, 70000.0f, 0.1f};
+  int ok = 1;
+  unsigned char *hg = alloc_host(8 * 37), *dc = alloc_host(8 * 37);
+  void *dg = put(&b, NULL, 8 * 37);
+  for (size_t i = 0; i < sizeof dts / sizeof *dts; i++)
+    for (size_t v = 0; v < sizeof vals / sizeof *vals; v++) {
+      memset(dc, 0xab, 8 * 37);
+      g_gpu->ops->copy_h2d(g_gpu, dg, dc, 8 * 37);
+      g_cpu->ops->fill(g_cpu, dc, dts[i], 37, vals[v]);
+      g_gpu->ops->fill(g_gpu, dg, dts[i], 37, vals[v]);
+      get(&b, hg, dg, 8 * 37);
+      ok &= same_bits(hg, dc, 8 * 37);
+    }
+  CHECK(ok, "fill: every dtype and value bit-identical to the CPU (and nothing past n)");
+  g_gpu->ops->synchronize(g_gpu);
+  release(&b);
+  td_free(h), td_free(back), td_free(zh), td_free(ref), td_free(hg), td_free(dc);
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+typedef struct {
+  int64_t m, n, k, batch, lda, ldb, ldc, off; /* off: elements the pointers are shifted by */
+  int ta, tb, bias, c_bf16;
+  td_dtype ab;
+  float alpha, beta;
+} mm_case;
+
+/* Runs the case on d: A, B (fp32 host values, converted for bf16), C0, bias in;
+ * C out as fp32 (from bf16 when c_bf16). */
+static void mm_on(td_device *d, const mm_case *c, const float *a, const float *bm, const float *c0,
+                  const float *bias, float *out) {
+  bufs b = {.d = d};
+  int64_t na = c->batch * (c->ta ? c->k : c->m) * c->lda + c->off;
+  int64_t nb = c->batch * (c->tb ? c->n : c->k) * c->ldb + c->off;
+  int64_t nc = c->batch * c->m * c->ldc + c->off;
+  size_t es = td_dtype_size(c->ab), cs = c->c_bf16 ? 2 : 4;
+  void *ha = c->ab == TD_BF16 ? (void *)to_bf16(a, na) : (void *)a;
+  void *hb = c->ab == TD_BF16 ? (void *)to_bf16(bm, nb) : (void *)bm;
+  void *hc = c->c_bf16 ? (void *)to_bf16(c0, nc) : (void *)c0;
+  char *da = put(&b, ha, na * es), *db = put(&b, hb, nb * es), *dc = put(&b, hc, nc * cs);
+  float *dbias = c->bias ? put(&b, bias, (c->n + 1) * 4) : NULL;
+  td_matmul_desc g = {.m = c->m, .n = c->n, .k = c->k, .ab_dtype = c->ab,
+                      .c_dtype = c->c_bf16 ? TD_BF16 : TD_F32,
+                      .a = da + c->off * es, .lda = c->lda,
+                      .stride_a = (c->ta ? c->k : c->m) * c->lda, .trans_a = c->ta,
+                      .b = db + c->off * es, .ldb = c->ldb,
+                      .stride_b = (c->tb ? c->n : c->k) * c->ldb, .trans_b = c->tb,
+                      .c = dc + c->off * cs, .ldc = c->ldc, .stride_c = c->m * c->ldc,
+                      .bias = dbias ? dbias + (c->off & 1) : NULL, .alpha = c->alpha,
+                      .beta = c->beta, .batch = c->batch};
+  d->ops->matmul(d, &g);
+  if (c->c_bf16) {
+    uint16_t *h16 = alloc_host(nc * 2);
+    get(&b, h16, dc, nc * 2);
+    for (int64_t i = 0; i < nc; i++) out[i] = td_bf16_to_f32(h16[i]);
+    td_free(h16);
+  } else {
+    get(&b, out, dc, nc * 4);
+  }
+  release(&b);
+  if (ha != a) td_free(ha);
+  if (hb != bm) td_free(hb);
+  if (hc != c0) td_free(hc);
+}
+
+static void mm_case_run(const mm_case *c) {
+  int64_t na = c->batch * (c->ta ? c->k : c->m) * c->lda + c->off;
+  int64_t nb = c->batch * (c->tb ? c->n : c->k) * c->ldb + c->off;
+  int64_t nc = c->batch * c->m * c->ldc + c->off;
+  float *a = randf(na, -1, 1), *bm = randf(nb, -1, 1), *c0 = randf(nc, -1, 1);
+  float *bias = randf(c->n + 1, -1, 1);
+  float *rc = alloc_host(nc * 4), *g1 = alloc_host(nc * 4), *g2 = alloc_host(nc * 4);
+  mm_on(g_cpu, c, a, bm, c0, bias, rc);
+  mm_on(g_gpu, c, a, bm, c0, bias, g1);
+  mm_on(g_gpu, c, a, bm, c0, bias, g2);
+  double tol = c->ab == TD_BF16 || c->c_bf16 ? (c->c_bf16 ? 1.6e-2 : 1e-4) : fp32_gemm_tol();
+  double err = relerr(g1, rc, nc);
+  CHECK(err < tol && same_bits(g1, g2, nc * 4),
+        "matmul %s->%s m%lld n%lld k%lld batch%lld ta%d tb%d ld+%lld off%lld bias%d a%g b%g: "
+        "rel err %.3g (tol %.1g), deterministic %d",
+        td_dtype_name(c->ab), c->c_bf16 ? "bf16" : "fp32", (long long)c->m, (long long)c->n,
+        (long long)c->k, (long long)c->batch, c->ta, c->tb,
+        (long long)(c->lda - (c->ta ? c->m : c->k)), (long long)c->off, c->bias,
+        (double)c->alpha, (double)c->beta, err, tol, same_bits(g1, g2, nc * 4));
+  td_free(a), td_free(bm), td_free(c0), td_free(bias), td_free(rc), td_free(g1), td_free(g2);
+}
+
+static void test_matmul(void) {
+  static const int64_t sz[] = {1, 7, 33, 129};
+  int idx = 0;
+  for (int im = 0; im < 4; im++)
+    for (int in = 0; in < 4; in++)
+      for (int ik = 0; ik < 4; ik++, idx++)
+        for (int ab = 0; ab < 2; ab++) {
+          mm_case c = {.m = sz[im], .n = sz[in], .k = sz[ik], .batch = 1, .ta = idx & 1,
+                       .tb = (idx >> 1) & 1, .ab = ab ? TD_BF16 : TD_F32, .alpha = 1};
+          int variant = (idx + ab) % 6;
+          if (variant == 1) c.bias = 1, c.beta = 1;                     /* accumulate + bias */
+          if (variant == 2) c.batch = 3, c.alpha = 0.25f, c.beta = 0.5f; /* batched, scaled */
+          if (variant == 3) c.bias = 1, c.c_bf16 = ab;                  /* bf16 out + bias */
+          if (variant == 4) c.batch = 2, c.bias = 1, c.alpha = 0.5f, c.beta = 0.25f;
+          int pad = variant == 5 ? 3 : 0; /* padded rows, shifted pointers */
+          c.off = variant == 5 ? 1 : 0;
+          c.lda = (c.ta ? c.m : c.k) + pad, c.ldb = (c.tb ? c.k : c.n) + pad, c.ldc = c.n + pad;
+          mm_case_run(&c);
+        }
+  /* GPT-2-like shapes: forward X W^T with bias, input and weight gradients */
+  for (int ab = 0; ab < 2; ab++) {
+    td_dtype dt = ab ? TD_BF16 : TD_F32;
+    mm_case f = {.m = 256, .n = 2304, .k = 768, .batch = 1, .tb = 1, .bias = 1, .ab = dt,
+                 .alpha = 1, .lda = 768, .ldb = 768, .ldc = 2304, .c_bf16 = ab};
+    mm_case_run(&f);
+    mm_case bi = {.m = 256, .n = 768, .k = 3072, .batch = 1, .ab = dt, .alpha = 1, .lda = 3072,
+                  .ldb = 768, .ldc = 768};
+    mm_case_run(&bi);
+    mm_case bw = {.m = 768, .n = 768, .k = 256, .batch = 1, .ta = 1, .ab = dt, .alpha = 1,
+                  .beta = 1, .lda = 768, .ldb = 768, .ldc = 768};
+    mm_case_run(&bw);
+  }
+}
+
+/* ------------------------------------------------------- row reductions */
+
+static void test_bias_backward(void) {
+  static const int64_t rows[] = {1, 7, 33, 129, 4100}, cols[] = {1, 7, 33, 129, 769};
+  for (int i = 0; i < 5; i++)
+    for (int j = 0; j < 5; j++) {
+      int64_t R = rows[i], C = cols[(i + j) % 5], n = R * C;
+      float *dout = randf(n, -1, 1), *db0 = randf(C, -1, 1);
+      float *rc = alloc_host(C * 4), *g1 = alloc_host(C * 4), *g2 = alloc_host(C * 4);
+      float *outs[3] = {rc, g1, g2};
+      for (int r = 0; r < 3; r++) {
+        bufs b = {.d = r ? g_gpu : g_cpu};
+        float *dd = put(&b, dout, n * 4), *ddb = put(&b, db0, C * 4);
+        b.d->ops->bias_backward(b.d, ddb, dd, R, C);
+        get(&b, outs[r], ddb, C * 4);
+        release(&b);
+      }
+      double err = relerr(g1, rc, C);
+      CHECK(err < 2e-5 && same_bits(g1, g2, C * 4),
+            "bias_backward %lldx%lld: rel err %.3g, deterministic %d", (long long)R,
+            (long long)C, err, same_bits(g1, g2, C * 4));
+      td_free(dout), td_free(db0), td_free(rc), td_free(g1), td_free(g2);
+    }
+}
+
+static void test_layernorm(void) {
+  static const int64_t rows[] = {1, 7, 33, 129, 300}, cols[] = {1, 7, 33, 768, 1000};
+  for (int i = 0; i < 5; i++)
+    for (int j = 0; j < 5; j++)
+      for (int bf = 0; bf < 2; bf++) {
+        int64_t R = rows[i], C = cols[j], n = R * C;
+        float *x = randf(n, -2, 3), *w = randf(C, 0.5f, 1.5f), *bb = randf(C, -0.5f, 0.5f);
+        float *dout = randf(n, -1, 1), *dx0 = randf(n, -1, 1);
+        float *dw0 = randf(C, -1, 1), *db0 = randf(C, -1, 1);
+        float *o[3], *mean[3], *rstd[3], *dx[3], *dw[3], *db[3];
+        for (int r = 0; r < 3; r++) {
+          o[r] = alloc_host(n * 4), mean[r] = alloc_host(R * 4), rstd[r] = alloc_host(R * 4);
+          dx[r] = alloc_host(n * 4), dw[r] = alloc_host(C * 4), db[r] = alloc_host(C * 4);
+          bufs b = {.d = r ? g_gpu : g_cpu};
+          float *dxi = put(&b, x, n * 4), *dwi = put(&b, w, C * 4), *dbi = put(&b, bb, C * 4);
+          void *dout_ = put(&b, NULL, n * 4);
+          float *dm = put(&b, NULL, R * 4), *drs = put(&b, NULL, R * 4);
+          b.d->ops->layernorm_forward(b.d, dout_, bf ? TD_BF16 : TD_F32, dm, drs, dxi, dwi, dbi, R,
+                                      C, 1e-5f);
+          if (bf) {
+            uint16_t *h = alloc_host(n * 2);
+            get(&b, h, dout_, n * 2);
+            for (int64_t e = 0; e < n; e++) o[r][e] = td_bf16_to_f32(h[e]);
+            td_free(h);
+          } else {
+            get(&b, o[r], dout_, n * 4);
+          }
+          get(&b, mean[r], dm, R * 4), get(&b, rstd[r], drs, R * 4);
+          float *ddo = put(&b, dout, n * 4), *ddx = put(&b, dx0, n * 4);
+          float *ddw = put(&b, dw0, C * 4), *ddb = put(&b, db0, C * 4);
+          b.d->ops->layernorm_backward(b.d, ddx, ddw, ddb, ddo, dxi, dwi, dm, drs, R, C);
+          get(&b, dx[r], ddx, n * 4), get(&b, dw[r], ddw, C * 4), get(&b, db[r], ddb, C * 4);
+          release(&b);
+        }
+        double tol = bf ? 1e-2 : 2e-5;
+        double e_o = relerr(o[1], o[0], n), e_m = relerr(mean[1], mean[0], R);
+        double e_s = relerr(rstd[1], rstd[0], R), e_dx = relerr(dx[1], dx[0], n);
+        double e_dw = relerr(dw[1], dw[0], C), e_db = relerr(db[1], db[0], C);
+        int det = same_bits(o[1], o[2], n * 4) && same_bits(dx[1], dx[2], n * 4) &&
+                  same_bits(dw[1], dw[2], C * 4) && same_bits(db[1], db[2], C * 4) &&
+                  same_bits(mean[1], mean[2], R * 4) && same_bits(rstd[1], rstd[2], R * 4);
+        CHECK(e_o < tol && e_m < 1e-5 && e_s < 1e-5 && e_dx < 1e-4 && e_dw < 1e-4 && e_db < 1e-4 &&
+                  det,
+              "layernorm %lldx%lld -> %s: out %.2g mean %.2g rstd %.2g dx %.2g dw %.2g db %.2g, "
+              "deterministic %d",
+              (long long)R, (long long)C, bf ? "bf16" : "fp32", e_o, e_m, e_s, e_dx, e_dw, e_db,
+              det);
+        for (int r = 0; r < 3; r++)
+          td_free(o[r]), td_free(mean[r]), td_free(rstd[r]), td_free(dx[r]), td_free(dw[r]),
+              td_free(db[r]);
+        td_free(x), td_free(w), td_free(bb), td_free(dout), td_free(dx0), td_free(dw0),
+            td_free(db0);
+      }
+}
+
+/* ------------------------------------------------------------ elementwise */
+
+static void test_gelu(void) {
+  const int64_t n = 100003;
+  float *x = randf(n, -8, 8), *dout = randf(n, -1, 1);
+  x[0] = 0.0f, x[1] = -0.0f, x[2] = 30.0f, x[3] = -30.0f, x[4] = 16.5f, x[5] = -16.5f;
+  for (int kind = 0; kind < 2; kind++)
+    for (int xb = 0; xb < 2; xb++)
+      for (int ob = 0; ob < 2; ob++) {
+        float *y[3], *dx[3];
+        uint16_t *x16 = to_bf16(x, n);
+        for (int r = 0; r < 3; r++) {
+          y[r] = alloc_host(n * 4), dx[r] = alloc_host(n * 4);
+          bufs b = {.d = r ? g_gpu : g_cpu};
+          void *dxin = xb ? put(&b, x16, n * 2) : put(&b, x, n * 4);
+          void *dy = put(&b, NULL, n * 4);
+          float *dg = put(&b, dout, n * 4);
+          b.d->ops->gelu_forward(b.d, dy, ob ? TD_BF16 : TD_F32, dxin, xb ? TD_BF16 : TD_F32, n,
+                                 (td_gelu_kind)kind);
+          if (ob) {
+            uint16_t *h = alloc_host(n * 2);
+            get(&b, h, dy, n * 2);
+            for (int64_t e = 0; e < n; e++) y[r][e] = td_bf16_to_f32(h[e]);
+            td_free(h);
+          } else {
+            get(&b, y[r], dy, n * 4);
+          }
+          /* in place: dx aliases dout */
+          b.d->ops->gelu_backward(b.d, dg, dg, dxin, xb ? TD_BF16 : TD_F32, n, (td_gelu_kind)kind);
+          get(&b, dx[r], dg, n * 4);
+          release(&b);
+        }
+        double e_y = relerr(y[1], y[0], n), e_dx = relerr(dx[1], dx[0], n);
+        int det = same_bits(y[1], y[2], n * 4) && same_bits(dx[1], dx[2], n * 4);
+        double tol = ob ? 8e-3 : 2e-6;
+        CHECK(e_y < tol && e_dx < 2e-6 && det,
+              "gelu %s x %s -> %s: forward %.2g, backward (in place) %.2g, deterministic %d",
+              kind ? "tanh" : "erf", xb ? "bf16" : "fp32", ob ? "bf16" : "fp32", e_y, e_dx, det);
+        for (int r = 0; r < 3; r++) td_free(y[r]), td_free(dx[r]);
+        td_free(x16);
+      }
+  td_free(x), td_free(dout);
+}
+
+static void test_add_scale(void) {
+  const int64_t n = 77777;
+  float *a = randf(n, -1, 1), *bb = randf(n, -1, 1);
+  float *o[3];
+  for (int r = 0; r < 3; r++) {
+    o[r] = alloc_host(n * 4);
+    bufs b = {.d = r ? g_gpu : g_cpu};
+    float *da = put(&b, a, n * 4), *db = put(&b, bb, n * 4), *dc = put(&b, NULL, n * 4);
+    b.d->ops->add(b.d, dc, da, db, n);
+    b.d->ops->add(b.d, da, da, dc, n); /* aliasing a */
+    b.d->ops->scale(b.d, da, n, -0.37f);
+    b.d->ops->add(b.d, db, dc, db, n); /* aliasing b */
+    b.d->ops->add(b.d, db, db, da, n);
+    get(&b, o[r], db, n * 4);
+    release(&b);
+  }
+  CHECK(same_bits(o[1], o[0], n * 4) && same_bits(o[1], o[2], n * 4),
+        "add (with aliasing) and scale: bit-identical to the CPU and deterministic");
+  for (int r = 0; r < 3; r++) td_free(o[r]);
+  td_free(a), td_free(bb);
+}
+
+static void test_dropout(void) {
+  static const int64_t ns[] = {1, 3, 17, 1000, 65537};
+  static const float ps[] = {0.1f, 0.5f, 0.9f, 1.0f, 0.0f};
+  static const uint64_t firsts[] = {0, 1, 6, 1234567, (1ull << 33) + 3};
+  for (int i = 0; i < 5; i++)
+    for (int f = 0; f < 5; f++) {
+      int64_t n = ns[i];
+      float p = ps[(i + f) % 5];
+      float *ones = alloc_host(n * 4), *x = randf(n, -1, 1), *o[3], *ox[3];
+      for (int64_t e = 0; e < n; e++) ones[e] = 1.0f;
+      for (int r = 0; r < 3; r++) {
+        o[r] = alloc_host(n * 4), ox[r] = alloc_host(n * 4);
+        bufs b = {.d = r ? g_gpu : g_cpu};
+        float *d1 = put(&b, ones, n * 4), *dx = put(&b, x, n * 4);
+        b.d->ops->dropout(b.d, d1, n, p, 0xfeedbeefcafeull + (uint64_t)i, 7 + (uint64_t)f,
+                          firsts[f]);
+        b.d->ops->dropout(b.d, dx, n, p, 99, 3, firsts[f]);
+        get(&b, o[r], d1, n * 4), get(&b, ox[r], dx, n * 4);
+        release(&b);
+      }
+      /* the mask itself against td_rng_u32 */
+      int64_t wrong = 0;
+      for (int64_t e = 0; e < n; e++) {
+        int keep = p == 0.0f ||
+                   td_rng_bits_to_unit(td_rng_u32(0xfeedbeefcafeull + (uint64_t)i, 7 + (uint64_t)f,
+                                                  firsts[f] + (uint64_t)e)) >= p;
+        wrong += (o[1][e] != 0.0f) != keep;
+      }
+      CHECK(same_bits(o[1], o[0], n * 4) && same_bits(ox[1], ox[0], n * 4) && wrong == 0 &&
+                same_bits(o[1], o[2], n * 4),
+            "dropout n=%lld p=%g first=%llu: mask of ones and values bit-identical to the CPU, "
+            "%lld mask bits off td_rng_u32",
+            (long long)n, (double)p, (unsigned long long)firsts[f], (long long)wrong);
+      for (int r = 0; r < 3; r++) td_free(o[r]), td_free(ox[r]);
+      td_free(ones), td_free(x);
+    }
+}
+
+static void test_cast(void) {
+  const int64_t n = 70001;
+  float *x = randf(n, -70000, 70000);
+  uint32_t s = 12345;
+  for (int64_t i = 0; i < n; i += 3) { /* random bit patterns: NaNs, Infs, subnormals */
+    s = s * 1664525u + 1013904223u;
+    memcpy(&x[i], &s, 4);
+  }
+  static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65520.0f,
+                                  5.96e-8f, 2.9e-8f, 1e-40f, 3.0e38f};
+  for (size_t i = 0; i < sizeof special / sizeof *special; i++) x[i + 1] = special[i];
+  static const td_dtype dts[] = {TD_F32, TD_BF16, TD_F16};
+  for (int si = 0; si < 3; si++)
+    for (int di = 0; di < 3; di++) {
+      td_dtype st = dts[si], dt = dts[di];
+      size_t ss = td_dtype_size(st), ds = td_dtype_size(dt);
+      void *src = alloc_host(n * ss);
+      g_cpu->ops->cast(g_cpu, src, st, x, TD_F32, n); /* the source in its dtype */
+      void *o[3];
+      for (int r = 0; r < 3; r++) {
+        o[r] = alloc_host(n * ds);
+        bufs b = {.d = r ? g_gpu : g_cpu};
+        void *d1 = put(&b, src, n * ss), *d2 = put(&b, NULL, n * ds);
+        b.d->ops->cast(b.d, d2, dt, d1, st, n);
+        get(&b, o[r], d2, n * ds);
+        release(&b);
+      }
+      CHECK(same_bits(o[1], o[0], n * ds) && same_bits(o[1], o[2], n * ds),
+            "cast %s -> %s: bit-identical to the CPU (NaN, Inf, subnormals, ties), deterministic",
+            td_dtype_name(st), td_dtype_name(dt));
+      for (int r = 0; r < 3; r++) td_free(o[r]);
+      td_free(src);
+    }
+  td_free(x);
+}
+
+/* ------------------------------------------------------------------ embedding */
+
+static void test_embedding(void) {
+  static const int64_t ns[] = {1, 17, 130, 4096}, colss[] = {1, 7, 129, 768};
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 4; j++) {
+      int64_t n = ns[i], C = colss[j], V = 50, vs = j % 2 ? 20 : 0, rt = j % 2 ? 25 : 50;
+      int32_t *ids = alloc_host(n * 4);
+      for (int64_t r = 0; r < n; r++) ids[r] = (int32_t)(td_rng_u32(5, 6, (uint64_t)r) % (V + 0));
+      float *table = randf(rt * C, -1, 1), *dout = randf(n * C, -1, 1), *o0 = randf(n * C, -1, 1);
+      float *dt0 = randf(rt * C, -1, 1);
+      float *o[3], *oa[3], *dt[3];
+      for (int r = 0; r < 3; r++) {
+        o[r] = alloc_host(n * C * 4), oa[r] = alloc_host(n * C * 4), dt[r] = alloc_host(rt * C * 4);
+        bufs b = {.d = r ? g_gpu : g_cpu};
+        int32_t *di = put(&b, ids, n * 4);
+        float *dtab = put(&b, table, rt * C * 4), *dout_ = put(&b, o0, n * C * 4);
+        float *dacc = put(&b, o0, n * C * 4), *dg = put(&b, dout, n * C * 4);
+        float *ddt = put(&b, dt0, rt * C * 4);
+        b.d->ops->embedding_forward(b.d, dout_, di, n, dtab, vs, rt, C, 0);
+        b.d->ops->embedding_forward(b.d, dacc, di, n, dtab, vs, rt, C, 1);
+        b.d->ops->embedding_backward(b.d, ddt, dg, di, n, vs, rt, C);
+        get(&b, o[r], dout_, n * C * 4), get(&b, oa[r], dacc, n * C * 4);
+        get(&b, dt[r], ddt, rt * C * 4);
+        release(&b);
+      }
+      int exact = same_bits(o[1], o[0], n * C * 4) && same_bits(oa[1], oa[0], n * C * 4) &&
+                  same_bits(dt[1], dt[0], rt * C * 4);
+      int det = same_bits(dt[1], dt[2], rt * C * 4) && same_bits(o[1], o[2], n * C * 4);
+      CHECK(exact && det,
+            "embedding n=%lld cols=%lld rows [%lld, %lld): forward, accumulate and the "
+            "scatter-add backward bit-identical to the CPU (repeated ids in token order), "
+            "deterministic %d",
+            (long long)n, (long long)C, (long long)vs, (long long)(vs + rt), det);
+      for (int r = 0; r < 3; r++) td_free(o[r]), td_free(oa[r]), td_free(dt[r]);
+      td_free(ids), td_free(table), td_free(dout), td_free(o0), td_free(dt0);
+    }
+}
+
+/* ------------------------------------------------------------------ loss */
+
+static void test_cross_entropy(void) {
+  static const int64_t ns[] = {1, 7, 33}, vocabs[] = {1, 7, 129, 50304};
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 4; j++) {
+      int64_t n = ns[i], V = vocabs[j], nv = n * V;
+      float *logits = randf(nv, -8, 8), *dloss = randf(n, 0, 1);
+      int32_t *t = alloc_host(n * 4);
+      for (int64_t r = 0; r < n; r++) t[r] = (int32_t)(td_rng_u32(8, 9, (uint64_t)r) % (uint64_t)V);
+      int64_t vs = V > 2 ? V / 3 : 0, sl = V - vs; /* a slice [vs, V) of the vocabulary */
+      float *loss[3], *lse[3], *dl[3], *slse[3], *stl[3], *sdl[3];
+      for (int r = 0; r < 3; r++) {
+        loss[r] = alloc_host(n * 4), lse[r] = alloc_host(n * 4), dl[r] = alloc_host(nv * 4);
+        slse[r] = alloc_host(n * 4), stl[r] = alloc_host(n * 4), sdl[r] = alloc_host(n * sl * 4);
+        bufs b = {.d = r ? g_gpu : g_cpu};
+        float *dlg = put(&b, logits, nv * 4), *dls = put(&b, NULL, n * 4);
+        float *dlse = put(&b, NULL, n * 4), *dd = put(&b, dloss, n * 4);
+        int32_t *dt = put(&b, t, n * 4);
+        b.d->ops->cross_entropy_forward(b.d, dls, dlse, dlg, dt, n, V);
+        get(&b, loss[r], dls, n * 4), get(&b, lse[r], dlse, n * 4);
+        /* the slice: a copy of columns [vs, V) of each row */
+        float *slice = alloc_host(n * sl * 4);
+        for (int64_t q = 0; q < n; q++) memcpy(slice + q * sl, logits + q * V + vs, sl * 4);
+        float *dsl = put(&b, slice, n * sl * 4), *ds1 = put(&b, NULL, n * 4);
+        float *ds2 = put(&b, NULL, n * 4);
+        b.d->ops->cross_entropy_slice(b.d, ds1, ds2, dsl, dt, n, sl, vs);
+        get(&b, slse[r], ds1, n * 4), get(&b, stl[r], ds2, n * 4);
+        b.d->ops->cross_entropy_backward(b.d, dsl, dsl, dlse, dt, dd, n, sl, vs); /* in place */
+        get(&b, sdl[r], dsl, n * sl * 4);
+        b.d->ops->cross_entropy_backward(b.d, dlg, dlg, dlse, dt, dd, n, V, 0); /* in place */
+        get(&b, dl[r], dlg, nv * 4);
+        release(&b);
+        td_free(slice);
+      }
+      double e_lse = relerr(lse[1], lse[0], n), e_loss = relerr(loss[1], loss[0], n);
+      double e_sl = relerr(slse[1], slse[0], n), e_dl = relerr(dl[1], dl[0], nv);
+      double e_sdl = relerr(sdl[1], sdl[0], n * sl);
+      int tl_exact = same_bits(stl[1], stl[0], n * 4);
+      int det = same_bits(loss[1], loss[2], n * 4) && same_bits(lse[1], lse[2], n * 4) &&
+                same_bits(dl[1], dl[2], nv * 4) && same_bits(slse[1], slse[2], n * 4) &&
+                same_bits(sdl[1], sdl[2], n * sl * 4);
+      CHECK(e_lse < 1e-6 && e_loss < 2e-5 && e_sl < 1e-6 && e_dl < 1e-5 && e_sdl < 1e-5 &&
+                tl_exact && det,
+            "cross-entropy n=%lld vocab=%lld (slice from %lld): lse %.2g loss %.2g slice lse %.2g "
+            "dlogits %.2g slice dlogits %.2g, target logits exact %d, deterministic %d",
+            (long long)n, (long long)V, (long long)vs, e_lse, e_loss, e_sl, e_dl, e_sdl, tl_exact,
+            det);
+      for (int r = 0; r < 3; r++)
+        td_free(loss[r]), td_free(lse[r]), td_free(dl[r]), td_free(slse[r]), td_free(stl[r]),
+            td_free(sdl[r]);
+      td_free(logits), td_free(dloss), td_free(t);
+    }
+}
+
+/* ------------------------------------------------------------------ optimizer */
+
+static void test_adamw(void) {
+  static const int64_t ns[] = {1, 7, 100003};
+  for (int i = 0; i < 3; i++)
+    for (int step = 1; step <= 1000; step *= 10) {
+      int64_t n = ns[i];
+      float *p0 = randf(n, -1, 1), *g0 = randf(n, -1, 1), *m0 = randf(n, -0.1f, 0.1f);
+      float *v0 = randf(n, 0, 0.01f);
+      float *p[3], *m[3], *v[3];
+      for (int r = 0; r < 3; r++) {
+        p[r] = alloc_host(n * 4), m[r] = alloc_host(n * 4), v[r] = alloc_host(n * 4);
+        bufs b = {.d = r ? g_gpu : g_cpu};
+        float *dp = put(&b, p0, n * 4), *dg = put(&b, g0, n * 4), *dm = put(&b, m0, n * 4);
+        float *dv = put(&b, v0, n * 4);
+        b.d->ops->adamw(b.d, dp, dg, dm, dv, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step);
+        get(&b, p[r], dp, n * 4), get(&b, m[r], dm, n * 4), get(&b, v[r], dv, n * 4);
+        release(&b);
+      }
+      double ep = relerr(p[1], p[0], n), em = relerr(m[1], m[0], n), ev = relerr(v[1], v[0], n);
+      int det = same_bits(p[1], p[2], n * 4) && same_bits(m[1], m[2], n * 4) &&
+                same_bits(v[1], v[2], n * 4);
+      CHECK(ep < 1e-6 && em < 1e-6 && ev < 1e-6 && det,
+            "adamw n=%lld step %d: param %.2g m %.2g v %.2g, deterministic %d", (long long)n, step,
+            ep, em, ev, det);
+      for (int r = 0; r < 3; r++) td_free(p[r]), td_free(m[r]), td_free(v[r]);
+      td_free(p0), td_free(g0), td_free(m0), td_free(v0);
+    }
+}
+
+static void test_reductions(void) {
+  static const int64_t ns[] = {1, 7, 16385, 1000003};
+  for (int i = 0; i < 4; i++) {
+    int64_t n = ns[i];
+    float *x = randf(n, -3, 3);
+    for (int64_t e = 0; e < n; e += 7) x[e] = 0.0f;
+    for (int64_t e = 3; e < n; e += 11) x[e] = -0.0f;
+    double sc = g_cpu->ops->sum_squares(g_cpu, x, n);
+    int64_t zc = g_cpu->ops->count_zeros(g_cpu, x, n);
+    bufs b = {.d = g_gpu};
+    float *dx = put(&b, x, n * 4);
+    double s1 = g_gpu->ops->sum_squares(g_gpu, dx, n), s2 = g_gpu->ops->sum_squares(g_gpu, dx, n);
+    int64_t z1 = g_gpu->ops->count_zeros(g_gpu, dx, n), z2 = g_gpu->ops->count_zeros(g_gpu, dx, n);
+    double err = fabs(s1 - sc) / (sc > 0 ? sc : 1);
+    CHECK(err < 1e-10 && s1 == s2 && z1 == zc && z1 == z2,
+          "sum_squares n=%lld rel err %.2g (same bits twice %d); count_zeros %lld == %lld",
+          (long long)n, err, s1 == s2, (long long)z1, (long long)zc);
+    if (n > 1) { /* NaN and Inf propagate: the fp16 overflow check */
+      float bad = NAN;
+      g_gpu->ops->copy_h2d(g_gpu, dx + n / 2, &bad, 4);
+      double sn = g_gpu->ops->sum_squares(g_gpu, dx, n);
+      bad = INFINITY;
+      g_gpu->ops->copy_h2d(g_gpu, dx + n / 2, &bad, 4);
+      double si = g_gpu->ops->sum_squares(g_gpu, dx, n);
+      CHECK(isnan(sn) && isinf(si), "sum_squares n=%lld: NaN -> %g, Inf -> %g", (long long)n, sn,
+            si);
+    }
+    release(&b);
+    td_free(x);
+  }
+}
+
+/* ------------------------------------------------------------------ attention */
+
+typedef struct {
+  int64_t B, T, H, D, Ht, h0;
+  td_dtype dt;
+  float p;
+} att_case;
+
+typedef struct {
+  float *out, *lse, *dqkv; /* fp32 copies */
+} att_result;
+
+static void att_on(td_device *d, const att_case *c, const float *qkv, const float *dout,
+                   att_result *res) {
+  const int64_t nqkv = c->B * c->T * c->H * 3 * c->D, no = c->B * c->T * c->H * c->D;
+  const int64_t nl = c->B * c->H * c->T;
+  const int bf = c->dt == TD_BF16;
+  const size_t es = bf ? 2 : 4;
+  bufs b = {.d = d};
+  uint16_t *q16 = bf ? to_bf16(qkv, nqkv) : NULL, *g16 = bf ? to_bf16(dout, no) : NULL;
+  void *dq = put(&b, bf ? (void *)q16 : (void *)qkv, nqkv * es);
+  void *dg = put(&b, bf ? (void *)g16 : (void *)dout, no * es);
+  void *dout_ = put(&b, NULL, no * es), *dqkv = put(&b, NULL, nqkv * es);
+  float *dlse = put(&b, NULL, nl * 4);
+  td_attention_desc a = {.batch = c->B, .seq = c->T, .heads = c->H, .head_dim = c->D,
+                         .dtype = c->dt, .scale = 1.0f / sqrtf((float)c->D), .qkv = dq,
+                         .out = dout_, .lse = dlse, .dout = dg, .dqkv = dqkv,
+                         .dropout_p = c->p, .seed = 0x1234abcdull, .stream = 42,
+                         .head_start = c->h0, .heads_total = c->Ht};
+  d->ops->attention_forward(d, &a);
+  d->ops->attention_backward(d, &a);
+  res->out = alloc_host(no * 4), res->lse = alloc_host(nl * 4), res->dqkv = alloc_host(nqkv * 4);
+  get(&b, res->lse, dlse, nl * 4);
+  if (bf) {
+    uint16_t *h = alloc_host(nqkv * 2);
+    get(&b, h, dout_, no * 2);
+    for (int64_t i = 0; i < no; i++) res->out[i] = td_bf16_to_f32(h[i]);
+    get(&b, h, dqkv, nqkv * 2);
+    for (int64_t i = 0; i < nqkv; i++) res->dqkv[i] = td_bf16_to_f32(h[i]);
+    td_free(h);
+  } else {
+    get(&b, res->out, dout_, no * 4);
+    get(&b, res->dqkv, dqkv, nqkv * 4);
+  }
+  release(&b);
+  td_free(q16), td_free(g16);
+}
+
+static void att_free(att_result *r) { td_free(r->out), td_free(r->lse), td_free(r->dqkv); }
+
+static void att_case_run(const att_case *c) {
+  const int64_t nqkv = c->B * c->T * c->H * 3 * c->D, no = c->B * c->T * c->H * c->D;
+  const int64_t nl = c->B * c->H * c->T;
+  float *qkv = randf(nqkv, -1.5f, 1.5f), *dout = randf(no, -1, 1);
+  att_result rc, g1, g2;
+  att_on(g_cpu, c, qkv, dout, &rc);
+  att_on(g_gpu, c, qkv, dout, &g1);
+  att_on(g_gpu, c, qkv, dout, &g2);
+  const int bf = c->dt == TD_BF16;
+  double e_o = relerr(g1.out, rc.out, no), e_l = relerr(g1.lse, rc.lse, nl);
+  double e_d = relerr(g1.dqkv, rc.dqkv, nqkv);
+  double tol_o = bf ? 2e-2 : 2e-5, tol_d = bf ? 5e-2 : 1e-4;
+  int det = same_bits(g1.out, g2.out, no * 4) && same_bits(g1.lse, g2.lse, nl * 4) &&
+            same_bits(g1.dqkv, g2.dqkv, nqkv * 4);
+  CHECK(e_o < tol_o && e_l < 1e-5 && e_d < tol_d && det,
+        "attention %s B%lld T%lld H%lld D%lld p=%g heads [%lld of %lld): out %.2g lse %.2g "
+        "dqkv %.2g, deterministic %d",
+        td_dtype_name(c->dt), (long long)c->B, (long long)c->T, (long long)c->H, (long long)c->D,
+        (double)c->p, (long long)c->h0, (long long)c->Ht, e_o, e_l, e_d, det);
+  att_free(&rc), att_free(&g1), att_free(&g2);
+  td_free(qkv), td_free(dout);
+}
+
+/* The masks themselves: q = k = 0 makes P uniform over the visible keys, and
+ * v_j = e_j (D >= T) puts element (i, j) of P' in out[i, j]: nonzero iff kept.
+ * The pattern must match the keep rule on td_rng_u32 exactly, on both backends. */
+static void test_attention_masks(void) {
+  const int64_t B = 2, T = 61, H = 2, D = 64, Ht = 5, h0 = 2;
+  const float p = 0.3f;
+  const int64_t nqkv = B * T * H * 3 * D, no = B * T * H * D;
+  float *qkv = alloc_host(nqkv * 4), *dout = alloc_host(no * 4);
+  for (int64_t bb = 0; bb < B; bb++)
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t h = 0; h < H; h++) qkv[((bb * T + t) * H + h) * 3 * D + 2 * D + t] = 1.0f;
+  att_case c = {.B = B, .T = T, .H = H, .D = D, .Ht = Ht, .h0 = h0, .dt = TD_F32, .p = p};
+  double thr = nearbyint((double)p * 4294967296.0);
+  int64_t wrong[2] = {0, 0}, kept = 0;
+  for (int dev = 0; dev < 2; dev++) {
+    att_result r;
+    att_on(dev ? g_gpu : g_cpu, &c, qkv, dout, &r);
+    for (int64_t bb = 0; bb < B; bb++)
+      for (int64_t h = 0; h < H; h++)
+        for (int64_t i = 0; i < T; i++)
+          for (int64_t j = 0; j <= i; j++) {
+            uint64_t ctr = (uint64_t)(((bb * Ht + h0 + h) * T + i) * T + j);
+            int keep = (double)td_rng_u32(0x1234abcdull, 42, ctr) >= thr;
+            float v = r.out[((bb * T + i) * H + h) * D + j];
+            wrong[dev] += (v != 0.0f) != keep;
+            kept += dev == 0 && keep;
+          }
+    att_free(&r);
+  }
+  CHECK(wrong[0] == 0 && wrong[1] == 0 && kept > 0,
+        "attention dropout masks (p=%g, heads %lld.. of %lld): CPU %lld, CUDA %lld elements off "
+        "the td_rng_u32 keep rule (%lld kept)",
+        (double)p, (long long)h0, (long long)Ht, (long long)wrong[0], (long long)wrong[1],
+        (long long)kept);
+  td_free(qkv), td_free(dout);
+}
+
+static void test_attention(void) {
+  static const int64_t Ts[] = {1, 17, 64, 130}, Ds[] = {32, 64, 80};
+  for (int ti = 0; ti < 4; ti++)
+    for (int di = 0; di < 3; di++)
+      for (int bf = 0; bf < 2; bf++) {
+        att_case c = {.B = 2, .T = Ts[ti], .H = 3, .D = Ds[di], .dt = bf ? TD_BF16 : TD_F32,
+                      .p = (ti + di) % 2 ? 0.1f : 0.0f};
+        if (di == 1) c.Ht = 7, c.h0 = 4; /* a tensor-parallel rank's heads */
+        att_case_run(&c);
+      }
+  static const int64_t bigD[] = {128, 100, 256, 16, 1};
+  for (int i = 0; i < 5; i++) {
+    att_case c = {.B = 1, .T = 77, .H = 2, .D = bigD[i], .dt = i % 2 ? TD_BF16 : TD_F32, .p = 0.2f};
+    att_case_run(&c);
+  }
+  att_case gpt2 = {.B = 2, .T = 256, .H = 4, .D = 64, .dt = TD_BF16, .p = 0.1f};
+  att_case_run(&gpt2);
+  test_attention_masks();
+}
+
+/* A target outside the vocabulary is an input error the CPU reports at once; the
+ * GPU flags it and the next synchronising call fails with the reason. Run in a
+ * child process (a fresh CUDA context: td_fail ends the process). */
+static int bad_target_child(void) {
+  td_device *gpu = td_device_open("cuda");
+  float logits[2 * 5] = {0};
+  int32_t t[2] = {1, 5};
+  bufs b = {.d = gpu};
+  float *dl = put(&b, logits, sizeof logits), *loss = put(&b, NULL, 8), *lse = put(&b, NULL, 8);
+  int32_t *dt = put(&b, t, sizeof t);
+  gpu->ops->cross_entropy_forward(gpu, loss, lse, dl, dt, 2, 5);
+  gpu->ops->synchronize(gpu); /* must fail here */
+  printf("synchronize returned\n");
+  return 0;
+}
+
+static void test_bad_target(const char *self) {
+  char cmd[4200], out[4096] = "";
+  snprintf(cmd, sizeof cmd, "'%s' --bad-target-child 2>&1", self);
+  FILE *p = popen(cmd, "r");
+  size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+  out[n] = 0;
+  int status = p ? pclose(p) : -1;
+  CHECK(status != 0 && strstr(out, "outside the vocabulary") && !strstr(out, "synchronize returned"),
+        "cross_entropy_forward with a target outside the vocabulary: the next synchronize fails "
+        "with the reason (exit status %d, output: %.200s)", status, out);
+}
+
+/* ------------------------------------------------------------------ main */
+
+/* TRIDENT_CUDA_TEST_ONLY=attention (a substring of the group names below) runs
+ * only the groups that match. */
+static int want(const char *group) {
+  const char *only = getenv("TRIDENT_CUDA_TEST_ONLY");
+  return !only || !*only || strstr(group, only) != NULL;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--bad-target-child")) return bad_target_child();
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    printf("SKIP: no CUDA device visible (%s): the CUDA backend cannot be tested here\n",
+           e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return 77;
+  }
+  if (!td_device_available("cuda")) {
+    printf("SKIP: the CUDA backend reports no usable device\n");
+    return 77;
+  }
+  g_cpu = tst_device();
+  g_gpu = td_device_open("cuda");
+  char name[256];
+  td_device_describe(g_gpu, name, sizeof name);
+  printf("CPU backend vs %s\n", name);
+  CHECK(!strcmp(td_device_resolve("auto"), "cuda"), "auto resolves to cuda on a machine with a GPU");
+  static const struct {
+    const char *name;
+    void (*fn)(void);
+  } groups[] = {{"memory", test_memory},         {"cast", test_cast},
+                {"add_scale", test_add_scale},   {"dropout", test_dropout},
+                {"gelu", test_gelu},             {"bias_backward", test_bias_backward},
+                {"layernorm", test_layernorm},   {"embedding", test_embedding},
+                {"cross_entropy", test_cross_entropy}, {"adamw", test_adamw},
+                {"reductions", test_reductions}, {"matmul", test_matmul},
+                {"attention", test_attention}};
+  for (size_t i = 0; i < sizeof groups / sizeof *groups; i++)
+    if (want(groups[i].name)) groups[i].fn();
+  if (want("cross_entropy")) test_bad_target(argv[0]);
+  td_device_close(g_gpu);
+  return tst_finish();
+}
