@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all deps build test test-sanitize demo bench interop clean
+.PHONY: all deps build test test-sanitize demo bench interop fuzz clean
 all: build
 
 deps:
@@ -42,6 +42,13 @@ bench: build
 interop: build
 	bash scripts/check_hf_interop.sh $(BUILD)
 	bash scripts/check_tensorboard_interop.sh $(BUILD)
+
+# Opt-in (not in make test): libFuzzer over every reader of user files, FUZZ_SECONDS
+# each (clang, build-fuzz/); new coverage is merged into tests/fuzz/corpus/, which
+# make test replays (tests/test_fuzz_replay.c).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	bash tests/fuzz/run.sh all $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(BUILD)

@@ -253,6 +253,55 @@ static void test_parse_errors(void) {
   check_refusals("--num-layers 2", r, (int)(sizeof r / sizeof *r));
 }
 
+/* Every problem of a command line in one report, a suggestion only for a near
+ * miss, Megatron's other flag names known, numbers by their Megatron type. */
+static void test_all_at_once(void) {
+  td_args a;
+  cmdline c;
+  char err[4096] = "";
+  CHECK(run(&a, &c, SMALL " --hiden-size 64 --num-layers x stray --swiglu --foo-bar-baz 3 "
+                      "--data-impl cached --decoupled-lr 5.0e-4",
+            0, err, sizeof err) == -1,
+        "bad command line refused");
+  const char *want[] = {"unknown flag '--hiden-size' (did you mean --hidden-size?)",
+                        "--num-layers expects a positive integer; got 'x'",
+                        "unknown flag '--foo-bar-baz' (not a flag of Megatron-LM",
+                        "--swiglu: trident's GPT is GPT-2",
+                        "--data-impl cached: trident reads Megatron's mmap format only",
+                        "--decoupled-lr: a separate learning rate"};
+  for (int i = 0; i < 6; i++) CHECK(strstr(err, want[i]) != NULL, "reported together: %s", want[i]);
+  CHECK(strstr(err, "'3'") == NULL && strstr(err, "unexpected argument 'stray'"),
+        "an unknown flag's value is not a stray word; a stray word is");
+  int lines = 1;
+  for (const char *p = err; *p; p++) lines += *p == '\n';
+  CHECK(lines == 7, "one line per problem (%d)", lines);
+  td_args_free(&a);
+  CHECK(run(&a, &c, SMALL " --deepspeed-activation-checkpoint", 0, err, sizeof err) == -1 &&
+            strstr(err, "did you mean --deepspeed-activation-checkpointing?"),
+        "near miss of a long flag: %s", err);
+  td_args_free(&a);
+  CHECK(run(&a, &c, SMALL " --exit-on-missing-checkpointing-activations", 0, err, sizeof err) == -1 &&
+            !strstr(err, "did you mean"),
+        "no suggestion that means something else: %s", err);
+  td_args_free(&a);
+  CHECK(run(&a, &c, SMALL " --train-iters 2 --num-experts 1 1 --moe-expert-parallel-size 1 "
+                      "--moe-loss-coeff 0.01 --topk 1 --mlp-type standard --data-impl mmap "
+                      "--use-flash-attn-triton --profile pt-full --no-pipeline-parallel "
+                      "--tp-comm-overlap-cfg x.yaml --wandb-entity me --log-energy",
+            1, err, sizeof err) == 0,
+        "Megatron-DeepSpeed's one-expert flags and Megatron's others are accepted (%s)", err);
+  char *notes = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&notes, &len);
+  td_args_print_notes(&a, f);
+  fclose(f);
+  CHECK(strstr(notes, "--num-experts: one expert per layer") && strstr(notes, "--log-energy: a logger") &&
+            strstr(notes, "--tp-comm-overlap-cfg: a GPU kernel"),
+        "each explained once");
+  free(notes);
+  td_args_free(&a);
+}
+
 static void test_validation_errors(void) {
   static const refusal r[] = {
       {"--train-iters 10 --num-attention-heads 5", 1,
@@ -306,7 +355,14 @@ static void test_validation_errors(void) {
        "--deepspeed_config /nonexistent/ds.json: cannot open"},
       {"--train-iters 10 --swiglu", 1, "--swiglu: trident's GPT is GPT-2"},
       {"--train-iters 10 --apply-layernorm-1p", 1, "--apply-layernorm-1p: trident's GPT is GPT-2"},
-      {"--train-iters 10 --num-experts 8", 1, "--num-experts: trident's GPT is GPT-2"},
+      {"--train-iters 10 --num-experts 8", 1, "--num-experts 8: mixture of experts is not built"},
+      {"--train-iters 10 --num-experts 1 1 4", 1, "--num-experts 4: mixture of experts is not built"},
+      {"--train-iters 10 --moe-expert-parallel-size 2", 1, "--moe-expert-parallel-size 2: mixture"},
+      {"--train-iters 10 --data-impl lazy", 1, "--data-impl lazy: trident reads Megatron's mmap"},
+      {"--train-iters 10 --decoupled-lr 5.0e-4", 1,
+       "--decoupled-lr: a separate learning rate for the embedding and output layer is not built"},
+      {"--train-iters 10 --fp8-format hybrid", 1, "--fp8-format: lower-precision"},
+      {"--train-iters 10 --batch-size 4", 1, "--batch-size: an old flag Megatron keeps"},
       {"--train-iters 10 --kv-channels 8", 1,
        "--kv-channels 8: heads of hidden-size / num-attention-heads = 16 channels"},
       {"--train-iters 10 --num-query-groups 2", 1, "--num-query-groups: trident's GPT is GPT-2"},
@@ -468,6 +524,7 @@ int main(void) {
   test_forms();
   test_derived();
   test_parse_errors();
+  test_all_at_once();
   test_validation_errors();
   test_help_and_json();
   test_help_flag();

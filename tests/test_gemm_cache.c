@@ -3,8 +3,10 @@
  * without measuring again; a corrupt file is ignored with one warning and
  * rewritten; a file from another machine is replaced; TRIDENT_GEMM_CACHE=off
  * writes nothing; a forced library, a small product and a call from inside a
- * parallel region measure nothing. Every file lives in a fresh temporary
- * directory, never in the user's cache. */
+ * parallel region measure nothing; a measurement that other load disturbed is not
+ * kept. Every file lives in a fresh temporary directory, never in the user's
+ * cache. TRIDENT_TEST_GEMM_RUNS=clean makes every timed run count as undisturbed,
+ * so the outcome does not depend on this machine's load. */
 #include <cjson/cJSON.h>
 #include <fcntl.h>
 #include <omp.h>
@@ -14,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "base/mem.h"
 #include "check.h"
 #include "device/cpu/cpu_gemm.h"
@@ -153,7 +156,8 @@ static void test_corrupt(void) {
   const char *err = captured_stderr(choose_two_classes);
   CHECK(count_of(err, "warning") == 1 && strstr(err, g_path) && strstr(err, "not valid JSON"),
         "one warning naming the corrupt file, got: %s", err);
-  CHECK(td_cpu_gemm_library_serves(g_got[0], TD_F32) && td_cpu_gemm_library_serves(g_got[1], TD_F32),
+  CHECK(td_cpu_gemm_library_serves(g_got[0], TD_F32) &&
+            td_cpu_gemm_library_serves(g_got[1], TD_F32),
         "choices made despite the corrupt file");
   CHECK(file_choice(128, 128, 256) == (int)g_got[0] && file_choice(128, 256, 128) == (int)g_got[1],
         "the corrupt file is rewritten with both choices");
@@ -173,11 +177,32 @@ static void test_other_machine(void) {
              "\"batch\": 1, \"trans_a\": 0, \"trans_b\": 0, \"bias\": 0, \"beta\": 0, "
              "\"threads\": 1, \"library\": \"onednn\"}]}");
   new_run(g_path, NULL);
+  td_log_set_level(TD_LOG_DEBUG); /* the note is a debug line */
   const char *err = captured_stderr(choose_two_classes);
+  td_log_set_level(TD_LOG_INFO);
   CHECK(count_of(err, "warning") == 0 && count_of(err, "another CPU") == 1,
         "another machine's file: one note, no warning: %s", err);
   CHECK(file_choice(999, 999, 999) == -1 && file_choice(128, 128, 256) == (int)g_got[0],
         "rewritten for this machine");
+}
+
+/* A class whose every timed run other processes disturbed runs the default and is
+ * not kept: the summary counts it as not measured yet, a later run measures it. */
+static void test_disturbed(void) {
+  td_matmul_desc g = desc(128, 128, 256);
+  unlink(g_path);
+  setenv("TRIDENT_TEST_GEMM_RUNS", "disturbed", 1);
+  new_run(g_path, NULL);
+  char line[4800];
+  td_gemm_library lib = td_cpu_gemm_choose(&g);
+  td_cpu_gemm_describe(line, sizeof line);
+  CHECK(lib == td_cpu_gemm_library(TD_F32) && !exists(g_path) &&
+            strstr(line, "(1 not measured yet;"),
+        "disturbed: the default (%s), nothing written; %s", td_gemm_library_name(lib), line);
+  setenv("TRIDENT_TEST_GEMM_RUNS", "clean", 1);
+  new_run(g_path, NULL);
+  lib = td_cpu_gemm_choose(&g);
+  CHECK(file_choice(128, 128, 256) == (int)lib, "a later, quiet run measures and keeps it");
 }
 
 /* TRIDENT_GEMM_CACHE=off, a forced library, a small product, a parallel region and
@@ -224,9 +249,11 @@ int main(void) {
   snprintf(g_dir, sizeof g_dir, "%s/td_gemm_cache_XXXXXX", tmp && *tmp ? tmp : "/tmp");
   CHECK(mkdtemp(g_dir) != NULL, "mkdtemp %s", g_dir);
   snprintf(g_path, sizeof g_path, "%s/c.json", g_dir);
+  setenv("TRIDENT_TEST_GEMM_RUNS", "clean", 1);
   test_write_read();
   test_corrupt();
   test_other_machine();
+  test_disturbed();
   test_nothing_written();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

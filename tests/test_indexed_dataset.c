@@ -1,6 +1,6 @@
 /* data/indexed_dataset: the reader on Megatron's own preprocess output, the writer
  * against it byte for byte, every kind of corruption as a clear error, random
- * mutations, and the replay of the fuzzing corpus (tests/fuzz/corpus). */
+ * mutations, and the replay of the fuzzing corpus (tests/fuzz/corpus/indexed_dataset). */
 #define _DEFAULT_SOURCE
 #include <dirent.h>
 #include <stdlib.h>
@@ -246,9 +246,10 @@ static void test_random_mutations(const pair *ref) {
   td_free(in);
 }
 
-/* Every file of tests/fuzz/corpus: fuzzer finds (crashes, hangs, once) and seeds. */
+/* Every file of tests/fuzz/corpus/indexed_dataset: fuzzer finds (crashes, hangs, once)
+ * and seeds (test_fuzz_replay replays them too, with the other targets' corpora). */
 static void test_fuzz_corpus(void) {
-  const char *dir = TD_SOURCE_DIR "/tests/fuzz/corpus";
+  const char *dir = TD_SOURCE_DIR "/tests/fuzz/corpus/indexed_dataset";
   DIR *d = opendir(dir);
   CHECK(d != NULL, "open %s", dir);
   if (!d) return;

@@ -95,7 +95,45 @@ static void test_weight_decay(void) {
         "cosine: 0.01 at 0, %.6f at 250, 0.055 at 500, 0.1 at the end", quarter);
 }
 
+/* Megatron-DeepSpeed's token-based get_lr: warmup over Wt tokens, decay over
+ * (Wt, Dt], each value from the formula written out here. */
+static void test_tokens(void) {
+  td_lr_schedule s = base(TD_LR_COSINE);
+  s.has_warmup_tokens = 1, s.warmup_tokens = 3000;
+  s.has_decay_tokens = 1, s.decay_tokens = 30000;
+  const double mx = 1e-3, mn = 1e-5;
+  double t = 1500, want = mx * t / 3000; /* warmup by tokens, whatever the samples */
+  CHECK(close_to(td_lr_at_tokens(&s, 999, t), want), "token warmup %g", td_lr_at_tokens(&s, 999, t));
+  CHECK(close_to(td_lr_at_tokens(&s, 0, 3000), mx), "the warmup's last token reaches the peak");
+  t = 9750;
+  double r = (t - 3000) / (30000 - 3000);
+  want = mn + 0.5 * (cos(M_PI * r) + 1) * (mx - mn);
+  CHECK(close_to(td_lr_at_tokens(&s, 5, t), want), "cosine by tokens %.12g want %.12g",
+        td_lr_at_tokens(&s, 5, t), want);
+  s.style = TD_LR_LINEAR;
+  want = mn + (1 - r) * (mx - mn);
+  CHECK(close_to(td_lr_at_tokens(&s, 5000, t), want), "linear by tokens (samples past decay ignored)");
+  CHECK(close_to(td_lr_at_tokens(&s, 5, 30001), mn), "past the decay tokens: min");
+  s.style = TD_LR_INVERSE_SQRT;
+  want = fmax(mn, mx * sqrt(3000.0) / sqrt(12000.0));
+  CHECK(close_to(td_lr_at_tokens(&s, 5, 12000), want), "inverse-square-root by tokens");
+  /* decay by tokens after a warmup by samples (the trainer sets Wt at its end) */
+  s = base(TD_LR_LINEAR);
+  s.has_decay_tokens = 1, s.decay_tokens = 30000;
+  CHECK_LR(&s, 50, 5e-4);
+  s.has_warmup_tokens = 1, s.warmup_tokens = 2000;
+  want = mn + (1 - (10000.0 - 2000) / (30000 - 2000)) * (mx - mn);
+  CHECK(close_to(td_lr_at_tokens(&s, 400, 10000), want), "sample warmup, token decay");
+  /* warmup by tokens, decay by samples */
+  s = base(TD_LR_LINEAR);
+  s.warmup_steps = 0, s.has_warmup_tokens = 1, s.warmup_tokens = 100;
+  CHECK(close_to(td_lr_at_tokens(&s, 0, 50), 5e-4), "token warmup, sample decay: warmup");
+  want = mn + (1 - 500.0 / 1000) * (mx - mn);
+  CHECK(close_to(td_lr_at_tokens(&s, 500, 200), want), "token warmup, sample decay: decay");
+}
+
 int main(void) {
+  test_tokens();
   test_weight_decay();
   test_warmup();
   test_decay();

@@ -201,6 +201,26 @@ static int cmp_off(const void *a, const void *b) {
   return (x[0] > y[0]) - (x[0] < y[0]);
 }
 
+static int cmp_name(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A name listed twice (a repeated JSON key) would leave which bytes a lookup gets to
+ * the parser's order: refused, as a damaged header. Sorted, not pairwise: a header
+ * may list a million tensors. */
+static int check_unique_names(const td_safetensors *st, const char *path, char *err, size_t errlen) {
+  const char **names = td_malloc(sizeof *names * (size_t)(st->n ? st->n : 1));
+  for (int i = 0; i < st->n; i++) names[i] = st->tensors[i].name;
+  qsort(names, (size_t)st->n, sizeof *names, cmp_name);
+  int rc = 0;
+  for (int i = 1; i < st->n && rc == 0; i++)
+    if (!strcmp(names[i], names[i - 1]))
+      rc = td_errorf(err, errlen, "%s: tensor '%s' is listed twice in the header (the header is damaged)",
+                     path, names[i]);
+  td_free(names);
+  return rc;
+}
+
 static int parse_header(td_safetensors *st, const char *json, size_t hlen, size_t data_len,
                         const unsigned char *data, const char *path, char *err, size_t errlen) {
   cJSON *root = cJSON_ParseWithLength(json, hlen);
@@ -224,6 +244,7 @@ static int parse_header(td_safetensors *st, const char *json, size_t hlen, size_
     t->data = data + offs[st->n][0];
     st->n++;
   }
+  if (rc == 0) rc = check_unique_names(st, path, err, errlen);
   if (rc == 0) { /* no two tensors may share bytes; an empty one holds none */
     int m = 0;
     for (int i = 0; i < st->n; i++)

@@ -53,19 +53,47 @@ double td_ds_lr_at_iteration(const td_ds_lr *s, double i) {
   return s->min_lr + (s->max_lr - s->min_lr) * g;
 }
 
-double td_lr_at(const td_lr_schedule *s, double step) {
-  if (s->ds.type != TD_DS_LR_NONE) /* step k runs with iteration k - 1's rate */
-    return td_ds_lr_at_iteration(&s->ds, floor(step / s->ds.samples_per_step + 0.5) - 1.0);
+/* The warmup phase, or -1 past it: by tokens when --lr-warmup-tokens is known,
+ * else by samples (Megatron-DeepSpeed's get_lr). */
+static double warmup_lr(const td_lr_schedule *s, double step, double tokens) {
+  if (s->has_warmup_tokens)
+    return s->warmup_tokens > 0 && tokens <= s->warmup_tokens
+               ? s->init_lr + (s->max_lr - s->init_lr) * tokens / s->warmup_tokens
+               : -1.0;
   if (s->warmup_steps > 0 && step <= s->warmup_steps)
     return s->init_lr + (s->max_lr - s->init_lr) * step / s->warmup_steps;
+  return -1.0;
+}
+
+static double token_decay_lr(const td_lr_schedule *s, double tokens) {
+  double w = s->has_warmup_tokens ? s->warmup_tokens : 0.0;
+  if (tokens > s->decay_tokens) return s->min_lr;
+  double r = (tokens - w) / (s->decay_tokens - w);
+  double c = s->style == TD_LR_COSINE ? 0.5 * (cos(M_PI * r) + 1.0) : 1.0 - r;
+  return s->min_lr + c * (s->max_lr - s->min_lr);
+}
+
+double td_lr_at_tokens(const td_lr_schedule *s, double step, double tokens) {
+  if (s->ds.type != TD_DS_LR_NONE) /* step k runs with iteration k - 1's rate */
+    return td_ds_lr_at_iteration(&s->ds, floor(step / s->ds.samples_per_step + 0.5) - 1.0);
+  double w = warmup_lr(s, step, tokens);
+  if (w >= 0) return w;
   if (s->style == TD_LR_CONSTANT) return s->max_lr;
-  if (step > s->decay_steps) return s->min_lr;
+  if (s->style == TD_LR_INVERSE_SQRT && s->has_warmup_tokens) {
+    if (s->has_decay_tokens && tokens > s->decay_tokens) return s->min_lr;
+    return fmax(s->min_lr, s->max_lr * sqrt(fmax(s->warmup_tokens, 1.0)) / sqrt(fmax(tokens, 1.0)));
+  }
+  if (s->has_decay_tokens && s->style != TD_LR_INVERSE_SQRT) return token_decay_lr(s, tokens);
+  if (s->has_decay_tokens && tokens > s->decay_tokens) return s->min_lr;
+  if (!s->has_decay_tokens && step > s->decay_steps) return s->min_lr;
   if (s->style == TD_LR_INVERSE_SQRT) {
-    double w = fmax(s->warmup_steps, 1.0), n = fmax(step, 1.0);
-    return fmax(s->min_lr, s->max_lr * sqrt(w) / sqrt(n));
+    double ws = fmax(s->warmup_steps, 1.0), n = fmax(step, 1.0);
+    return fmax(s->min_lr, s->max_lr * sqrt(ws) / sqrt(n));
   }
   return s->min_lr + decay_coeff(s, step) * (s->max_lr - s->min_lr);
 }
+
+double td_lr_at(const td_lr_schedule *s, double step) { return td_lr_at_tokens(s, step, NAN); }
 
 double td_wd_at(const td_wd_schedule *s, double step) {
   if (step > s->incr_steps || s->style == TD_WD_CONSTANT || s->incr_steps <= 0) return s->end;

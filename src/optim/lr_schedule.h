@@ -75,11 +75,25 @@ typedef struct {
   td_lr_style style;
   td_wsd_style wsd_style;
   td_ds_lr ds; /* type != TD_DS_LR_NONE: DeepSpeed's schedule instead of the above */
+  /* Megatron-DeepSpeed's token-based schedule (--lr-warmup-tokens, --lr-decay-tokens):
+   * NAN when not given. With t the tokens the schedule has seen, Wt, Dt these:
+   *   Wt given: warmup while Wt > 0 and t <= Wt: init + (max - init) t / Wt
+   *             (else the sample warmup above);
+   *   Dt given: t > Dt: min; r = (t - Wt) / (Dt - Wt) (else the sample decay);
+   *   inverse-square-root with Wt: max(min, max sqrt(max(Wt,1)) / sqrt(max(t,1))).
+   * Dt without Wt: Megatron-DeepSpeed sets Wt to the tokens seen when the sample
+   * warmup ends (the trainer does so; 0 without warmup). */
+  double warmup_tokens, decay_tokens;
+  int has_warmup_tokens, has_decay_tokens;
 } td_lr_schedule;
 
 /* The learning rate after `step` samples (DeepSpeed's schedules: after step /
  * samples_per_step applied optimizer steps). */
 double td_lr_at(const td_lr_schedule *s, double step);
+
+/* The same with Megatron-DeepSpeed's token count t (td_lr_at passes NAN: no
+ * token-based schedule). */
+double td_lr_at_tokens(const td_lr_schedule *s, double step, double tokens);
 
 /* Megatron's weight-decay schedule (OptimizerParamScheduler.get_wd), over
  * incr_steps samples (the whole training run), r = step / incr_steps:

@@ -11,6 +11,7 @@
 #include "base/mem.h"
 #include "data/blend.h"
 #include "model/gpt_config.h"
+#include "train/args_foreign.h"
 #include "train/ds_config.h"
 
 /* ------------------------------------------------------------------ the table */
@@ -53,6 +54,9 @@ typedef struct {
   int required;
   const char *meta, *help;
   const char *note; /* K_NOTE: what the flag means here; K_REFUSED: why it is refused */
+  int fl;           /* K_NOTE / K_REFUSED with a value: the value is a number (float), not an integer */
+  const char *one;  /* K_NOTE: every value must be this (e.g. "1" expert), else refused with why */
+  const char *why;
 } flag;
 
 static const char *const k_optimizers[] = {"adam", NULL};
@@ -73,6 +77,7 @@ static const char *const k_attention_backends[] = {"flash", "fused", "unfused", 
 static const char *const k_rerun_modes[] = {"disabled", "validate_results", "report_stats", NULL};
 static const char *const k_recompute_methods[] = {"uniform", "block", NULL};
 static const char *const k_devices[] = {"auto", "cpu", "cuda", NULL}; /* td_args.device */
+static const char *const k_data_impls[] = {"mmap", "infer", "lazy", "cached", NULL};
 
 #define F(field) offsetof(td_args, field)
 #define INT(field) .k = K_INT, .off = F(field)
@@ -89,6 +94,10 @@ static const char *const k_devices[] = {"auto", "cpu", "cuda", NULL}; /* td_args
 #define NOTE_TB_DEFAULT "written by default with --tensorboard-dir"
 #define NOTE_SCHEDULER "the schedule comes from the command line; the checkpoint gives its step count"
 #define NOTE_WANDB "Weights & Biases is not built in; the scalars go to stdout and to --tensorboard-dir"
+#define NOTE_ONE_EXPERT "with one expert, Megatron-DeepSpeed's MoE layer is the dense MLP; trident's dense MLP runs"
+#define WHY_MOE "mixture of experts is not built: trident's MLP is dense (one expert, the dense model, is accepted)"
+#define NOTE_FLASH "trident's own attention kernel runs (flash-style: exact softmax, O(seq) memory per head)"
+#define NOTE_DS_CKPT "a DeepSpeed activation-checkpointing option; trident's own recomputation (--checkpoint-activations) runs, with the same results"
 #define NOTE_NAN "on by default, as in Megatron: a NaN or Inf loss (or, in fp32 and bf16, gradient norm) stops the run"
 
 // clang-format off
@@ -137,6 +146,14 @@ static const flag k_flags[] = {
      .help = "iterations to train (or --train-samples)"},
     {.name = "train-samples", INT(train_samples), .c = C_POS, .g = G_TRAIN, .meta = "N",
      .help = "samples to train (or --train-iters)"},
+    {.name = "train-tokens", INT(train_tokens), .c = C_POS, .g = G_TRAIN, .meta = "N",
+     .help = "Megatron-DeepSpeed: also stop once N tokens (samples x seq-length) are consumed"},
+    {.name = "rampup-batch-size", LIST(rampup_batch_size), .g = G_TRAIN, .meta = "START INCR SAMPLES",
+     .help = "grow the global batch from START by INCR over SAMPLES samples (with --train-samples)"},
+    {.name = "step-batch-size-schedule", STR(step_batch_size_schedule), .g = G_TRAIN, .meta = "\"T:B ...\"",
+     .help = "global batch B from T consumed tokens on (suffix K, M, B, T; first T is 0; with --train-samples)"},
+    {.name = "cpu-optimizer", BOOL(cpu_optimizer), .g = G_TRAIN,
+     .help = "Megatron-DeepSpeed: run Adam on the host (the CPU backend does; refused with --device cuda)"},
     {.name = "exit-interval", INT(exit_interval), .c = C_POS, .g = G_TRAIN, .meta = "N",
      .help = "exit after an iteration divisible by N"},
     {.name = "seed", INT(seed), .def = "1234", .c = C_NONNEG, .g = G_TRAIN, .meta = "N",
@@ -182,6 +199,10 @@ static const flag k_flags[] = {
      .help = "iterations to decay over"},
     {.name = "lr-decay-samples", INT(lr_decay_samples), .defdoc = "--train-samples", .c = C_POS, .g = G_LR, .meta = "N",
      .help = "samples to decay over"},
+    {.name = "lr-warmup-tokens", INT(lr_warmup_tokens), .c = C_NONNEG, .g = G_LR, .meta = "N",
+     .help = "Megatron-DeepSpeed: linear warmup over N consumed tokens"},
+    {.name = "lr-decay-tokens", INT(lr_decay_tokens), .c = C_POS, .g = G_LR, .meta = "N",
+     .help = "Megatron-DeepSpeed: decay over N consumed tokens (instead of iterations or samples)"},
     {.name = "lr-wsd-decay-iters", INT(lr_wsd_decay_iters), .c = C_POS, .g = G_LR, .meta = "N",
      .help = "iterations of WSD annealing"},
     {.name = "lr-wsd-decay-samples", INT(lr_wsd_decay_samples), .c = C_POS, .g = G_LR, .meta = "N",
@@ -212,6 +233,8 @@ static const flag k_flags[] = {
      .help = "validation datasets"},
     {.name = "test-data-path", LIST(test_data_path), .g = G_DATA, .meta = "[W] PREFIX ...",
      .help = "test datasets"},
+    {.name = "data-impl", CHOICE(data_impl), .def = "infer", .choices = k_data_impls, .g = G_DATA, .meta = "IMPL",
+     .help = "mmap (infer means mmap for .bin/.idx); lazy and cached are refused"},
     {.name = "mock-data", BOOL(mock_data), .g = G_DATA,
      .help = "deterministic pseudo-random tokens instead of a dataset"},
     {.name = "tokenizer-type", CHOICE(tokenizer_type), .defdoc = "GPT2BPETokenizer with --vocab-file and --merge-file, NullTokenizer with --vocab-size", .choices = k_tokenizers, .g = G_DATA, .meta = "TYPE",
@@ -267,6 +290,8 @@ static const flag k_flags[] = {
      .help = "also write the world size"},
     {.name = "no-log-loss-scale-to-tensorboard", BOOL(no_log_loss_scale_to_tensorboard), .g = G_LOG,
      .help = "do not write the loss scale"},
+    {.name = "log-optimizer-states-to-tensorboard", BOOL(log_optimizer_states_to_tensorboard), .g = G_LOG,
+     .help = "Megatron-DeepSpeed: write optimizer/* (L2, L1 and max-abs of Adam's moments and the weights, whole model) every --tensorboard-log-interval"},
     {.name = "log-params-norm", BOOL(log_params_norm), .g = G_LOG,
      .help = "add the parameters' L2 norm to the log line"},
     {.name = "log-num-zeros-in-grad", BOOL(log_num_zeros_in_grad), .g = G_LOG,
@@ -310,11 +335,49 @@ static const flag k_flags[] = {
      .help = "selective recomputation (--recompute-granularity selective)"},
     {.name = "recompute-granularity", CHOICE(recompute_granularity), .choices = k_granularities, .g = G_PARALLEL, .meta = "G",
      .help = "full: recompute whole layers in backward; selective: the attention core"},
-    {.name = "recompute-method", CHOICE(recompute_method), .choices = k_recompute_methods, .g = G_PARALLEL, .meta = "M",
+    {.name = "recompute-method", .alias = "activations-checkpoint-method", CHOICE(recompute_method), .choices = k_recompute_methods, .g = G_PARALLEL, .meta = "M",
      .help = "with full: uniform (chunks of N layers) or block (the first N layers)"},
-    {.name = "recompute-num-layers", INT(recompute_num_layers), .c = C_POS, .g = G_PARALLEL, .meta = "N",
+    {.name = "recompute-num-layers", .alias = "activations-checkpoint-num-layers", INT(recompute_num_layers), .c = C_POS, .g = G_PARALLEL, .meta = "N",
      .help = "with full: layers per chunk (uniform) or layers recomputed (block)"},
     /* accepted for compatibility */
+    {.name = "num-experts", .alias = "ds-num-experts", NOTE, .g = G_COMPAT, .meta = "N [N ...]", .one = "1",
+     .why = WHY_MOE, .note = "one expert per layer is Megatron-DeepSpeed's dense model, which trident trains"},
+    {.name = "moe-expert-parallel-size", NOTE, .g = G_COMPAT, .meta = "N", .one = "1", .why = WHY_MOE,
+     .note = NOTE_ONE_EXPERT},
+    {.name = "expert-model-parallel-size", NOTE, .g = G_COMPAT, .meta = "N", .one = "1", .why = WHY_MOE,
+     .note = NOTE_ONE_EXPERT},
+    {.name = "topk", NOTE, .g = G_COMPAT, .meta = "K", .one = "1", .why = WHY_MOE, .note = NOTE_ONE_EXPERT},
+    {.name = "mlp-type", NOTE, .g = G_COMPAT, .meta = "TYPE", .one = "standard",
+     .why = WHY_MOE "; the residual MoE is not built", .note = NOTE_ONE_EXPERT},
+    {.name = "expert-interval", NOTE, .g = G_COMPAT, .meta = "N", .c = C_POS, .note = NOTE_ONE_EXPERT},
+    {.name = "moe-loss-coeff", NOTE, .g = G_COMPAT, .meta = "C", .fl = 1, .c = C_NONNEG, .note = NOTE_ONE_EXPERT},
+    {.name = "moe-train-capacity-factor", NOTE, .g = G_COMPAT, .meta = "F", .fl = 1, .c = C_POS, .note = NOTE_ONE_EXPERT},
+    {.name = "moe-eval-capacity-factor", NOTE, .g = G_COMPAT, .meta = "F", .fl = 1, .c = C_POS, .note = NOTE_ONE_EXPERT},
+    {.name = "moe-min-capacity", NOTE, .g = G_COMPAT, .meta = "N", .c = C_NONNEG, .note = NOTE_ONE_EXPERT},
+    {.name = "create-moe-param-group", NOTE, .g = G_COMPAT, .note = NOTE_ONE_EXPERT},
+    {.name = "disable-moe-token-dropping", NOTE, .g = G_COMPAT, .note = NOTE_ONE_EXPERT},
+    {.name = "disable-moe-top2-2nd-expert-sampling", NOTE, .g = G_COMPAT, .note = NOTE_ONE_EXPERT},
+    {.name = "use-tutel", NOTE, .g = G_COMPAT, .note = NOTE_ONE_EXPERT},
+    {.name = "context-parallel-size", NOTE, .g = G_COMPAT, .meta = "N", .one = "1",
+     .why = "context parallelism is not built (the sequence stays whole on a rank; --sequence-parallel splits LayerNorm and dropout)",
+     .note = "one context-parallel rank is no context parallelism"},
+    {.name = "ds-sequence-parallel-size", NOTE, .g = G_COMPAT, .meta = "N", .one = "1",
+     .why = "DeepSpeed's (Ulysses) sequence parallelism is not built",
+     .note = "one rank is no DeepSpeed sequence parallelism"},
+    {.name = "use-flash-attn-v1", NOTE, .g = G_COMPAT, .note = NOTE_FLASH},
+    {.name = "use-flash-attn-v2", NOTE, .g = G_COMPAT, .note = NOTE_FLASH},
+    {.name = "use-flash-attn-triton", NOTE, .g = G_COMPAT, .note = NOTE_FLASH},
+    {.name = "use-flash-attn-builder", NOTE, .g = G_COMPAT, .note = NOTE_FLASH},
+    {.name = "partition-activations", NOTE, .g = G_COMPAT, .note = NOTE_DS_CKPT},
+    {.name = "contigious-checkpointing", NOTE, .g = G_COMPAT, .note = NOTE_DS_CKPT},
+    {.name = "checkpoint-in-cpu", NOTE, .g = G_COMPAT, .note = NOTE_DS_CKPT},
+    {.name = "synchronize-each-layer", NOTE, .g = G_COMPAT, .note = NOTE_DS_CKPT},
+    {.name = "profile-backward", NOTE, .g = G_COMPAT, .note = NOTE_DS_CKPT},
+    {.name = "distribute-checkpointed-activations", NOTE, .g = G_COMPAT, .note = NOTE_DS_CKPT},
+    {.name = "profile-step-start", NOTE, .g = G_COMPAT, .meta = "N", .c = C_NONNEG,
+     .note = "Megatron's nsys/torch profiler window; there is no profiler to open here (`trident bench train` times every kernel)"},
+    {.name = "profile-step-end", NOTE, .g = G_COMPAT, .meta = "N", .c = C_NONNEG,
+     .note = "Megatron's nsys/torch profiler window; there is no profiler to open here (`trident bench train` times every kernel)"},
     {.name = "transformer-impl", NOTE, .choices = k_impls, .g = G_COMPAT, .meta = "IMPL",
      .note = "trident runs its own C kernels; there is no Transformer Engine, so local and transformer_engine are the same model"},
     {.name = "distributed-backend", NOTE, .choices = k_backends, .g = G_COMPAT, .meta = "NAME",
@@ -423,8 +486,9 @@ static const flag k_flags[] = {
     {.name = "apply-residual-connection-post-layernorm", REFUSED, .note = NOTE_GPT2 "; post-LayerNorm residuals are not built"},
     {.name = "apply-layernorm-1p", REFUSED, .note = NOTE_GPT2 "; the 1 + w LayerNorm is not built"},
     {.name = "qk-layernorm", REFUSED, .note = NOTE_GPT2 "; LayerNorm on queries and keys is not built"},
-    {.name = "num-experts", REFUSED, .c = C_POS, .meta = "N", .note = NOTE_GPT2 "; mixture of experts is not built"},
-    {.name = "decoupled-lr", REFUSED, .c = C_POS, .meta = "LR",
+    {.name = "decoupled-lr", REFUSED, .c = C_NONNEG, .fl = 1, .meta = "LR",
+     .note = "a separate learning rate for the embedding and output layer is not built"},
+    {.name = "decoupled-min-lr", REFUSED, .c = C_NONNEG, .fl = 1, .meta = "LR",
      .note = "a separate learning rate for the embedding and output layer is not built"},
     {.name = "use-checkpoint-args", REFUSED,
      .note = "not built: give the model flags; --load checks them against the checkpoint's and names any difference"},
@@ -491,10 +555,12 @@ static int bad_choice(const flag *f, const char *v, char *err, size_t errlen) {
 static int set_number(td_args *a, const flag *f, const char *v, char *err, size_t errlen) {
   int64_t i = 0;
   double d = 0;
-  int ok = f->k == K_FLOAT ? parse_float(v, &d) == 0 : parse_int(v, &i) == 0;
-  if (f->k != K_FLOAT) d = (double)i;
+  int is_float = f->k == K_FLOAT || f->fl; /* Megatron's type=float, e.g. 5.0e-4 */
+  int ok = is_float ? parse_float(v, &d) == 0 : parse_int(v, &i) == 0;
+  if (!is_float) d = (double)i;
   if (!ok || !in_range(f->c, d))
-    return td_errorf(err, errlen, "--%s expects %s; got '%s'", f->name, expected(f->k, f->c), v);
+    return td_errorf(err, errlen, "--%s expects %s; got '%s'", f->name,
+                     expected(is_float ? K_FLOAT : K_INT, f->c), v);
   if (f->k == K_FLOAT) *FIELD(a, f, double) = d;
   if (f->k == K_INT) *FIELD(a, f, int64_t) = i;
   return 0;
@@ -569,9 +635,13 @@ static int edit_distance(const char *a, size_t la, const char *b) {
   return row[lb];
 }
 
+/* The known flag s[0..len) is a likely misspelling of, or NULL. Only a near
+ * miss counts: at most max(2, len / 5) edits, so a long flag is never "corrected"
+ * into a different concept (--deepspeed-activation-checkpointing is not
+ * --exit-on-missing-checkpoint). */
 static const char *closest_flag(const char *s, size_t len) {
-  const char *best = k_flags[0].name;
-  int best_d = edit_distance(s, len, best);
+  const char *best = NULL;
+  int best_d = (int)(len / 5 > 2 ? len / 5 : 2) + 1;
   for (int i = 0; i < N_FLAGS; i++) {
     const char *names[2] = {k_flags[i].name, k_flags[i].alias};
     for (int k = 0; k < 2 && names[k]; k++) {
@@ -592,24 +662,53 @@ static void free_list(td_strlist *l) {
   *l = (td_strlist){0};
 }
 
+/* Every problem of a command line, one line each (td_args_parse reports them
+ * together: a user fixes a script once, not once per rerun). */
+typedef struct {
+  char *buf;
+  size_t cap, used;
+  int n;
+} errlist;
+
+/* msg is already one of e's lines (a refused value repeated in a list) */
+static int has_error(const errlist *e, const char *msg) {
+  size_t n = strlen(msg);
+  for (const char *p = e->buf; e->n && p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+    if (!strncmp(p, msg, n) && (p[n] == '\n' || p[n] == 0)) return 1;
+  return 0;
+}
+
+static void add_error(errlist *e, const char *msg) {
+  if (e->used + 1 >= e->cap) return; /* full: the first ones are the ones shown */
+  if (has_error(e, msg)) return;
+  int w = snprintf(e->buf + e->used, e->cap - e->used, "%s%s", e->n ? "\n" : "", msg);
+  e->used = w < 0 ? e->used : e->used + (size_t)w < e->cap ? e->used + (size_t)w : e->cap - 1;
+  e->n++;
+}
+
+/* The words after argv[*i] up to the next flag (nargs='*'); "--f=x" is one word. */
+static int count_values(int argc, char **argv, int i, const char *eq) {
+  int n = 0;
+  if (eq) return 1;
+  while (i + 1 + n < argc && !looks_like_flag(argv[i + 1 + n]))
+    n++;
+  return n;
+}
+
 /* nargs='*': "--f=x" is one word, "--f x y z" takes words up to the next flag. */
 static int take_list(td_args *a, const flag *f, const char *eq, int argc, char **argv, int *i,
                      char *err, size_t errlen) {
-  int n = 0;
-  if (eq)
-    n = 1;
-  else
-    while (*i + 1 + n < argc && !looks_like_flag(argv[*i + 1 + n]))
-      n++;
+  int n = count_values(argc, argv, *i, eq);
+  if (!eq) *i += n;
   if (n == 0 || (eq && !eq[1]))
-    return td_errorf(err, errlen, "--%s expects at least one dataset prefix", f->name);
+    return td_errorf(err, errlen, "--%s expects at least one %s", f->name,
+                     strstr(f->meta, "PREFIX") ? "dataset prefix" : "value");
   td_strlist *l = FIELD(a, f, td_strlist);
   free_list(l);
   l->v = td_malloc(sizeof *l->v * (size_t)n);
   l->n = n;
   for (int k = 0; k < n; k++)
-    l->v[k] = eq ? eq + 1 : argv[*i + 1 + k];
-  if (!eq) *i += n;
+    l->v[k] = eq ? eq + 1 : argv[*i - n + 1 + k];
   return 0;
 }
 
@@ -617,42 +716,154 @@ static int is_switch(const flag *f) {
   return f->k == K_BOOL || ((f->k == K_NOTE || f->k == K_REFUSED) && !f->meta);
 }
 
+/* Is v the one value a .one flag accepts ("1" and "1.0" are the same number)? */
+static int is_the_one(const flag *f, const char *v) {
+  double x, y;
+  if (!parse_float(v, &x) && !parse_float(f->one, &y)) return x == y;
+  return !strcmp(v, f->one);
+}
+
+/* The values of a note or refused flag: Megatron's nargs vary (--num-experts
+ * 1 1 1, --profile pt-full), so every following word that is not a flag is its
+ * value; each is checked as the table says. A refused flag's values are not
+ * checked: its reason is the answer. */
+static void take_note_values(td_args *a, const flag *f, const char *eq, int argc, char **argv,
+                             int *i, errlist *e) {
+  int n = count_values(argc, argv, *i, eq);
+  char msg[512];
+  if (n == 0 && f->meta && f->k == K_NOTE) {
+    snprintf(msg, sizeof msg, "--%s expects a value (%s)", f->name, f->meta);
+    add_error(e, msg);
+  }
+  for (int k = 0; k < n && f->k == K_NOTE; k++) {
+    const char *v = eq ? eq + 1 : argv[*i + 1 + k];
+    if (f->one && !is_the_one(f, v)) {
+      snprintf(msg, sizeof msg, "--%s %s: %s", f->name, v, f->why);
+      add_error(e, msg);
+    } else if (!f->one && (f->choices || f->c != C_ANY) && set_value(a, f, v, msg, sizeof msg)) {
+      add_error(e, msg);
+    }
+  }
+  if (!eq) *i += n;
+}
+
+/* A Megatron flag trident does not act on (args_foreign.h): remembered for its
+ * note, or refused with its reason; its values are skipped. */
+static void take_foreign(td_args *a, int g, const char *name, size_t len, int argc, char **argv,
+                         int *i, const char *eq, errlist *e) {
+  *i += count_values(argc, argv, *i, eq) * !eq;
+  if (td_foreign_groups[g].refused) {
+    char msg[768];
+    snprintf(msg, sizeof msg, "--%.*s: %s", (int)len, name, td_foreign_groups[g].why);
+    add_error(e, msg);
+  } else if (a->n_foreign < TD_ARGS_MAX_FOREIGN) {
+    a->foreign_group[a->n_foreign] = g, a->foreign_name[a->n_foreign] = name;
+    a->foreign_len[a->n_foreign++] = (int)len;
+  }
+}
+
+static void unknown_flag(const char *arg, const char *name, size_t len, errlist *e) {
+  char msg[512];
+  const char *near = closest_flag(name, len);
+  int shown = (int)(len + (size_t)(name - arg));
+  if (near)
+    snprintf(msg, sizeof msg, "unknown flag '%.*s' (did you mean --%s?)", shown, arg, near);
+  else
+    snprintf(msg, sizeof msg,
+             "unknown flag '%.*s' (not a flag of Megatron-LM or Megatron-DeepSpeed that trident "
+             "knows; `trident train --help` lists them)",
+             shown, arg);
+  add_error(e, msg);
+}
+
 /* One flag at argv[*i]; *i is advanced past the words it consumed. */
-static int take_flag(td_args *a, int argc, char **argv, int *i, char *err, size_t errlen) {
+static void take_flag(td_args *a, int argc, char **argv, int *i, errlist *e) {
   const char *arg = argv[*i], *name = arg + (arg[1] == '-' ? 2 : 1);
   const char *eq = strchr(name, '=');
   size_t len = eq ? (size_t)(eq - name) : strlen(name);
-  int idx = find_flag(name, len);
-  if (idx < 0 || arg[1] != '-')
-    return td_errorf(err, errlen, "unknown flag '%.*s' (did you mean --%s?)",
-                (int)(len + (size_t)(name - arg)), arg, closest_flag(name, len));
+  int idx = arg[1] == '-' ? find_flag(name, len) : -1;
+  char msg[768] = "";
+  if (idx < 0) {
+    int g = arg[1] == '-' ? td_foreign_find(name, len) : -1;
+    if (g >= 0) return take_foreign(a, g, name, len, argc, argv, i, eq, e);
+    *i += count_values(argc, argv, *i, eq) * !eq; /* its values are not stray words */
+    return unknown_flag(arg, name, len, e);
+  }
   const flag *f = &k_flags[idx];
   a->given[idx] = 1;
+  if (f->k == K_NOTE || f->k == K_REFUSED) return take_note_values(a, f, eq, argc, argv, i, e);
   if (is_switch(f)) {
-    if (eq)
-      return td_errorf(err, errlen, "--%s is a switch and takes no value (got '%s')", f->name, arg);
+    if (eq) snprintf(msg, sizeof msg, "--%s is a switch and takes no value (got '%s')", f->name, arg);
     if (f->k == K_BOOL) *FIELD(a, f, int) = 1;
-    return 0;
+  } else if (f->k == K_LIST) {
+    take_list(a, f, eq, argc, argv, i, msg, sizeof msg);
+  } else {
+    const char *v = eq ? eq + 1 : NULL;
+    if (!v && *i + 1 < argc && !looks_like_flag(argv[*i + 1])) v = argv[++*i];
+    if (!v || !*v)
+      snprintf(msg, sizeof msg, "--%s expects a value (%s)", f->name, f->meta);
+    else
+      set_value(a, f, v, msg, sizeof msg);
   }
-  if (f->k == K_LIST) return take_list(a, f, eq, argc, argv, i, err, errlen);
-  const char *v = eq ? eq + 1 : NULL;
-  if (!v && *i + 1 < argc && !looks_like_flag(argv[*i + 1])) v = argv[++*i];
-  if (!v || !*v) return td_errorf(err, errlen, "--%s expects a value (%s)", f->name, f->meta);
-  return set_value(a, f, v, err, errlen);
+  if (msg[0]) add_error(e, msg);
+}
+
+/* Flags refused whatever their value, and values refused by what they mean. */
+static void check_refusals(const td_args *a, errlist *e) {
+  char msg[768];
+  for (int i = 0; i < N_FLAGS; i++)
+    if (a->given[i] && k_flags[i].k == K_REFUSED) {
+      snprintf(msg, sizeof msg, "--%s: %s", k_flags[i].name, k_flags[i].note);
+      add_error(e, msg);
+    }
+  if (a->data_impl >= 2) {
+    snprintf(msg, sizeof msg,
+             "--data-impl %s: trident reads Megatron's mmap format only (the .bin/.idx files of "
+             "preprocess_data.py, which every --data-impl reads); use --data-impl mmap",
+             k_data_impls[a->data_impl]);
+    add_error(e, msg);
+  }
+  if (a->position_embedding_type > 0) {
+    snprintf(msg, sizeof msg, "--position-embedding-type %s: %s; only learned_absolute is built",
+             k_position_embeddings[a->position_embedding_type], NOTE_GPT2);
+    add_error(e, msg);
+  }
+  if (a->normalization > 0) {
+    snprintf(msg, sizeof msg, "--normalization %s: %s; only LayerNorm is built",
+             k_normalizations[a->normalization], NOTE_GPT2);
+    add_error(e, msg);
+  }
+  if (a->dataloader_type > 0) {
+    snprintf(msg, sizeof msg,
+             "--dataloader-type %s: only Megatron's 'single' pretraining sampler is built (each "
+             "sample once per epoch, in the dataset's shuffled order)",
+             k_dataloaders[a->dataloader_type]);
+    add_error(e, msg);
+  }
+  if (a->cpu_optimizer && !strcmp(td_args_device(a), "cuda"))
+    add_error(e, "--cpu-optimizer with --device cuda: offloading the optimizer to the host is not "
+                 "built for the CUDA backend yet (on --device cpu it runs on the host anyway)");
 }
 
 int td_args_parse(td_args *a, int argc, char **argv, char *err, size_t errlen) {
   set_defaults(a);
+  errlist e = {.buf = err, .cap = errlen};
+  if (errlen) err[0] = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      a->help = 1;
-      return 0;
+      a->help = !e.n; /* what came before is still reported */
+      return e.n ? -1 : 0;
     }
-    if (!looks_like_flag(argv[i]))
-      return td_errorf(err, errlen, "unexpected argument '%s' (flags start with --)", argv[i]);
-    if (take_flag(a, argc, argv, &i, err, errlen)) return -1;
+    if (looks_like_flag(argv[i])) {
+      take_flag(a, argc, argv, &i, &e);
+      continue;
+    }
+    char msg[512];
+    snprintf(msg, sizeof msg, "unexpected argument '%s' (flags start with --)", argv[i]);
+    add_error(&e, msg);
   }
-  return 0;
+  check_refusals(a, &e);
+  return e.n ? -1 : 0;
 }
 
 int td_args_given(const td_args *a, const char *name) {
@@ -662,8 +873,8 @@ int td_args_given(const td_args *a, const char *name) {
 
 void td_args_free(td_args *a) {
   td_strlist *lists[] = {&a->data_path, &a->train_data_path, &a->valid_data_path,
-                         &a->test_data_path};
-  for (int i = 0; i < 4; i++)
+                         &a->test_data_path, &a->rampup_batch_size};
+  for (int i = 0; i < 5; i++)
     free_list(lists[i]);
   td_ds_config_free(a->ds);
   a->ds = NULL;
@@ -743,6 +954,13 @@ static int check_length(td_args *a, char *err, size_t errlen) {
     return td_errorf(err, errlen,
                 "--train-iters and --train-samples are exclusive (iteration-based or "
                 "sample-based training)");
+  if (a->lr_warmup_tokens != TD_UNSET && a->lr_decay_tokens != TD_UNSET &&
+      a->lr_warmup_tokens >= a->lr_decay_tokens)
+    return td_errorf(err, errlen, "--lr-warmup-tokens %lld must be less than --lr-decay-tokens %lld",
+                     (long long)a->lr_warmup_tokens, (long long)a->lr_decay_tokens);
+  if (a->lr_decay_style == TD_LR_WSD && (a->lr_decay_tokens != TD_UNSET || a->lr_warmup_tokens != TD_UNSET))
+    return td_errorf(err, errlen, "--lr-decay-style WSD has no token-based form (Megatron-DeepSpeed's "
+                     "--lr-*-tokens schedule has linear, cosine and inverse-square-root)");
   const char *warmup = by_iters ? "lr-warmup-iters" : "lr-warmup-samples";
   if (!isnan(a->lr_warmup_fraction) && int_is_set(a, warmup))
     return td_errorf(err, errlen, "--lr-warmup-fraction and --%s are exclusive", warmup);
@@ -783,6 +1001,137 @@ static int check_layout(td_args *a, int world_size, char *err, size_t errlen) {
   return 0;
 }
 
+int64_t td_args_global_batch_at(const td_args *a, int64_t consumed) {
+  if (a->n_batch_steps > 0) { /* the last threshold reached */
+    int64_t b = a->batch_step_size[0];
+    for (int i = 0; i < a->n_batch_steps && consumed >= a->batch_step_at[i]; i++)
+      b = a->batch_step_size[i];
+    return b;
+  }
+  if (a->rampup[0] <= 0 || consumed > a->rampup[2]) return a->global_batch_size;
+  /* Megatron's RampupBatchsizeNumMicroBatches: (global - start) / increment steps,
+   * each over samples / steps consumed samples */
+  double per_increment =
+      (double)a->rampup[2] / (double)((a->global_batch_size - a->rampup[0]) / a->rampup[1]);
+  return a->rampup[0] + (int64_t)((double)consumed / per_increment) * a->rampup[1];
+}
+
+/* Megatron's update_train_iters with a growing batch: the ramp-up iterations one
+ * by one, then the rest of --train-samples in whole final batches. */
+static int64_t count_iterations(const td_args *a) {
+  int64_t it = 0, consumed = 0;
+  if (a->rampup[0] > 0) {
+    while (consumed <= a->rampup[2]) consumed += td_args_global_batch_at(a, consumed), it++;
+    return it + (a->train_samples - consumed) / a->global_batch_size;
+  }
+  while (consumed + td_args_global_batch_at(a, consumed) <= a->train_samples)
+    consumed += td_args_global_batch_at(a, consumed), it++;
+  return it;
+}
+
+/* "250B" -> 250e9: Megatron's K, M, B, T suffixes. */
+static int parse_suffixed(const char *s, size_t n, int64_t *out) {
+  char buf[64], *end;
+  if (n == 0 || n >= sizeof buf) return -1;
+  memcpy(buf, s, n), buf[n] = 0;
+  double m = 1, v;
+  const char *suf = "KMBT";
+  const char *p = strchr(suf, toupper((unsigned char)buf[n - 1]));
+  if (p && *p) m = pow(1000.0, (double)(p - suf + 1)), buf[n - 1] = 0;
+  v = strtod(buf, &end);
+  if (end == buf || *end || !(v >= 0) || v * m > 9e18) return -1;
+  *out = (int64_t)(v * m);
+  return 0;
+}
+
+/* --step-batch-size-schedule "T:B T:B ...": thresholds in tokens (converted to
+ * samples by seq-length, as Megatron-LM does), sorted, the first 0. */
+static int parse_batch_steps(td_args *a, char *err, size_t errlen) {
+  const char *p = a->step_batch_size_schedule;
+  a->n_batch_steps = 0;
+  while (*p) {
+    while (*p == ' ' || *p == ',') p++;
+    if (!*p) break;
+    size_t n = strcspn(p, " ,"), c = strcspn(p, ":");
+    int64_t t, b;
+    if (a->n_batch_steps == TD_ARGS_MAX_BATCH_STEPS || c >= n ||
+        parse_suffixed(p, c, &t) || parse_suffixed(p + c + 1, n - c - 1, &b) || b <= 0)
+      return td_errorf(err, errlen, "--step-batch-size-schedule: '%.*s' is not THRESHOLD:BATCH "
+                       "(tokens:samples, at most %d entries)", (int)n, p, TD_ARGS_MAX_BATCH_STEPS);
+    int k = a->n_batch_steps++;
+    a->batch_step_at[k] = t / a->seq_length, a->batch_step_size[k] = b;
+    if (k > 0 && a->batch_step_at[k] <= a->batch_step_at[k - 1])
+      return td_errorf(err, errlen, "--step-batch-size-schedule: thresholds must grow");
+    p += n;
+  }
+  if (a->n_batch_steps == 0 || a->batch_step_at[0] != 0)
+    return td_errorf(err, errlen, "--step-batch-size-schedule: the first threshold must be 0");
+  return 0;
+}
+
+static int parse_rampup(td_args *a, char *err, size_t errlen) {
+  const td_strlist *l = &a->rampup_batch_size;
+  for (int i = 0; i < 3 && l->n == 3; i++)
+    if (parse_int(l->v[i], &a->rampup[i]) || a->rampup[i] < (i < 2))
+      a->rampup[0] = -1;
+  if (l->n != 3 || a->rampup[0] <= 0)
+    return td_errorf(err, errlen, "--rampup-batch-size expects START INCREMENT SAMPLES (positive "
+                     "integers; SAMPLES may be 0), e.g. --rampup-batch-size 16 16 5859375");
+  int64_t diff = a->global_batch_size - a->rampup[0];
+  if (diff < 0 || diff % a->rampup[1])
+    return td_errorf(err, errlen, "--rampup-batch-size: --global-batch-size %lld minus the start "
+                     "%lld must be a non-negative multiple of the increment %lld (as Megatron)",
+                     (long long)a->global_batch_size, (long long)a->rampup[0],
+                     (long long)a->rampup[1]);
+  if (diff == 0) a->rampup[0] = 0; /* nothing to ramp (Megatron would divide by zero) */
+  return 0;
+}
+
+/* Every batch of the schedule must split into micro-batches on every DP rank. */
+static int check_schedule_batches(td_args *a, int64_t per_step, char *err, size_t errlen) {
+  int64_t worst = 0;
+  for (int64_t b = a->rampup[0]; a->rampup[0] > 0 && b <= a->global_batch_size; b += a->rampup[1])
+    if (b % per_step) worst = b;
+  for (int i = 0; i < a->n_batch_steps; i++)
+    if (a->batch_step_size[i] % per_step) worst = a->batch_step_size[i];
+  if (worst)
+    return td_errorf(err, errlen, "the global batch %lld of the schedule is not divisible by "
+                     "--micro-batch-size %lld x data-parallel size %lld",
+                     (long long)worst, (long long)a->micro_batch_size,
+                     (long long)a->data_parallel_size);
+  return 0;
+}
+
+/* --rampup-batch-size / --step-batch-size-schedule: Megatron's rules (sample-based
+ * training only; the step schedule gives the global batch itself), then
+ * train_iters as Megatron counts them. */
+static int check_growing_batch(td_args *a, int64_t per_step, char *err, size_t errlen) {
+  int ramp = a->rampup_batch_size.v != NULL, steps = a->step_batch_size_schedule != NULL;
+  if (!ramp && !steps) return 0;
+  const char *name = ramp ? "--rampup-batch-size" : "--step-batch-size-schedule";
+  if (ramp && steps)
+    return td_errorf(err, errlen, "--rampup-batch-size and --step-batch-size-schedule are exclusive");
+  if (a->train_samples == TD_UNSET)
+    return td_errorf(err, errlen, "%s needs --train-samples (Megatron: no batch-size ramp-up for "
+                     "iteration-based training)", name);
+  if (steps && td_args_given(a, "global-batch-size"))
+    return td_errorf(err, errlen, "--step-batch-size-schedule gives the global batch: drop "
+                     "--global-batch-size (as Megatron-LM)");
+  if (ramp ? parse_rampup(a, err, errlen) : parse_batch_steps(a, err, errlen)) return -1;
+  if (steps) {
+    a->global_batch_size = 0;
+    for (int i = 0; i < a->n_batch_steps; i++)
+      if (a->batch_step_size[i] > a->global_batch_size) a->global_batch_size = a->batch_step_size[i];
+  }
+  if (check_schedule_batches(a, per_step, err, errlen)) return -1;
+  a->num_micro_batches = a->global_batch_size / per_step; /* the staging is sized for the largest */
+  a->train_iters = count_iterations(a);
+  if (a->train_iters < 1)
+    return td_errorf(err, errlen, "--train-samples %lld is less than one global batch",
+                     (long long)a->train_samples);
+  return 0;
+}
+
 static int check_batch(td_args *a, char *err, size_t errlen) {
   int64_t per_step;
   if (td_mul_i64(a->micro_batch_size, a->data_parallel_size, &per_step))
@@ -798,6 +1147,8 @@ static int check_batch(td_args *a, char *err, size_t errlen) {
                 (long long)a->global_batch_size, (long long)a->micro_batch_size,
                 (long long)a->data_parallel_size, (long long)per_step);
   a->num_micro_batches = a->global_batch_size / per_step;
+  if (check_growing_batch(a, per_step, err, errlen)) return -1;
+  if (a->rampup[0] > 0 || a->n_batch_steps > 0) return 0; /* train_iters: count_iterations */
   if (a->train_samples != TD_UNSET) {
     if (a->train_samples < a->global_batch_size)
       return td_errorf(err, errlen, "--train-samples %lld is less than one global batch (%lld)",
@@ -949,25 +1300,6 @@ static int check_recompute(td_args *a, char *err, size_t errlen) {
   return 0;
 }
 
-/* A Megatron feature the model does not have, or a choice of one. */
-static int check_refused(const td_args *a, char *err, size_t errlen) {
-  for (int i = 0; i < N_FLAGS; i++)
-    if (a->given[i] && k_flags[i].k == K_REFUSED)
-      return td_errorf(err, errlen, "--%s: %s", k_flags[i].name, k_flags[i].note);
-  if (a->position_embedding_type != 0)
-    return td_errorf(err, errlen, "--position-embedding-type %s: %s; only learned_absolute is built",
-                     k_position_embeddings[a->position_embedding_type], NOTE_GPT2);
-  if (a->normalization != 0)
-    return td_errorf(err, errlen, "--normalization %s: %s; only LayerNorm is built",
-                     k_normalizations[a->normalization], NOTE_GPT2);
-  if (a->dataloader_type != 0)
-    return td_errorf(err, errlen,
-                     "--dataloader-type %s: only Megatron's 'single' pretraining sampler is built "
-                     "(each sample once per epoch, in the dataset's shuffled order)",
-                     k_dataloaders[a->dataloader_type]);
-  return 0;
-}
-
 /* Megatron's weight-decay schedule: start and end default to --weight-decay, and
  * the constant style needs them equal. */
 static int check_weight_decay(td_args *a, char *err, size_t errlen) {
@@ -1070,7 +1402,8 @@ static int check_samples(const td_args *a, char *err, size_t errlen) {
 int td_args_validate(td_args *a, int world_size, char *err, size_t errlen) {
   /* the DeepSpeed config first: it sets the flags the checks below read (the
    * data-parallel size of its batch identity comes from world_size) */
-  if (check_refused(a, err, errlen) || td_ds_config_apply(a, world_size, err, errlen) ||
+  /* refused flags and values were reported by td_args_parse, all at once */
+  if (td_ds_config_apply(a, world_size, err, errlen) ||
       check_weight_decay(a, err, errlen) || check_required(a, err, errlen) || check_sizes(a, err, errlen) || check_model(a, err, errlen) ||
       check_precision(a, err, errlen) || check_length(a, err, errlen) ||
       check_layout(a, world_size, err, errlen) || check_batch(a, err, errlen) || check_samples(a, err, errlen) ||
@@ -1099,6 +1432,13 @@ void td_args_lr_schedule(const td_args *a, td_lr_schedule *s) {
                         .wsd_decay_steps = wsd,
                         .style = (td_lr_style)a->lr_decay_style,
                         .wsd_style = (td_wsd_style)a->lr_wsd_decay_style};
+  /* Megatron-DeepSpeed's token-based schedule; --lr-decay-tokens alone takes the
+   * tokens seen when the sample warmup ends (the trainer fills it in), 0 without one */
+  s->has_warmup_tokens = a->lr_warmup_tokens != TD_UNSET || (a->lr_decay_tokens != TD_UNSET &&
+                                                            s->warmup_steps <= 0);
+  s->warmup_tokens = a->lr_warmup_tokens != TD_UNSET ? (double)a->lr_warmup_tokens : 0.0;
+  s->has_decay_tokens = a->lr_decay_tokens != TD_UNSET;
+  s->decay_tokens = (double)a->lr_decay_tokens;
 }
 
 void td_args_wd_schedule(const td_args *a, td_wd_schedule *s) {
@@ -1130,6 +1470,11 @@ void td_args_print_notes(const td_args *a, FILE *f) {
   for (int i = 0; i < N_FLAGS; i++)
     if (a->given[i] && k_flags[i].k == K_NOTE)
       fprintf(f, "trident: note: --%s: %s\n", k_flags[i].name, k_flags[i].note);
+  for (int i = 0; i < a->n_foreign; i++)
+    fprintf(f, "trident: note: --%.*s: %s\n", a->foreign_len[i], a->foreign_name[i],
+            td_foreign_groups[a->foreign_group[i]].why);
+  if (a->cpu_optimizer)
+    fprintf(f, "trident: note: --cpu-optimizer: the CPU backend runs Adam on the host already\n");
   if (td_args_given(a, "sequence-parallel") && a->tensor_model_parallel_size == 1)
     fprintf(f, "trident: note: --sequence-parallel: off, because tensor parallelism is off (as in "
                "Megatron)\n");
@@ -1186,6 +1531,63 @@ void td_args_print_help(FILE *out) {
     fprintf(out, "\n%s:\n", k_group_titles[g]);
     for (int i = 0; i < N_FLAGS; i++)
       if (k_flags[i].g == (group)g) help_flag(out, &k_flags[i]);
+  }
+}
+
+/* Markdown table cells: a '|' would end the cell. */
+static void md_text(FILE *out, const char *s) {
+  for (; *s; s++) {
+    if (*s == '|') fputc('\\', out);
+    fputc(*s, out);
+  }
+}
+
+static const char *md_status(const flag *f) {
+  if (f->k == K_REFUSED) return "refused";
+  if (f->k == K_NOTE) return f->one ? "note (other values refused)" : "note";
+  return "acted on";
+}
+
+static void md_flag(FILE *out, const flag *f) {
+  char def[320];
+  fprintf(out, "| `--%s%s%s`", f->name, f->meta ? " " : "", f->meta ? f->meta : "");
+  if (f->alias) fprintf(out, ", `--%s`", f->alias);
+  fprintf(out, " | %s | ", md_status(f));
+  help_default(f, def, sizeof def);
+  if (f->k == K_NOTE || f->k == K_REFUSED) {
+    md_text(out, f->note);
+    if (f->one) fprintf(out, " (a value other than %s is refused: ", f->one), md_text(out, f->why),
+                fputc(')', out);
+  } else {
+    md_text(out, f->help), md_text(out, def);
+  }
+  fputs(" |\n", out);
+}
+
+void td_args_print_flags_markdown(FILE *out) {
+  fprintf(out, "Generated by `trident train --help-flags-markdown` from the flag table "
+               "(src/train/args.c, src/train/args_foreign.c); tests/cli_flags_doc.sh checks it.\n");
+  for (int g = 0; g < G_COUNT; g++) {
+    fprintf(out, "\n### %s\n\n| Flag | trident | What it does here |\n| --- | --- | --- |\n",
+            k_group_titles[g]);
+    for (int i = 0; i < N_FLAGS; i++)
+      if (k_flags[i].g == (group)g) md_flag(out, &k_flags[i]);
+  }
+  fprintf(out, "\n### Megatron-LM's and Megatron-DeepSpeed's other flags\n\n"
+               "Each takes the words after it up to the next flag as its values.\n");
+  for (int g = 0; g < td_foreign_group_count; g++) {
+    const td_foreign_group *fg = &td_foreign_groups[g];
+    fprintf(out, "\n**%s**: ", fg->refused ? "refused" : "note");
+    md_text(out, fg->why);
+    fputs(":", out);
+    for (const char *p = fg->names; *p;) {
+      const char *e = strchr(p, ' ');
+      int n = e ? (int)(e - p) : (int)strlen(p);
+      fprintf(out, " `--%.*s`", n, p);
+      if (!e) break;
+      p = e + 1;
+    }
+    fputc('\n', out);
   }
 }
 

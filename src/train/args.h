@@ -29,7 +29,9 @@
 #include "optim/lr_schedule.h"
 
 #define TD_UNSET (-1)
-#define TD_ARGS_MAX_FLAGS 256
+#define TD_ARGS_MAX_FLAGS 320
+#define TD_ARGS_MAX_FOREIGN 64     /* Megatron flags of train/args_foreign.h given at once */
+#define TD_ARGS_MAX_BATCH_STEPS 32 /* entries of --step-batch-size-schedule */
 
 typedef enum { TD_TOK_GPT2BPE, TD_TOK_NULL } td_tokenizer_type;
 /* --recompute-granularity, in the order of its choices */
@@ -53,6 +55,10 @@ typedef struct {
   int64_t kv_channels;                        /* only hidden / heads is built */
   /* training */
   int64_t micro_batch_size, global_batch_size, train_iters, train_samples, exit_interval, seed;
+  int64_t train_tokens;          /* Megatron-DeepSpeed: stop once this many tokens are consumed */
+  td_strlist rampup_batch_size;  /* START INCREMENT SAMPLES (Megatron's RampupBatchsize...) */
+  const char *step_batch_size_schedule;
+  int cpu_optimizer;
   int optimizer; /* index into {"adam"} */
   int device;    /* --device: index into {"auto", "cpu", "cuda"}, or -1 (td_args_device) */
   double weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad;
@@ -63,6 +69,7 @@ typedef struct {
   int lr_decay_style, lr_wsd_decay_style; /* td_lr_style, td_wsd_style */
   int64_t lr_warmup_iters, lr_warmup_samples, lr_decay_iters, lr_decay_samples;
   int64_t lr_wsd_decay_iters, lr_wsd_decay_samples;
+  int64_t lr_warmup_tokens, lr_decay_tokens; /* Megatron-DeepSpeed's token-based schedule */
   /* mixed precision */
   int fp16, bf16;
   double loss_scale, initial_loss_scale, min_loss_scale;
@@ -74,6 +81,7 @@ typedef struct {
   int mock_data, eod_mask_loss, reset_position_ids, reset_attention_mask;
   int64_t num_workers;
   int dataloader_type; /* 0 single (only that is built) */
+  int data_impl;       /* --data-impl: 0 mmap, 1 infer (= mmap); lazy and cached are refused */
   /* evaluation, checkpoints, logging */
   int64_t eval_interval, eval_iters, save_interval, log_interval;
   int timing_log_level;
@@ -87,6 +95,7 @@ typedef struct {
   const char *tensorboard_dir;
   int64_t tensorboard_log_interval;
   int log_timers_to_tensorboard, log_validation_ppl_to_tensorboard;
+  int log_optimizer_states_to_tensorboard; /* Megatron-DeepSpeed's optimizer/ scalars */
   int log_world_size_to_tensorboard, no_log_loss_scale_to_tensorboard;
   /* parallelism */
   int64_t tensor_model_parallel_size, pipeline_model_parallel_size, ddp_bucket_size;
@@ -106,13 +115,25 @@ typedef struct {
 
   /* derived by td_args_validate */
   int64_t world_size, data_parallel_size, num_micro_batches; /* per DP rank per iteration */
+  /* the global batch grows during training (--rampup-batch-size or --step-batch-size-schedule):
+   * td_args_global_batch_at; global_batch_size and num_micro_batches are the largest */
+  int64_t rampup[3]; /* start, increment, samples; rampup[0] == 0: no ramp-up */
+  int n_batch_steps; /* --step-batch-size-schedule: from batch_step_at[i] samples on, batch_step_size[i] */
+  int64_t batch_step_at[TD_ARGS_MAX_BATCH_STEPS], batch_step_size[TD_ARGS_MAX_BATCH_STEPS];
+
+  /* Megatron flags of train/args_foreign.h that were given (notes): group and name as typed */
+  int n_foreign, foreign_group[TD_ARGS_MAX_FOREIGN];
+  const char *foreign_name[TD_ARGS_MAX_FOREIGN];
+  int foreign_len[TD_ARGS_MAX_FOREIGN];
 
   unsigned char given[TD_ARGS_MAX_FLAGS]; /* flags given on the command line, by table index */
 } td_args;
 
 /* Parse argv[1..argc-1] (argv[0] is the command name) over Megatron's defaults.
- * Returns 0, or -1 with a message in err naming the flag and what was expected
- * (an unknown flag names the closest known one). Call td_args_free afterwards. */
+ * Returns 0, or -1 with every problem of the command line in err, one per line
+ * (unknown flags, bad values, refused flags, each with its reason; an unknown
+ * flag names a known one only when it is a likely misspelling of it). Call
+ * td_args_free afterwards. */
 int td_args_parse(td_args *a, int argc, char **argv, char *err, size_t errlen);
 
 /* Check combinations and fill the derived fields for a run of world_size ranks.
@@ -147,6 +168,17 @@ void td_args_wd_schedule(const td_args *a, td_wd_schedule *s);
 /* fp16: constant --loss-scale or dynamic; bf16: constant --loss-scale if given;
  * otherwise a constant 1. */
 void td_args_loss_scaler(const td_args *a, td_loss_scaler *s);
+
+/* The global batch after `consumed` training samples: Megatron's ramp-up
+ * (start + increment x floor(consumed / (samples / ((global - start) / increment))),
+ * the final global batch past `samples`), the step schedule, or the constant
+ * --global-batch-size. */
+int64_t td_args_global_batch_at(const td_args *a, int64_t consumed);
+
+/* Every flag trident knows (its own table and train/args_foreign.h's) as a
+ * Markdown table: flag, what trident does (acted on / note / refused), and
+ * the help, note or reason. docs/flags.md includes it. */
+void td_args_print_flags_markdown(FILE *f);
 
 /* Megatron's padded vocabulary: the tokenizer's size rounded up to a multiple
  * of --make-vocab-size-divisible-by x --tensor-model-parallel-size. */

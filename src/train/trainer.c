@@ -69,6 +69,9 @@ typedef struct {
   uint64_t seed; /* of dropout: --seed, or the checkpoint's unless --no-load-rng */
   /* progress (saved in checkpoints) */
   int64_t iteration, consumed_train, consumed_valid, lr_steps;
+  int64_t lr_tokens; /* the tokens the LR schedule has seen (Megatron-DeepSpeed's num_tokens) */
+  /* this iteration's global batch and micro-batches per DP rank (a ramp-up grows them) */
+  int64_t cur_batch, cur_micro;
   /* host staging of one global batch: [global_batch, seq] */
   int32_t *tokens, *targets, *sample;
   float *mask;
@@ -289,13 +292,13 @@ static void read_sample(trainer *t, int split, int64_t index, int32_t *tokens) {
  * the sampler gives this rank after `consumed` samples: tokens = sample[0:s],
  * targets = sample[1:s+1], loss mask (0 on eod inputs with --eod-mask-loss, as
  * Megatron). Returns the sum of the mask. */
-static double fill_batch(trainer *t, int split, int64_t consumed) {
+static double fill_batch(trainer *t, int split, int64_t consumed, int64_t n_micro) {
   const td_args *a = t->a;
   const int64_t s = a->seq_length, mb = a->micro_batch_size;
   const td_gpt_mask_config mc = {.eod = t->eod, .eod_mask_loss = a->eod_mask_loss};
   int64_t *idx = td_malloc((size_t)mb * sizeof *idx); /* not on the stack: mb may be 10^6 */
   double mask_sum = 0;
-  for (int64_t m = 0; m < a->num_micro_batches; m++) {
+  for (int64_t m = 0; m < n_micro; m++) {
     if (!td_sampler_micro_batch(&t->sampler[split], consumed + m * mb * a->data_parallel_size, idx))
       td_fail("the %s data is exhausted after %lld samples", td_split_name((td_split)split),
               (long long)consumed);
@@ -368,6 +371,21 @@ static double model_sum(trainer *t, const float *flat, model_stat what) {
   return s;
 }
 
+/* The LR schedule's step after an applied update, as Megatron-DeepSpeed's
+ * scheduler.step(increment): samples advance by this iteration's global batch,
+ * tokens become the tokens consumed before this iteration (the trainer counts
+ * this iteration's after the step, as Megatron's loop does). --lr-decay-tokens
+ * without --lr-warmup-tokens takes the tokens seen when the sample warmup ends. */
+static void step_schedule(trainer *t) {
+  int64_t before = t->lr_steps;
+  t->lr_steps += t->cur_batch;
+  t->lr_tokens = t->consumed_train * t->a->seq_length;
+  td_lr_schedule *s = &t->lr;
+  if (s->has_decay_tokens && !s->has_warmup_tokens && before < s->warmup_steps &&
+      (double)t->lr_steps >= s->warmup_steps)
+    s->warmup_tokens = (double)t->lr_tokens, s->has_warmup_tokens = 1;
+}
+
 /* Norm, loss-scaler update, clipping, AdamW and the low-precision weight copy;
  * an overflowed (fp16) step is skipped. */
 static void optimizer_step(trainer *t, step_result *r, float scale) {
@@ -397,7 +415,7 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
   if (a->log_num_zeros_in_grad) r->num_zeros = model_sum(t, td_gpt_grads(t->model), MODEL_ZEROS);
   double clip = 1.0;
   if (a->clip_grad > 0 && r->grad_norm > a->clip_grad) clip = a->clip_grad / (r->grad_norm + 1e-6);
-  double lr = td_lr_at(&t->lr, (double)t->lr_steps);
+  double lr = td_lr_at_tokens(&t->lr, (double)t->lr_steps, (double)t->lr_tokens);
   t->opt.weight_decay = (float)td_wd_at(&t->wd, (double)t->lr_steps);
   int64_t first = t->zshard.first;
   td_timers_start(tm, TD_TIMER_OPTIMIZER_INNER_STEP);
@@ -412,7 +430,7 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
   td_timers_start(tm, TD_TIMER_OPTIMIZER_COPY_MAIN_TO_MODEL_PARAMS);
   td_gpt_cast_weights(t->model);
   td_timers_stop(tm, TD_TIMER_OPTIMIZER_COPY_MAIN_TO_MODEL_PARAMS);
-  t->lr_steps += a->global_batch_size;
+  step_schedule(t);
 }
 
 /* ------------------------------------------------------------------ pipeline */
@@ -464,7 +482,7 @@ static void stage_backward(trainer *t, int64_t m, float dloss_scale) {
   wait_sends(t, r);
   if (!last_stage(t))
     td_comm_recv(pp, td_gpt_stage_output_grad(g), n, TD_F32, t->topo.coord.pp + 1, (int)m);
-  int hook = m == t->a->num_micro_batches - 1 && t->dp_size > 1; /* the last backward */
+  int hook = m == t->cur_micro - 1 && t->dp_size > 1; /* the last backward */
   if (hook) td_gpt_set_grads_ready_hook(g, on_grads_ready, &t->ddp);
   td_timers_start(&t->timers, TD_TIMER_BACKWARD_COMPUTE);
   td_gpt_backward(g, dloss_scale);
@@ -482,7 +500,7 @@ static void wait_all_sends(trainer *t) {
 }
 
 static double pipeline_step(trainer *t, float dloss_scale) {
-  const int64_t M = t->a->num_micro_batches, later = t->topo.layout.pp - t->topo.coord.pp - 1;
+  const int64_t M = t->cur_micro, later = t->topo.layout.pp - t->topo.coord.pp - 1;
   const int64_t warmup = later < M ? later : M;
   double loss = 0, ms;
   for (int64_t m = 0; m < warmup; m++) loss += stage_forward(t, m, micro_batch_seed(t, m), 1, &ms);
@@ -534,7 +552,7 @@ static step_result train_step(trainer *t) {
   step_result r = {.num_zeros = -1, .params_norm = -1};
   td_timers_start(tm, TD_TIMER_FORWARD_BACKWARD);
   td_timers_start(tm, TD_TIMER_BATCH_GENERATOR);
-  double mask_total = dp_sum(t, fill_batch(t, SPLIT_TRAIN, t->consumed_train));
+  double mask_total = dp_sum(t, fill_batch(t, SPLIT_TRAIN, t->consumed_train, t->cur_micro));
   td_timers_stop(tm, TD_TIMER_BATCH_GENERATOR);
   double denom = mask_total > 0 ? mask_total : 1;
   float scale = t->scaler.scale;
@@ -567,7 +585,7 @@ static double evaluate(trainer *t, int split, int64_t *consumed) {
   double loss = 0, mask = 0;
   if (!t->a->mock_data && !t->split[split]) return NAN;
   for (int64_t it = 0; it < a->eval_iters; it++) {
-    fill_batch(t, split, *consumed);
+    fill_batch(t, split, *consumed, a->num_micro_batches);
     *consumed += gb;
     for (int64_t m = 0; m < a->num_micro_batches; m++) {
       double ms;
@@ -581,6 +599,11 @@ static double evaluate(trainer *t, int split, int64_t *consumed) {
 }
 
 /* ------------------------------------------------------------------ tensorboard */
+
+/* The learning rate the next update will use (Megatron logs the optimizer's). */
+static double lr_now(const trainer *t) {
+  return td_lr_at_tokens(&t->lr, (double)t->lr_steps, (double)t->lr_tokens);
+}
 
 /* A Megatron scalar at this iteration and its "vs samples" twin (x: consumed
  * training samples). */
@@ -597,12 +620,83 @@ static void tb_flush(trainer *t) {
   if (t->tb && td_tb_flush(t->tb, err, sizeof err)) td_fail("--tensorboard-dir: %s", err);
 }
 
+/* --log-optimizer-states-to-tensorboard (Megatron-DeepSpeed's training_log):
+ * sums [0..7] = squares of v, sqrt(v), m, w, then L1 of the same; max [0..3] =
+ * max |v|, sqrt(v), |m|, |w|. Each element counted once, as model_sum: TP rank 0
+ * takes the replicated tensors, later stages skip the tied embedding copy; each
+ * rank reads only its ZeRO shard of the Adam state. */
+typedef struct {
+  double sum[8], max[4];
+} opt_stats;
+
+static void opt_stats_add(opt_stats *s, float v, float m, float w) {
+  double x[4] = {fabs((double)v), sqrt(fabs((double)v)), fabs((double)m), fabs((double)w)};
+  for (int k = 0; k < 4; k++) {
+    s->sum[k] += x[k] * x[k], s->sum[4 + k] += x[k];
+    if (x[k] > s->max[k]) s->max[k] = x[k];
+  }
+}
+
+/* Elements [lo, hi) of the flat buffers (inside this rank's shard), through host copies. */
+static void opt_stats_range(trainer *t, int64_t lo, int64_t hi, opt_stats *s) {
+  const td_device_ops *ops = t->dev->ops;
+  enum { CHUNK = 4096 };
+  float v[CHUNK], m[CHUNK], w[CHUNK];
+  for (int64_t i = lo; i < hi; i += CHUNK) {
+    size_t n = (size_t)(hi - i < CHUNK ? hi - i : CHUNK);
+    int64_t k = i - t->zshard.first;
+    ops->copy_d2h(t->dev, v, t->opt.exp_avg_sq + k, n * sizeof(float));
+    ops->copy_d2h(t->dev, m, t->opt.exp_avg + k, n * sizeof(float));
+    ops->copy_d2h(t->dev, w, td_gpt_params(t->model) + i, n * sizeof(float));
+    for (size_t j = 0; j < n; j++) opt_stats_add(s, v[j], m[j], w[j]);
+  }
+}
+
+/* Every rank at the TensorBoard interval (collectives); the logging rank writes. */
+static void tb_optimizer_states(trainer *t) {
+  const td_layout *l = &t->topo.layout;
+  if (!t->a->log_optimizer_states_to_tensorboard || t->iteration % t->a->tensorboard_log_interval) return;
+  opt_stats s = {0};
+  int64_t first = t->zshard.first, last = first + t->zshard.size;
+  for (int i = 0; i < td_gpt_num_tensors(t->model); i++) {
+    const td_gpt_tensor *v = td_gpt_tensor_at(t->model, i);
+    if (v->split_dim < 0 && t->topo.coord.tp != 0) continue;
+    if (t->topo.coord.pp > 0 && !strcmp(v->name, "embedding.word_embeddings.weight")) continue;
+    int64_t lo = v->offset > first ? v->offset : first;
+    int64_t hi = v->offset + v->numel < last ? v->offset + v->numel : last;
+    if (lo < hi) opt_stats_range(t, lo, hi, &s);
+  }
+  td_comm *groups[2] = {l->tp > 1 || l->pp > 1 ? t->topo.group[TD_GROUP_MP] : NULL,
+                        t->zero ? t->topo.group[TD_GROUP_DP] : NULL};
+  for (int g = 0; g < 2; g++)
+    if (groups[g]) {
+      td_comm_all_reduce(groups[g], s.sum, s.sum, 8, TD_F64, TD_OP_SUM);
+      td_comm_all_reduce(groups[g], s.max, s.max, 4, TD_F64, TD_OP_MAX);
+    }
+  if (!t->tb) return;
+  static const char *names[12] = {"variance_l2", "variance_sqrt_l2", "momentum_l2", "weight_l2",
+                                  "variance_l1", "variance_sqrt_l1", "momentum_l1", "weight_l1",
+                                  "variance_abs_max", "variance_sqrt_abs_max", "momentum_abs_max",
+                                  "weight_abs_max"};
+  int64_t tokens = t->consumed_train * t->a->seq_length;
+  char err[1024], tag[96];
+  for (int k = 0; k < 12; k++) {
+    double x = k < 4 ? sqrt(s.sum[k]) : k < 8 ? s.sum[k] : s.max[k - 8];
+    int rc = 0;
+    snprintf(tag, sizeof tag, "optimizer/%s vs tokens", names[k]);
+    rc |= td_tb_scalar(t->tb, tag, x, tokens, err, sizeof err);
+    snprintf(tag, sizeof tag, "optimizer/%s", names[k]);
+    rc |= td_tb_scalar(t->tb, tag, x, t->iteration, err, sizeof err);
+    if (rc) td_fail("--tensorboard-dir: %s", err);
+  }
+}
+
 /* Every --tensorboard-log-interval iterations, as Megatron's training_log. */
 static void tb_iteration(trainer *t, const step_result *r) {
   const td_args *a = t->a;
   if (!t->tb || t->iteration % a->tensorboard_log_interval) return;
-  tb_pair(t, "learning-rate", td_lr_at(&t->lr, (double)t->lr_steps));
-  tb_pair(t, "batch-size", (double)a->global_batch_size);
+  tb_pair(t, "learning-rate", lr_now(t));
+  tb_pair(t, "batch-size", (double)t->cur_batch);
   tb_pair(t, "lm loss", r->lm_loss);
   if (!a->no_log_loss_scale_to_tensorboard) tb_pair(t, "loss-scale", t->scaler.scale);
   if (a->log_world_size_to_tensorboard) tb_pair(t, "world-size", t->topo.layout.world);
@@ -658,6 +752,9 @@ static char *state_json(const trainer *t) {
   cJSON_AddNumberToObject(s, "consumed_valid_samples", (double)t->consumed_valid);
   cJSON_AddNumberToObject(s, "optimizer_step", (double)t->opt.step);
   cJSON_AddNumberToObject(s, "lr_scheduler_num_steps", (double)t->lr_steps);
+  cJSON_AddNumberToObject(s, "lr_scheduler_num_tokens", (double)t->lr_tokens);
+  if (t->lr.has_warmup_tokens)
+    cJSON_AddNumberToObject(s, "lr_scheduler_warmup_tokens", t->lr.warmup_tokens);
   cJSON *ls = cJSON_AddObjectToObject(s, "loss_scaler");
   cJSON_AddNumberToObject(ls, "scale", t->scaler.scale);
   cJSON_AddNumberToObject(ls, "growth_tracker", t->scaler.growth_tracker);
@@ -736,6 +833,22 @@ static int64_t state_int(const cJSON *o, const char *key, const char *field, con
   return v;
 }
 
+/* Megatron-DeepSpeed's token count (absent from older checkpoints: then the
+ * tokens before the last step, as if the batch never changed). */
+static void restore_token_state(trainer *t, const cJSON *s, const char *file) {
+  const int64_t big = TD_CKPT_MAX_INT;
+  if (cJSON_GetObjectItemCaseSensitive(s, "lr_scheduler_num_tokens"))
+    t->lr_tokens = state_int(s, "lr_scheduler_num_tokens", "state.lr_scheduler_num_tokens", file, 0, big);
+  else
+    t->lr_tokens = (t->consumed_train - t->a->global_batch_size > 0
+                        ? t->consumed_train - t->a->global_batch_size : 0) * t->a->seq_length;
+  if (cJSON_GetObjectItemCaseSensitive(s, "lr_scheduler_warmup_tokens")) {
+    t->lr.warmup_tokens = (double)state_int(s, "lr_scheduler_warmup_tokens",
+                                            "state.lr_scheduler_warmup_tokens", file, 0, big);
+    t->lr.has_warmup_tokens = 1;
+  }
+}
+
 /* Restore the trainer state saved by state_json (the optimizer step only with
  * the optimizer state) of iteration `it`, every field checked. */
 static void restore_state(trainer *t, const char *text, const char *dir, int64_t it, int with_optim) {
@@ -751,6 +864,7 @@ static void restore_state(trainer *t, const char *text, const char *dir, int64_t
   t->consumed_train = state_int(s, "consumed_train_samples", "state.consumed_train_samples", file, 0, big);
   t->consumed_valid = state_int(s, "consumed_valid_samples", "state.consumed_valid_samples", file, 0, big);
   t->lr_steps = state_int(s, "lr_scheduler_num_steps", "state.lr_scheduler_num_steps", file, 0, big);
+  restore_token_state(t, s, file);
   if (with_optim) t->opt.step = state_int(s, "optimizer_step", "state.optimizer_step", file, 0, big);
   const cJSON *ls = cJSON_GetObjectItemCaseSensitive(s, "loss_scaler");
   if (cJSON_IsObject(ls) && t->scaler.dynamic) {
@@ -859,12 +973,12 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
   const td_args *a = t->a;
   time_t now = time(NULL);
   td_train_log l = {.iteration = t->iteration, .train_iters = a->train_iters,
-                    .consumed_samples = t->consumed_train, .global_batch_size = a->global_batch_size,
+                    .consumed_samples = t->consumed_train, .global_batch_size = t->cur_batch,
                     .interval_seconds = seconds, .log_throughput = a->log_throughput,
                     .flops_per_iteration = td_gpt_flops_per_iteration(
-                        a->global_batch_size, a->seq_length, a->num_layers, a->hidden_size,
+                        t->cur_batch, a->seq_length, a->num_layers, a->hidden_size,
                         a->ffn_hidden_size, t->cfg.vocab_size),
-                    .world_size = t->topo.layout.world, .learning_rate = td_lr_at(&t->lr, (double)t->lr_steps),
+                    .world_size = t->topo.layout.world, .learning_rate = lr_now(t),
                     .loss_scale = t->scaler.scale, .has_grad_norm = a->clip_grad > 0 && !r->skipped,
                     .grad_norm = r->grad_norm, .has_num_zeros = r->num_zeros >= 0,
                     .num_zeros = r->num_zeros, .has_params_norm = r->params_norm >= 0,
@@ -929,6 +1043,20 @@ static int should_exit(trainer *t, double start, char *why, size_t n) {
   return 0;
 }
 
+/* Megatron-DeepSpeed's --train-tokens: the loop also ends once that many
+ * tokens (samples x seq-length) are consumed. */
+static int tokens_reached(const trainer *t) {
+  const td_args *a = t->a;
+  return a->train_tokens != TD_UNSET && t->consumed_train * a->seq_length >= a->train_tokens;
+}
+
+/* This iteration's global batch: Megatron's update_num_microbatches(consumed). */
+static void set_batch(trainer *t) {
+  const td_args *a = t->a;
+  t->cur_batch = td_args_global_batch_at(a, t->consumed_train);
+  t->cur_micro = t->cur_batch / (a->micro_batch_size * a->data_parallel_size);
+}
+
 static void train_loop(trainer *t) {
   const td_args *a = t->a;
   td_log_interval w = {0};
@@ -936,12 +1064,14 @@ static void train_loop(trainer *t) {
   char why[64];
   if (a->exit_signal_handler) catch_sigterm();
   int saved_last = 0;
-  while (t->iteration < a->train_iters) {
+  while (t->iteration < a->train_iters && !tokens_reached(t)) {
+    set_batch(t);
     step_result r = train_step(t);
     t->iteration++;
-    t->consumed_train += a->global_batch_size;
+    t->consumed_train += t->cur_batch;
     td_log_interval_add(&w, r.lm_loss, r.skipped);
     tb_iteration(t, &r);
+    tb_optimizer_states(t);
     saved_last = 0;
     if (t->iteration % a->log_interval == 0) {
       log_line(t, &w, td_now_seconds() - interval_start, &r);

@@ -2,9 +2,14 @@
  * on AMX / AVX512-BF16 where the CPU has them), OpenBLAS (cblas_sgemm; Debian's
  * OpenBLAS is built without its bf16 GEMM) or trident's own AMX GEMM for bf16
  * (cpu_gemm_amx_avx512.c). Which one runs a call is measured per shape class on
- * the machine that runs (cpu_gemm_select.c): no library is fastest everywhere
- * (bench/RESULTS.md). Calls made from inside parallel regions (the attention's
- * fallback) take the default library, never the AMX GEMM.
+ * the machine that runs (cpu_gemm_select.c), because no library is fastest
+ * everywhere (bench/RESULTS.md): at the GPT-2 124M shapes OpenBLAS fp32 ran up to
+ * 2x oneDNN 2.6 where oneDNN falls back to slow kernels (n = 3072, transposed A)
+ * on one machine and at 13-26% of oneDNN on a Sapphire Rapids it does not know
+ * (issue #14); with AMX, trident's bf16 GEMM is 1.3-1.4x oneDNN 2.6's brgemm on
+ * the weight gradients and up to 3x on the lm_head products, within 10% of it on
+ * the small attention projection. Calls made from inside parallel regions (the
+ * attention's fallback) take the default library, never the AMX GEMM.
  *
  * oneDNN primitives are created once per distinct (shape, strides, dtypes,
  * alpha, beta, bias?) and cached; each thread has its own stream and scratchpad,

@@ -271,8 +271,8 @@ static td_gemm_choice *choices_from_json(const cJSON *root, int *n, const char *
     return *why = "is not a trident GEMM choice file", NULL;
   if (strcmp(machine->valuestring, td_gemm_machine())) {
     /* another CPU or library version (a file named by TRIDENT_GEMM_CACHE): stale, not broken */
-    if (!g_noted)
-      td_info("GEMM choice cache %s was measured on '%s'; measuring again for '%s'",
+    if (!g_noted) /* debug: a library upgrade makes every file stale, which is no fault */
+      td_debug("GEMM choice cache %s was measured on '%s'; measuring again for '%s'",
               td_gemm_cache_path(), machine->valuestring, td_gemm_machine());
     g_noted = 1;
     *why = NULL;

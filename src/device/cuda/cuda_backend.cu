@@ -74,12 +74,20 @@ extern "C" int td_cuda_available(void) {
   return e == cudaSuccess && count > 0 && major >= 8;
 }
 
+/* The runtime loads the driver itself (linked statically) and reports a missing
+ * one as too old: say both. */
+static const char *no_device_hint(cudaError_t e) {
+  return e == cudaErrorInsufficientDriver
+             ? " (no NVIDIA driver (libcuda.so.1) found, or one older than trident's CUDA runtime)"
+             : "";
+}
+
 extern "C" void *td_cuda_open(int index) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    td_fail("no CUDA device visible: %s", cudaGetErrorString(e));
+    td_fail("no CUDA device visible: %s%s", cudaGetErrorString(e), no_device_hint(e));
   }
   if (count == 0) td_fail("no CUDA device visible: %s", cudaGetErrorString(cudaErrorNoDevice));
   td_cuda *c = (td_cuda *)td_calloc(sizeof *c);
@@ -94,7 +102,8 @@ extern "C" void *td_cuda_open(int index) {
     td_fail("cuda:%d (%s) has compute capability %d.%d; trident's CUDA kernels are built for "
             "8.0 (A100) and newer", c->index, prop.name, prop.major, prop.minor);
   TD_CUDA_OK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-  TD_LT_OK(cublasLtCreate(&c->lt));
+  td_cublaslt_load(); /* here, not at start-up: only a process that opens a GPU pays for it */
+  TD_LT_OK(td_lt.cublasLtCreate(&c->lt));
   TD_CUDA_OK(cudaMalloc(&c->workspace, TD_CUDA_WORKSPACE_BYTES));
   TD_CUDA_OK(cudaMalloc(&c->reduce, 16));
   TD_CUDA_OK(cudaMallocHost(&c->host_result, 16));
@@ -117,7 +126,7 @@ extern "C" void td_cuda_close(void *impl) {
   TD_CUDA_OK(cudaFree(c->reduce));
   TD_CUDA_OK(cudaFreeHost(c->host_result));
   TD_CUDA_OK(cudaFreeHost(c->err_host));
-  TD_LT_OK(cublasLtDestroy(c->lt));
+  TD_LT_OK(td_lt.cublasLtDestroy(c->lt));
   TD_CUDA_OK(cudaStreamDestroy(c->stream));
   td_free(c);
 }

@@ -18,10 +18,12 @@ extern "C" {
 
 const td_device_ops *td_cuda_device_ops(void);
 /* Backend state for GPU (index mod the number of visible GPUs). No GPU or no
- * driver: td_fail("no CUDA device visible: <cudaGetErrorString>"). */
+ * driver: td_fail("no CUDA device visible: <cudaGetErrorString>"); the first
+ * open loads cuBLASLt (cuda_cublaslt.cuh), and fails naming it when it cannot. */
 void *td_cuda_open(int index);
 void td_cuda_close(void *impl);
-/* 1 when at least one GPU is visible and the driver works; never fails. */
+/* 1 when at least one GPU is visible and the driver works; never fails. Asks
+ * the driver only: cuBLASLt is not loaded until td_cuda_open. */
 int td_cuda_available(void);
 /* "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB)" */
 void td_cuda_describe(const void *impl, char *buf, size_t n);

@@ -78,10 +78,10 @@ void td_cuda_gemm_release(td_cuda *c) {
   for (size_t i = 0; i < g->cap; i++) {
     gemm_plan *p = &g->slots[i];
     if (!p->used) continue;
-    TD_LT_OK(cublasLtMatrixLayoutDestroy(p->la));
-    TD_LT_OK(cublasLtMatrixLayoutDestroy(p->lb));
-    TD_LT_OK(cublasLtMatrixLayoutDestroy(p->lc));
-    TD_LT_OK(cublasLtMatmulDescDestroy(p->op));
+    TD_LT_OK(td_lt.cublasLtMatrixLayoutDestroy(p->la));
+    TD_LT_OK(td_lt.cublasLtMatrixLayoutDestroy(p->lb));
+    TD_LT_OK(td_lt.cublasLtMatrixLayoutDestroy(p->lc));
+    TD_LT_OK(td_lt.cublasLtMatmulDescDestroy(p->op));
   }
   td_free(g->slots);
   td_free(g);
@@ -138,13 +138,13 @@ static cudaDataType_t cuda_type(td_dtype dt) { return dt == TD_BF16 ? CUDA_R_16B
 static cublasLtMatrixLayout_t layout(cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld,
                                      int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t l;
-  TD_LT_OK(cublasLtMatrixLayoutCreate(&l, t, (uint64_t)rows, (uint64_t)cols, ld));
+  TD_LT_OK(td_lt.cublasLtMatrixLayoutCreate(&l, t, (uint64_t)rows, (uint64_t)cols, ld));
   if (batch > 1) {
     int32_t count = (int32_t)batch;
-    TD_LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                              sizeof count));
-    TD_LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                              &stride, sizeof stride));
+    TD_LT_OK(td_lt.cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                    &count, sizeof count));
+    TD_LT_OK(td_lt.cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                    &stride, sizeof stride));
   }
   return l;
 }
@@ -152,28 +152,28 @@ static cublasLtMatrixLayout_t layout(cudaDataType_t t, int64_t rows, int64_t col
 /* The heuristic's first algorithm for the plan as it stands; 0 if it has none. */
 static int first_algorithm(td_cuda *c, gemm_plan *p, const gemm_key *k, uint32_t align_bias) {
   cublasLtMatmulPreference_t pref;
-  TD_LT_OK(cublasLtMatmulPreferenceCreate(&pref));
+  TD_LT_OK(td_lt.cublasLtMatmulPreferenceCreate(&pref));
   uint64_t ws = TD_CUDA_WORKSPACE_BYTES;
-  TD_LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                sizeof ws));
+  TD_LT_OK(td_lt.cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
   /* its A is our B, its B our A */
   uint32_t al[4] = {k->align_b, k->align_a, k->align_c, k->align_c};
   const cublasLtMatmulPreferenceAttributes_t which[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   for (int i = 0; i < 4; i++)
-    TD_LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]));
+    TD_LT_OK(td_lt.cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]));
   if (k->has_bias) { /* the heuristic reads the bias pointer's alignment from its value */
     const void *fake = (const char *)c->workspace + (align_bias & 255u);
-    TD_LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &fake,
-                                            sizeof fake));
+    TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                  &fake, sizeof fake));
   }
   cublasLtMatmulHeuristicResult_t r;
   memset(&r, 0, sizeof r);
   int found = 0;
-  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref,
-                                                    1, &r, &found);
-  TD_LT_OK(cublasLtMatmulPreferenceDestroy(pref));
+  cublasStatus_t s = td_lt.cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc,
+                                                          p->lc, pref, 1, &r, &found);
+  TD_LT_OK(td_lt.cublasLtMatmulPreferenceDestroy(pref));
   if (s != CUBLAS_STATUS_SUCCESS || found < 1 || r.state != CUBLAS_STATUS_SUCCESS) return 0;
   p->algo = r.algo;
   return 1;
@@ -184,11 +184,13 @@ static void plan_create(td_cuda *c, gemm_plan *p, const gemm_key *k) {
   p->key = *k, p->used = 1;
   cublasComputeType_t compute =
       k->ab_dtype == TD_F32 && k->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  TD_LT_OK(cublasLtMatmulDescCreate(&p->op, compute, CUDA_R_32F));
+  TD_LT_OK(td_lt.cublasLtMatmulDescCreate(&p->op, compute, CUDA_R_32F));
   cublasOperation_t ta = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N; /* its A: our B */
   cublasOperation_t tb = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N; /* its B: our A */
-  TD_LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  TD_LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  TD_LT_OK(
+      td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  TD_LT_OK(
+      td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   cudaDataType_t ab = cuda_type((td_dtype)k->ab_dtype), ct = cuda_type((td_dtype)k->c_dtype);
   p->la = k->trans_b ? layout(ab, k->k, k->n, k->ldb, k->batch, k->stride_b)
                      : layout(ab, k->n, k->k, k->ldb, k->batch, k->stride_b);
@@ -197,13 +199,14 @@ static void plan_create(td_cuda *c, gemm_plan *p, const gemm_key *k) {
   p->lc = layout(ct, k->n, k->m, k->ldc, k->batch, k->stride_c);
   if (k->has_bias) {
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    TD_LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                  sizeof epi));
     int64_t bias_stride = 0; /* the same bias for every batch item */
-    TD_LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE,
-                                            &bias_stride, sizeof bias_stride));
+    TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE,
+                                                  &bias_stride, sizeof bias_stride));
     int32_t bt = CUDA_R_32F; /* our bias is fp32 whatever the output */
-    TD_LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
-                                            sizeof bt));
+    TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                  &bt, sizeof bt));
     if (first_algorithm(c, p, k, k->align_bias)) return;
     if (k->c_dtype == TD_BF16) { /* the fp32 product's own plan does the work */
       p->split_bias = 1;
@@ -305,12 +308,13 @@ static void cu_matmul(td_device *d, const td_matmul_desc *g) {
   }
   if (g->bias) {
     const void *bias = g->bias;
-    TD_LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                            sizeof bias));
+    TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                  &bias, sizeof bias));
   }
   float alpha = g->alpha, beta = g->beta;
-  TD_LT_OK(cublasLtMatmul(c->lt, p->op, &alpha, g->b, p->la, g->a, p->lb, &beta, g->c, p->lc, g->c,
-                          p->lc, &p->algo, c->workspace, TD_CUDA_WORKSPACE_BYTES, c->stream));
+  TD_LT_OK(td_lt.cublasLtMatmul(c->lt, p->op, &alpha, g->b, p->la, g->a, p->lb, &beta, g->c,
+                                p->lc, g->c, p->lc, &p->algo, c->workspace,
+                                TD_CUDA_WORKSPACE_BYTES, c->stream));
 }
 
 void td_cuda_register_gemm(td_device_ops *ops) { ops->matmul = cu_matmul; }

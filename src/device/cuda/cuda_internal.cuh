@@ -10,7 +10,6 @@
 #ifndef TD_DEVICE_CUDA_CUDA_INTERNAL_CUH
 #define TD_DEVICE_CUDA_CUDA_INTERNAL_CUH
 
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -23,6 +22,7 @@ extern "C" {
 [[noreturn]] void td_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 }
 #include "base/hostdev.h"
+#include "device/cuda/cuda_cublaslt.cuh" /* cuBLASLt: called through td_lt only */
 #include "device/cuda/cuda_device.h"
 
 #define TD_CUDA_THREADS 256
