@@ -23,9 +23,10 @@
 
 static char g_dir[256], g_path[300];
 
-/* A fp32 call of m x n x k; its buffers are never touched by td_cpu_gemm_choose. */
+/* A fp32 call of m x n x k (up to 32768 elements per operand); td_cpu_gemm_choose
+ * reads its A and B when it measures, never writes its C. */
 static td_matmul_desc desc(int64_t m, int64_t n, int64_t k) {
-  static float dummy[1];
+  static float dummy[128 * 256];
   td_matmul_desc g = {.m = m, .n = n, .k = k, .ab_dtype = TD_F32, .c_dtype = TD_F32,
                       .a = dummy, .lda = k, .b = dummy, .ldb = n, .c = dummy, .ldc = n,
                       .alpha = 1, .batch = 1};

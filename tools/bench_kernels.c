@@ -83,14 +83,12 @@ static const char *device_library(const bench_ctx *c, const td_matmul_desc *g) {
 static void warn_slow(const bench_ctx *c, const td_matmul_desc *g, td_dtype dt, const char *what,
                       double gf, const char *best_name, double lib_best) {
   const char *lib = device_library(c, g);
-  printf("WARNING: matmul %s %s runs at %.0f%% of the best library's rate here (%s: %.1f "
-         "GFLOP/s; the device runs %s)%s\n",
+  printf("WARNING: matmul %s %s at %.0f%% of the best library (%s %.1f GFLOP/s; the device "
+         "runs %s)%s\n",
          td_dtype_name(dt), what, 100 * gf / lib_best, best_name, lib_best, lib,
-         !strcmp(lib, best_name) ? ": the same library, so the machine was busy; measure again"
-         : dt == TD_BF16 ? ": TRIDENT_GEMM_BF16 can force a library, or delete the GEMM choice "
-                           "cache to measure again"
-                         : ": TRIDENT_GEMM_FP32 can force a library, or delete the GEMM choice "
-                           "cache to measure again");
+         !strcmp(lib, best_name) ? ": the same library, so the machine was busy: measure again"
+         : dt == TD_BF16        ? ": see TRIDENT_GEMM_BF16 and the GEMM cache, docs/device.md"
+                                : ": see TRIDENT_GEMM_FP32 and the GEMM cache, docs/device.md");
 }
 
 /* How many matmul shapes ran below SLOW_FRACTION of the best library, and (CPU)

@@ -183,7 +183,7 @@ static dnnl_memory_t wrap(const dnnl_memory_desc_t *md, const void *p) {
   return mem;
 }
 
-static void gemm_onednn(const td_matmul_desc *g) {
+static gemm_key key_of(const td_matmul_desc *g) {
   gemm_key k;
   memset(&k, 0, sizeof k);
   k.m = g->m, k.n = g->n, k.k = g->k, k.batch = g->batch, k.lda = g->lda, k.ldb = g->ldb;
@@ -191,6 +191,16 @@ static void gemm_onednn(const td_matmul_desc *g) {
   k.stride_b = g->batch > 1 ? g->stride_b : 0, k.stride_c = g->batch > 1 ? g->stride_c : 0;
   k.trans_a = g->trans_a != 0, k.trans_b = g->trans_b != 0, k.ab_dtype = g->ab_dtype;
   k.c_dtype = g->c_dtype, k.has_bias = g->bias != NULL, k.alpha = g->alpha, k.beta = g->beta;
+  return k;
+}
+
+void td_cpu_gemm_prepare(const td_matmul_desc *g, td_gemm_library lib) {
+  gemm_key k = key_of(g);
+  if (lib == TD_GEMM_ONEDNN) entry_get(&k);
+}
+
+static void gemm_onednn(const td_matmul_desc *g) {
+  gemm_key k = key_of(g);
   const gemm_entry *e = entry_get(&k);
   if (!t_stream) DNNL_OK(dnnl_stream_create(&t_stream, g_engine, dnnl_stream_default_flags));
   if (e->scratch_bytes > t_scratch_bytes) {

@@ -21,13 +21,14 @@ typedef enum {
  * products, calls from inside parallel regions). */
 td_gemm_library td_cpu_gemm_library(td_dtype ab_dtype);
 /* The library ops->matmul runs this call on: forced by the environment, else the
- * fastest measured on this machine for the call's shape class (measured on scratch
- * buffers at the class's first call, then kept, and cached in a file per machine:
- * TRIDENT_GEMM_CACHE=PATH|off), else the default. Safe to call from any thread. */
+ * fastest measured on this machine for the call's shape class (at the class's first
+ * call each library runs the call's product, reading its A and B, writing a scratch
+ * C; then kept, and cached in a file per machine: TRIDENT_GEMM_CACHE=PATH|off), else
+ * the default. Safe to call from any thread; measures only outside parallel regions. */
 td_gemm_library td_cpu_gemm_choose(const td_matmul_desc *desc);
 /* One line for a start-up summary: per dtype the library or how many shape classes
  * each library won, and where the choices are cached. "fp32 measured per shape
- * (oneDNN 12, OpenBLAS 3; smaller shapes OpenBLAS), bf16 oneDNN (the only library
+ * (oneDNN 12, OpenBLAS 3; small products OpenBLAS), bf16 oneDNN (the only library
  * here); choices cached in /home/u/.cache/trident/gemm-0123456789abcdef.json". */
 void td_cpu_gemm_describe(char *buf, size_t n);
 /* Forget every choice and re-read the environment (tests). */

@@ -8,16 +8,22 @@
  * On the first call of a class (cpu_gemm_select.h: m, n, k, batch, transposes,
  * dtypes, bias, beta != 0, threads) whose product is at least MIN_FLOPS, each
  * library that can serve it (fp32: oneDNN, OpenBLAS; bf16: oneDNN, and the AMX
- * GEMM where the CPU has AMX) runs on scratch buffers: one warm-up run each, then
- * rounds that run each library once in turn (so a burst of load from other
- * processes hits all of them) until each has CLEAN runs that no other process
- * disturbed (time_one); the fastest clean run per library counts. A class with a
- * library that had no clean run (a busy machine) runs the default, unsaved, and a
- * later run measures it. A class larger than RUN_FLOPS per thread is timed on a
- * smaller shape of the same kind (m, then n, then k halved, none below
- * PROXY_MIN_DIM), keeping a class to a few ms and a process to BUDGET_S; classes
- * met after that use the default too, unsaved. The caller's buffers are never
+ * GEMM where the CPU has AMX) runs the call's own product, reading its A and B
+ * and writing a scratch C (timed_call), in rounds that run each library once in
+ * turn (so a burst of load from other processes hits all of them) until each has
+ * enough runs that no other process disturbed (time_one); the fastest clean run
+ * per library counts. A class with a library that had no clean run (a busy
+ * machine) runs the default, unsaved, and a later run measures it; so do classes
+ * met once a process has spent BUDGET_S measuring. The caller's output is never
  * touched: the real call then runs once, on the chosen library.
+ *
+ * Why the call's own product and not a small one of the same kind: on the 2-core
+ * EPYC, oneDNN 2.6 ran the lm_head's input gradient (m 1024, n 768, k 50304) at
+ * 159 GFLOP/s against OpenBLAS's 196, yet was 1.5-2x faster on every smaller
+ * product tried in its place (256 x 256 x 800; 128 x 96 x 5904, the same aspect):
+ * a choice made on those cost 2-3% of the training step (bench/RESULTS.md). A large
+ * class therefore costs one or two runs of its product per library, once per
+ * machine.
  *
  * The default (td_cpu_gemm_library) runs what is not measured: classes under
  * MIN_FLOPS, calls from inside parallel regions (the attention's blocks), and the
@@ -44,17 +50,18 @@
 #include "device/cpu/cpu_gemm_amx.h"
 #include "device/cpu/cpu_gemm_select.h"
 
-#define MIN_FLOPS 4e6     /* below: call overhead decides, not the kernel; the default runs */
-#define RUN_FLOPS 64e6    /* per thread and timed run (fp32; bf16 4x): ~1 ms on a Zen 4 core */
-#define PROXY_MIN_DIM 256 /* a timed shape keeps m, n, k at least this (or the class's own) */
-#define ROUNDS 3       /* rounds at least, and CLEAN clean runs per library */
+#define MIN_FLOPS 4e6  /* below: call overhead decides, not the kernel; the default runs */
+#define SCRATCH_C_BYTES ((size_t)64 << 20) /* the scratch output of a timed run, at most */
+#define SHORT_S 3e-3   /* a product expected to run this long or less is short */
+#define ROUNDS 3       /* short: rounds at least, and CLEAN clean runs per library */
 #define CLEAN 2
 #define MAX_ROUNDS 8
+#define LONG_ROUNDS 3  /* long: one clean run per library, within this many rounds */
 #define CLEAN_CPU 0.8  /* a run is clean when the calling thread ran 80% of its time */
 #define DROP 3.0       /* a library 3x slower than the best clean run runs no more */
 #define TIE 1.05       /* another library must beat the default by more than 5% */
-#define CLASS_S 0.1    /* seconds of rounds per class at most (a busy machine) */
-#define BUDGET_S 0.4   /* seconds of measuring per process at most */
+#define CLASS_S 0.1    /* seconds of rounds per short class at most (a busy machine) */
+#define BUDGET_S 0.4   /* seconds of measuring per process, crossed by one class at most */
 
 /* ----------------------------------------------------------------- default */
 
@@ -123,54 +130,24 @@ static int candidates(const td_gemm_class *c, td_gemm_library *out) {
 
 /* ------------------------------------------------------------- measurement */
 
-/* The shape timed for a class: the class's own, or (over RUN_FLOPS per thread) a
- * smaller one of the same kind. */
-static td_gemm_class timed_shape(const td_gemm_class *c) {
-  td_gemm_class p = *c;
-  double target = RUN_FLOPS * c->threads * (c->ab_dtype == TD_BF16 ? 4 : 1);
-  if (p.batch > 2 && class_flops(&p) > target) p.batch = 2; /* still the batched kernel */
-  int64_t *dims[3] = {&p.m, &p.n, &p.k};
-  for (int d = 0; d < 3; d++)
-    while (class_flops(&p) > target && *dims[d] > PROXY_MIN_DIM) {
-      int64_t half = (*dims[d] / 2 + 15) / 16 * 16;
-      *dims[d] = half > PROXY_MIN_DIM ? half : PROXY_MIN_DIM;
-    }
-  return p;
-}
-
-/* n values in [-1, 1) from a fixed hash (the values do not matter, denormals would). */
-static void *scratch_fill(int64_t n, int32_t dt, uint32_t seed) {
-  void *p = td_malloc((size_t)n * (dt == TD_BF16 ? 2 : 4));
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t h = ((uint32_t)i + seed) * 2654435761u;
-    float v = (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
-    if (dt == TD_BF16)
-      ((uint16_t *)p)[i] = td_f32_to_bf16(v);
-    else
-      ((float *)p)[i] = v;
-  }
-  return p;
-}
-
-/* A call of shape p on new scratch buffers (C zeroed); free with scratch_free. */
-static td_matmul_desc scratch_desc(const td_gemm_class *p) {
-  int64_t na = p->batch * p->m * p->k, nb = p->batch * p->k * p->n, nc = p->batch * p->m * p->n;
-  td_matmul_desc d = {.m = p->m, .n = p->n, .k = p->k, .batch = p->batch,
-                      .ab_dtype = (td_dtype)p->ab_dtype, .c_dtype = (td_dtype)p->c_dtype,
-                      .trans_a = p->trans_a, .trans_b = p->trans_b,
-                      .lda = p->trans_a ? p->m : p->k, .ldb = p->trans_b ? p->k : p->n,
-                      .ldc = p->n, .stride_a = p->m * p->k, .stride_b = p->k * p->n,
-                      .stride_c = p->m * p->n, .alpha = 1.0f, .beta = p->beta ? 1.0f : 0.0f};
-  d.a = scratch_fill(na, p->ab_dtype, 1);
-  d.b = scratch_fill(nb, p->ab_dtype, 2);
-  d.c = td_calloc((size_t)nc * (p->c_dtype == TD_BF16 ? 2 : 4));
-  if (p->bias) d.bias = scratch_fill(p->n, TD_F32, 3);
+/* The product timed for call g: g's own A, B and bias (only read) into a scratch C
+ * (zeroed, so its pages are in place before the clock starts) of at most
+ * SCRATCH_C_BYTES: only the first rows of C when C is larger (a 4096-token
+ * lm_head's logits are 824 MB; its first 333 rows still stream all of B). */
+static td_matmul_desc timed_call(const td_matmul_desc *g) {
+  td_matmul_desc d = *g;
+  size_t esz = g->c_dtype == TD_BF16 ? 2 : 4, row = (size_t)g->n * esz;
+  if (d.batch > 1 && (size_t)(d.batch * d.m) * row > SCRATCH_C_BYTES) d.batch = 1;
+  if ((size_t)(d.batch * d.m) * row > SCRATCH_C_BYTES)
+    d.m = (int64_t)(SCRATCH_C_BYTES / row) > 16 ? (int64_t)(SCRATCH_C_BYTES / row) : 16;
+  d.ldc = d.n, d.stride_c = d.m * d.n;
+  size_t bytes = (size_t)(d.batch * d.m) * row;
+  d.c = td_malloc(bytes);
+  memset(d.c, 0, bytes);
   return d;
 }
 
-static void scratch_free(td_matmul_desc *d) {
-  td_free((void *)d->a), td_free((void *)d->b), td_free(d->c), td_free((void *)d->bias);
-}
+static int g_runs_hook = -1; /* TRIDENT_TEST_GEMM_RUNS: -1 detect, 1 clean, 0 disturbed */
 
 /* Wall seconds of one run, negative when the run was disturbed: the calling thread,
  * which runs its share of the GEMM and then waits for the others (spinning, then
@@ -178,8 +155,6 @@ static void scratch_free(td_matmul_desc *d) {
  * had the cores. On a 2-core VM at load 9, 100 MFLOP runs took 0.5 ms clean and
  * 20-140 ms disturbed (the calling thread on a CPU 5-30% of that), every one of
  * them disturbed for some classes: a plain minimum of 3 would have chosen on noise. */
-static int g_runs_hook = -1; /* TRIDENT_TEST_GEMM_RUNS: -1 detect, 1 clean, 0 disturbed */
-
 static double time_one(const td_matmul_desc *d, td_gemm_library lib) {
   struct timespec c0, c1;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
@@ -192,32 +167,57 @@ static double time_one(const td_matmul_desc *d, td_gemm_library lib) {
   return clean ? wall : -wall;
 }
 
+/* The best rate (flop/s) a clean run reached in this process, per input dtype: how
+ * long the next class's runs will take. Before any, a modest guess per thread. */
+static double g_rate[2];
+
+static double expected_seconds(const td_matmul_desc *d) {
+  int i = d->ab_dtype == TD_BF16;
+  double rate = g_rate[i] > 0 ? g_rate[i] : omp_get_max_threads() * (i ? 80e9 : 20e9);
+  return 2.0 * (double)d->m * (double)d->n * (double)d->k * (double)d->batch / rate;
+}
+
 /* us[lib]: microseconds of each candidate's fastest clean run (other load only adds
  * time), 0 when it had none. Rounds run each candidate once in turn, so a burst of
- * load hits all of them: at least ROUNDS, until each has CLEAN clean runs (or is
- * DROP times slower than the best), at most MAX_ROUNDS or CLASS_S seconds. */
+ * load hits all of them. A short product (SHORT_S) is run once untimed first, then
+ * for at least ROUNDS rounds, until each candidate has CLEAN clean runs (or is DROP
+ * times slower than the best), at most MAX_ROUNDS; a long one has only its oneDNN
+ * primitive made first and needs one clean run each, at most LONG_ROUNDS. Rounds
+ * stop after CLASS_S or twice the expected time of the runs, if longer. */
 static void time_candidates(const td_matmul_desc *d, const td_gemm_library *cand, int nc,
                             double *us) {
-  double fastest[TD_GEMM_LIBRARIES] = {0}, best = 0, start = td_now_seconds();
-  int clean[TD_GEMM_LIBRARIES] = {0};
-  for (int i = 0; i < nc; i++) time_one(d, cand[i]); /* primitives, packing buffers, pages */
-  for (int r = 0, settled = 0; r < MAX_ROUNDS && !settled; r++) {
-    settled = r + 1 >= ROUNDS;
+  double fastest[TD_GEMM_LIBRARIES] = {0}, best = 0, expect = expected_seconds(d);
+  int clean[TD_GEMM_LIBRARIES] = {0}, is_short = expect <= SHORT_S;
+  int want = is_short ? CLEAN : 1, min_rounds = is_short ? ROUNDS : 1;
+  int max_rounds = is_short ? MAX_ROUNDS : LONG_ROUNDS;
+  double cap = 2 * expect * nc * max_rounds > CLASS_S ? 2 * expect * nc * max_rounds : CLASS_S;
+  for (int i = 0; i < nc; i++) { /* primitives, packing buffers, pages */
+    if (is_short)
+      time_one(d, cand[i]);
+    else
+      td_cpu_gemm_prepare(d, cand[i]);
+  }
+  double start = td_now_seconds();
+  for (int r = 0, settled = 0; r < max_rounds && !settled; r++) {
+    settled = r + 1 >= min_rounds;
     for (int i = 0; i < nc; i++) {
       int lost = clean[i] && best > 0 && fastest[i] > DROP * best;
-      if (clean[i] >= CLEAN || lost) continue;
+      if (clean[i] >= want || lost) continue;
       double t = time_one(d, cand[i]);
       if (t > 0 && (!clean[i]++ || t < fastest[i])) fastest[i] = t;
       if (t > 0 && (best == 0 || t < best)) best = t;
-      settled &= clean[i] >= CLEAN;
+      settled &= clean[i] >= want;
     }
-    if (td_now_seconds() - start > CLASS_S) break;
+    if (td_now_seconds() - start > cap) break;
   }
   for (int i = 0; i < nc; i++) us[cand[i]] = 1e6 * fastest[i];
+  int di = d->ab_dtype == TD_BF16;
+  double flops = 2.0 * (double)d->m * (double)d->n * (double)d->k * (double)d->batch;
+  if (best > 0 && flops / best > g_rate[di]) g_rate[di] = flops / best;
 }
 
 /* The fastest candidate; the default (cand[0]) unless another beats it by TIE. A
- * candidate that was never timed (us 0: dropped, or no clean run) cannot win. */
+ * candidate that was never timed (us 0: no clean run) cannot win. */
 static int pick(const td_gemm_library *cand, int nc, const double *us) {
   int best = 0;
   for (int i = 1; i < nc; i++)
@@ -235,8 +235,26 @@ static void read_runs_hook(void) {
   g_runs_hook = e && !strcmp(e, "clean") ? 1 : e && !strcmp(e, "disturbed") ? 0 : -1;
 }
 
-static void measure(td_gemm_choice *ch, const td_gemm_library *cand, int nc) {
-  if (g_spent > BUDGET_S) { /* later runs measure it */
+static void log_choice(const td_gemm_choice *ch, const td_gemm_library *cand, double spent,
+                       int disturbed) {
+  const td_gemm_class *c = &ch->cls;
+  td_debug("GEMM %s m %lld n %lld k %lld ta %d tb %d: %s %.0f us, %s %.0f us at m %lld n %lld k "
+           "%lld (%.1f ms measuring) -> %s%s",
+           td_dtype_name((td_dtype)c->ab_dtype), (long long)c->m, (long long)c->n,
+           (long long)c->k, c->trans_a, c->trans_b, k_pretty[cand[0]], ch->us[cand[0]],
+           k_pretty[cand[1]], ch->us[cand[1]], (long long)ch->tm, (long long)ch->tn,
+           (long long)ch->tk, 1e3 * spent, k_pretty[ch->library],
+           disturbed ? " (other load disturbed every run: not kept)" : "");
+}
+
+/* Time the candidates on call g's product and choose. Once BUDGET_S is spent, a
+ * class runs the default, unsaved, and a later run measures it; the class that
+ * crosses the budget is measured whole (so every run makes progress, and a large
+ * product, a 1024-token lm_head at ~0.8 s for two libraries on 2 cores, gets
+ * measured even though it alone exceeds the budget). */
+static void measure(td_gemm_choice *ch, const td_matmul_desc *g, const td_gemm_library *cand,
+                    int nc) {
+  if (g_spent > BUDGET_S) {
     ch->library = (int32_t)cand[0], ch->unsaved = 1;
     td_debug("GEMM %s m %lld n %lld k %lld: measuring budget spent, %s (not kept)",
              td_dtype_name((td_dtype)ch->cls.ab_dtype), (long long)ch->cls.m,
@@ -245,26 +263,18 @@ static void measure(td_gemm_choice *ch, const td_gemm_library *cand, int nc) {
   }
   double t0 = td_now_seconds();
   read_runs_hook();
-  td_gemm_class p = timed_shape(&ch->cls);
-  td_matmul_desc d = scratch_desc(&p);
+  td_matmul_desc d = timed_call(g);
   time_candidates(&d, cand, nc, ch->us);
-  scratch_free(&d);
+  td_free(d.c);
   ch->library = (int32_t)pick(cand, nc, ch->us);
-  ch->tm = p.m, ch->tn = p.n, ch->tk = p.k;
+  ch->tm = d.m, ch->tn = d.n, ch->tk = d.k;
   double spent = td_now_seconds() - t0;
   g_spent += spent;
   int disturbed = 0;
   for (int i = 0; i < nc; i++) disturbed |= ch->us[cand[i]] == 0;
   if (disturbed) /* no clean run of some library: the default, and a later run measures */
     ch->library = (int32_t)cand[0], ch->unsaved = 1;
-  const td_gemm_class *c = &ch->cls;
-  td_debug("GEMM %s m %lld n %lld k %lld ta %d tb %d: %s %.0f us, %s %.0f us at m %lld n %lld k "
-           "%lld (%.1f ms measuring) -> %s%s",
-           td_dtype_name((td_dtype)c->ab_dtype), (long long)c->m, (long long)c->n,
-           (long long)c->k, c->trans_a, c->trans_b, k_pretty[cand[0]], ch->us[cand[0]],
-           k_pretty[cand[1]], ch->us[cand[1]], (long long)p.m, (long long)p.n, (long long)p.k,
-           1e3 * spent, k_pretty[ch->library],
-           disturbed ? " (other load disturbed every run: not kept)" : "");
+  log_choice(ch, cand, spent, disturbed);
 }
 
 /* ------------------------------------------------------------------ choices */
@@ -311,7 +321,8 @@ static int is_candidate(int lib, const td_gemm_library *cand, int nc) {
 
 /* The choice for class c: known, read from the file (which another process may
  * have just written), or measured and saved. */
-static int choose_locked(const td_gemm_class *c, const td_gemm_library *cand, int nc) {
+static int choose_locked(const td_gemm_class *c, const td_matmul_desc *g,
+                         const td_gemm_library *cand, int nc) {
   if (!g_loaded) merge_file();
   td_gemm_choice *ch = find(c);
   if (ch && is_candidate(ch->library, cand, nc)) return ch->library;
@@ -324,7 +335,7 @@ static int choose_locked(const td_gemm_class *c, const td_gemm_library *cand, in
     fresh.cls = *c;
     if (!ch) ch = append(&fresh);
     else *ch = fresh;
-    measure(ch, cand, nc);
+    measure(ch, g, cand, nc);
     if (!ch->unsaved) td_gemm_cache_save(g_choices, g_n);
   }
   td_gemm_cache_unlock(fd);
@@ -343,7 +354,7 @@ td_gemm_library td_cpu_gemm_choose(const td_matmul_desc *g) {
     return cand[0];
   int lib;
 #pragma omp critical(td_gemm_select)
-  lib = choose_locked(&c, cand, nc);
+  lib = choose_locked(&c, g, cand, nc);
   return (td_gemm_library)lib;
 }
 
@@ -351,7 +362,7 @@ void td_cpu_gemm_select_reset(void) {
 #pragma omp critical(td_gemm_select)
   {
     td_free(g_choices);
-    g_choices = NULL, g_n = g_cap = g_loaded = 0, g_spent = 0;
+    g_choices = NULL, g_n = g_cap = g_loaded = 0, g_spent = 0, g_rate[0] = g_rate[1] = 0;
     g_forced[0] = g_forced[1] = -2;
     td_gemm_cache_reset();
   }
@@ -359,19 +370,20 @@ void td_cpu_gemm_select_reset(void) {
 
 /* ----------------------------------------------------------------- summary */
 
-/* "measured per shape (oneDNN 12, OpenBLAS 3; smaller shapes OpenBLAS)" for dtype dt. */
-static void describe_dtype(td_dtype dt, char *buf, size_t n) {
+/* "measured per shape (oneDNN 12, OpenBLAS 3; small products OpenBLAS)" for dtype dt;
+ * returns 1 when dt's library is measured (not forced, more than one candidate). */
+static int describe_dtype(td_dtype dt, char *buf, size_t n) {
   int forced = forced_library(dt), count[TD_GEMM_LIBRARIES] = {0};
   td_gemm_class probe = {.m = 1, .n = 1, .k = 1, .batch = 1, .ab_dtype = dt, .c_dtype = TD_F32};
   td_gemm_library cand[TD_GEMM_LIBRARIES];
   int nc = candidates(&probe, cand);
   if (forced >= 0) {
     snprintf(buf, n, "%s (forced by %s)", k_pretty[forced], k_env[dt == TD_BF16]);
-    return;
+    return 0;
   }
   if (nc == 1) {
     snprintf(buf, n, "%s (the only library here)", k_pretty[cand[0]]);
-    return;
+    return 0;
   }
   int pending = 0; /* classes running the default until a run measures them */
   for (int i = 0; i < g_n; i++) {
@@ -388,19 +400,21 @@ static void describe_dtype(td_dtype dt, char *buf, size_t n) {
   if (pending && used < sizeof counts)
     snprintf(counts + used, sizeof counts - used, "%s%d not measured yet", used ? ", " : "",
              pending);
-  snprintf(buf, n, "measured per shape (%s; smaller shapes %s)", counts, k_pretty[cand[0]]);
+  snprintf(buf, n, "measured per shape (%s; small products %s)", counts, k_pretty[cand[0]]);
+  return 1;
 }
 
 void td_cpu_gemm_describe(char *buf, size_t n) {
   char f32[256], bf16[256], cache[4200] = "";
+  int measured = 0;
 #pragma omp critical(td_gemm_select)
   {
     if (!g_loaded) merge_file();
-    describe_dtype(TD_F32, f32, sizeof f32);
-    describe_dtype(TD_BF16, bf16, sizeof bf16);
+    measured += describe_dtype(TD_F32, f32, sizeof f32);
+    measured += describe_dtype(TD_BF16, bf16, sizeof bf16);
   }
   const char *path = td_gemm_cache_path(), *env = getenv("TRIDENT_GEMM_CACHE");
-  if (forced_library(TD_F32) < 0 || forced_library(TD_BF16) < 0) {
+  if (measured) { /* where the choices are kept: nothing to say when none is measured */
     if (*path)
       snprintf(cache, sizeof cache, "; choices cached in %s", path);
     else

@@ -16,9 +16,9 @@ typedef struct {
   int32_t trans_a, trans_b, ab_dtype, c_dtype, bias, beta, threads, pad_;
 } td_gemm_class;
 
-/* One class's choice. us[lib] is the time of lib's fastest timed run on the
- * timed shape (tm x tn x tk, the class's own or a smaller one of the same kind),
- * in microseconds; 0: lib was not timed. */
+/* One class's choice. us[lib] is the time of lib's fastest clean timed run on the
+ * timed product (tm x tn x tk: the class's own, or its first tm rows when C is
+ * larger than the scratch allows), in microseconds; 0: lib was not timed. */
 typedef struct {
   td_gemm_class cls;
   int32_t library;   /* td_gemm_library */
@@ -26,6 +26,11 @@ typedef struct {
   int64_t tm, tn, tk;
   double us[TD_GEMM_LIBRARIES];
 } td_gemm_choice;
+
+/* Create what lib needs before its first run of this call (cpu_gemm.c: oneDNN's
+ * primitive, JIT-compiled in ms), so a single timed run of a large product does
+ * not count it. */
+void td_cpu_gemm_prepare(const td_matmul_desc *g, td_gemm_library lib);
 
 /* The cache file: $TRIDENT_GEMM_CACHE, else $XDG_CACHE_HOME/trident/gemm-<hash>.json,
  * else ~/.cache/trident/gemm-<hash>.json, hash = FNV-1a of td_gemm_machine();
