@@ -65,7 +65,7 @@ for p in fp16 bf16; do
 done
 
 log="$tmp/fp16.ds.log"
-grep -q "distributed optimizer (ZeRO-1): Adam state sharded over 2 data-parallel ranks" "$log" &&
+grep -q "ZeRO stage 1: Adam state sharded over 2 data-parallel ranks" "$log" &&
   grep -q "global batch 8 = micro batch 2 x 2 micro-batches x data-parallel 2" "$log" &&
   grep -q "loss scale: 2048.0" "$log" &&
   [ "$(grep -c "note: --deepspeed_config .*steps_per_print" "$log")" = 1 ] &&

@@ -7,7 +7,8 @@
 # all again with sequence parallelism (whose hidden dropout draws each token's
 # counters from its place in the micro-batch), which also keeps fewer activation
 # bytes per layer; full activation recomputation (uniform and block) changes no
-# bit of the losses and keeps fewer activation bytes.
+# bit of the losses and keeps fewer activation bytes. ZeRO-1, 2 and 3 under
+# TP x DP: bit for bit plain DP at one micro-batch per rank.
 # Checkpoints saved at TP=2 (and TP=2 x DP=2) resume at TP=1 and TP=4 with the
 # unsplit run's losses, and export to one Hugging Face file. A TP size that does
 # not divide the heads or the FFN is refused with the reason.
@@ -87,6 +88,19 @@ else
 fi
 run 4 "$tmp/tp2dp2_zero.log" --tensor-model-parallel-size 2 --use-distributed-optimizer
 same "$tmp/tp2dp2.log" "$tmp/tp2dp2_zero.log" 0 "TP=2 x DP=2 with ZeRO-1 == without, bit for bit"
+# ZeRO-2 and ZeRO-3 under TP=2 x DP=2, with sequence parallelism and full
+# recomputation: one micro-batch per DP rank, bit for bit plain DP; two, within
+# fp32 rounding of one rank.
+one=(--tensor-model-parallel-size 2 --global-batch-size 4 --sequence-parallel
+  --recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
+run 4 "$tmp/tp2dp2_sp_z0.log" "${one[@]}"
+for z in 2 3; do
+  run 4 "$tmp/tp2dp2_sp_z$z.log" "${one[@]}" --zero-stage $z
+  same "$tmp/tp2dp2_sp_z0.log" "$tmp/tp2dp2_sp_z$z.log" 0 \
+    "TP=2 x DP=2, sequence-parallel, recomputed: ZeRO-$z == without, bit for bit"
+  run 4 "$tmp/tp2dp2_z$z.log" --tensor-model-parallel-size 2 --zero-stage $z
+  same "$tmp/tp1.log" "$tmp/tp2dp2_z$z.log" 1e-5 "fp32 TP=2 x DP=2 with ZeRO-$z (2 micro-batches per rank) == one rank"
+done
 same "$tmp/tp1.log" "$tmp/tp2dp4.log" 1e-5 "fp32 TP=2 x DP=4 (8 ranks) == one rank"
 same "$tmp/tp1.log" "$tmp/tp4dp2.log" 1e-5 "fp32 TP=4 x DP=2 (8 ranks) == one rank"
 

@@ -142,7 +142,7 @@ static void test_plan_matches_model(void) {
             cfg.untie_embeddings = (int)(k % 2);
             td_gpt_layout lay = td_gpt_layout_single(&cfg);
             lay.recompute = (td_recompute)rc, lay.recompute_num_layers = rc ? k : 0;
-            lay.flat_multiple = micro == 3 ? 48 : 1;
+            lay.unit_multiple = micro == 3 ? 48 : 1;
             char what[128];
             snprintf(what, sizeof what, "%s, %lld layers, recompute %d k %lld, micro %lld",
                      td_dtype_name(dtypes[d]), (long long)layers, rc, (long long)k, (long long)micro);
@@ -168,7 +168,7 @@ static void test_count_split_layouts(void) {
         m.lay.tp_size = tp, m.lay.tp_rank = tp - 1;
         m.lay.layer_begin = 2 * stage, m.lay.layer_end = 2 * stage + 2;
         m.lay.has_embedding = stage == 0, m.lay.has_head = stage == 2;
-        m.lay.flat_multiple = 16 * 3;
+        m.lay.unit_multiple = 16 * 3;
         td_gpt_param_count c = td_gpt_count_params(&cfg, &m.lay);
         td_gpt_build_tensors(&m);
         int64_t largest = 0;
@@ -176,7 +176,7 @@ static void test_count_split_layouts(void) {
           largest = m.tensors[i].numel > largest ? m.tensors[i].numel : largest;
         bad += c.flat_numel != (uint64_t)m.flat_numel || c.num_params != (uint64_t)m.num_params ||
                c.n_tensors != (uint64_t)m.n_tensors || c.largest != (uint64_t)largest;
-        td_free(m.tensors);
+        td_free(m.tensors), td_free(m.units), td_free(m.unit_of);
         n++;
       }
   CHECK(bad == 0, "parameter counts of %d TP / pipeline layouts equal their built tables (%d differ)",

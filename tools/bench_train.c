@@ -210,11 +210,12 @@ typedef struct {
 
 static void setup_optimizer(bench *b) {
   int n = td_gpt_num_tensors(b->model);
-  td_param_range *r = td_malloc(sizeof *r * (size_t)n);
+  td_adam_run *r = td_malloc(sizeof *r * (size_t)n);
   for (int i = 0; i < n; i++) {
     const td_gpt_tensor *v = td_gpt_tensor_at(b->model, i);
-    r[i] =
-        (td_param_range){.offset = v->offset, .numel = v->numel, .weight_decay = v->weight_decay};
+    r[i] = (td_adam_run){.state_offset = v->offset, .param_offset = v->offset,
+                         .grad_offset = v->offset, .numel = v->numel,
+                         .weight_decay = v->weight_decay};
   }
   td_adamw_init(&b->opt, b->prof, td_gpt_flat_numel(b->model), r, n, 0.9f, 0.95f, 1e-8f, 0.1f);
   td_free(r);

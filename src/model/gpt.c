@@ -27,12 +27,16 @@
 /* ------------------------------------------------------------ small helpers */
 
 static const td_device_ops *OPS(const td_gpt *m) { return m->dev->ops; }
-static float *P(const td_gpt *m, int t) { return m->params + m->tensors[t].offset; }
-static float *G(const td_gpt *m, int t) { return m->grads + m->tensors[t].offset; }
+/* Tensor t's elements past its unit's first (bindings point at that). */
+static int64_t in_unit(const td_gpt *m, int t) {
+  return m->tensors[t].offset - m->units[m->unit_of[t]].offset;
+}
+static float *P(const td_gpt *m, int t) { return m->unit_params[m->unit_of[t]] + in_unit(m, t); }
+static float *G(const td_gpt *m, int t) { return m->unit_grads[m->unit_of[t]] + in_unit(m, t); }
 /* A weight as the matmuls read it: the fp32 master or its low-precision copy. */
 static const void *W(const td_gpt *m, int t) {
   if (m->cd == TD_F32) return P(m, t);
-  return (const char *)m->weights_lp + (size_t)m->tensors[t].offset * td_dtype_size(m->md);
+  return (const char *)m->unit_weights[m->unit_of[t]] + (size_t)in_unit(m, t) * td_dtype_size(m->md);
 }
 /* Tensor i of local layer l. */
 static int LT(const td_gpt *m, int64_t l, int i) {
@@ -41,6 +45,43 @@ static int LT(const td_gpt *m, int64_t l, int i) {
 static td_gelu_kind gelu_kind(const td_gpt *m) {
   return m->cfg.openai_gelu ? TD_GELU_TANH : TD_GELU_ERF;
 }
+
+/* ------------------------------------------------------------ units, hooks */
+
+void td_gpt_set_hooks(td_gpt *m, const td_gpt_hooks *h) {
+  m->hooks = h ? *h : (td_gpt_hooks){0};
+}
+
+static void params_needed(td_gpt *m, int u) {
+  if (m->hooks.params_needed) m->hooks.params_needed(m->hooks.ctx, m, u);
+}
+static void params_done(td_gpt *m, int u) {
+  if (m->hooks.params_done) m->hooks.params_done(m->hooks.ctx, m, u);
+}
+static void grads_needed(td_gpt *m, int u) {
+  if (m->hooks.grads_needed) m->hooks.grads_needed(m->hooks.ctx, m, u);
+}
+static void grads_ready(td_gpt *m, int u) {
+  if (m->hooks.grads_ready) m->hooks.grads_ready(m->hooks.ctx, m, u);
+}
+
+void td_gpt_bind_params(td_gpt *m, int u, float *params, void *weights) {
+  TD_CHECK(u >= 0 && u < m->n_units, "unit %d of %d", u, m->n_units);
+  m->unit_params[u] = params;
+  m->unit_weights[u] = weights;
+}
+
+void td_gpt_bind_grads(td_gpt *m, int u, float *grads) {
+  TD_CHECK(u >= 0 && u < m->n_units, "unit %d of %d", u, m->n_units);
+  m->unit_grads[u] = grads;
+}
+
+/* The units of the embeddings, of layer l, of the final LayerNorm, of the
+ * output layer's weight (the embeddings' when tied). */
+static int emb_unit(const td_gpt *m) { return m->unit_of[m->wte]; }
+static int layer_unit(const td_gpt *m, int64_t l) { return m->unit_of[LT(m, l, 0)]; }
+static int final_unit(const td_gpt *m) { return m->unit_of[m->lnf_w]; }
+static int head_unit(const td_gpt *m) { return m->unit_of[m->head_w]; }
 
 /* Dropout RNG streams: one per (global layer, site); the embedding is layer -1. */
 enum { SITE_ATTENTION, SITE_PROJ, SITE_FC2, SITE_EMBEDDING };
@@ -401,11 +442,26 @@ static void head_backward(td_gpt *m, float dloss_scale) {
                           P(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, m->NS, C);
 }
 
+static void head_forward_unit(td_gpt *m) {
+  int f = final_unit(m), h = head_unit(m);
+  params_needed(m, f);
+  if (h != f) params_needed(m, h);
+  head_forward(m);
+  if (h != f) params_done(m, h);
+  params_done(m, f);
+}
+
 /* ------------------------------------------------------------ recomputation */
 
 static void layer_forward(td_gpt *m, int64_t l) {
   attention_block_forward(m, l);
   mlp_block_forward(m, l);
+}
+
+static void layer_forward_unit(td_gpt *m, int64_t l) {
+  params_needed(m, layer_unit(m, l));
+  layer_forward(m, l);
+  params_done(m, layer_unit(m, l));
 }
 
 /* Whether layer l is recomputed (td_recompute), and its chunk [*c0, *c1). */
@@ -452,9 +508,13 @@ double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
   m->p_hidden = training ? m->cfg.hidden_dropout : 0.0f;
   m->p_attn = training ? m->cfg.attention_dropout : 0.0f;
 
-  if (m->lay.has_embedding) embedding_forward(m); /* else the caller filled td_gpt_stage_input */
-  for (int64_t l = 0; l < m->n_layers; l++) layer_forward(m, l);
-  if (m->lay.has_head) head_forward(m);
+  if (m->lay.has_embedding) { /* else the caller filled td_gpt_stage_input */
+    params_needed(m, emb_unit(m));
+    embedding_forward(m);
+    params_done(m, emb_unit(m));
+  }
+  for (int64_t l = 0; l < m->n_layers; l++) layer_forward_unit(m, l);
+  if (m->lay.has_head) head_forward_unit(m);
   m->pending_backward = 1;
 
   double sum = 0, msum = 0;
@@ -479,33 +539,48 @@ const float *td_gpt_logits(const td_gpt *m) {
   return m->logits;
 }
 
-void td_gpt_set_grads_ready_hook(td_gpt *m, td_gpt_grads_ready_fn fn, void *ctx) {
-  m->grads_ready = fn;
-  m->grads_ready_ctx = ctx;
-}
-
-static void grads_ready(td_gpt *m, int first, int count) {
-  if (m->grads_ready && count > 0) m->grads_ready(m->grads_ready_ctx, first, count);
-}
 
 /* Tensors are ordered embeddings, layers, final LayerNorm (+ untied output layer):
  * each phase of backward finishes a contiguous run of them. */
+/* The head's backward with its units' parameters and gradients (the word
+ * embeddings' gradient, when tied, is final only after the embedding's). */
+static void head_backward_unit(td_gpt *m, float dloss_scale) {
+  int f = final_unit(m), h = head_unit(m);
+  params_needed(m, f);
+  if (h != f) params_needed(m, h);
+  grads_needed(m, f);
+  if (h != f) grads_needed(m, h);
+  head_backward(m, dloss_scale);
+  if (h != f) params_done(m, h);
+  params_done(m, f);
+  grads_ready(m, f);
+}
+
+static void layer_backward_unit(td_gpt *m, int64_t l) {
+  int64_t c0, c1;
+  if (recompute_chunk(m, l, &c0, &c1) && l == c1 - 1) /* entering a recomputed chunk */
+    for (int64_t k = c0; k < c1; k++) layer_forward_unit(m, k);
+  int u = layer_unit(m, l);
+  params_needed(m, u);
+  grads_needed(m, u);
+  mlp_block_backward(m, l);
+  attention_block_backward(m, l);
+  params_done(m, u);
+  grads_ready(m, u);
+}
+
+/* Tensors are ordered embeddings, layers, final LayerNorm (+ untied output layer):
+ * backward finishes their units from the last to the first. */
 void td_gpt_backward(td_gpt *m, float dloss_scale) {
   TD_CHECK(m->pending_backward, "td_gpt_backward needs a forward first (once per forward)");
   m->pending_backward = 0;
-  int after_layers = m->layer_first + (int)m->n_layers * TD_GPT_LAYER_TENSORS;
-  if (m->lay.has_head) head_backward(m, dloss_scale); /* else the caller filled dres */
-  grads_ready(m, after_layers, m->n_tensors - after_layers);
-  for (int64_t l = m->n_layers - 1; l >= 0; l--) {
-    int64_t c0, c1;
-    if (recompute_chunk(m, l, &c0, &c1) && l == c1 - 1) /* entering a recomputed chunk */
-      for (int64_t k = c0; k < c1; k++) layer_forward(m, k);
-    mlp_block_backward(m, l);
-    attention_block_backward(m, l);
-    grads_ready(m, LT(m, l, 0), TD_GPT_LAYER_TENSORS);
+  if (m->lay.has_head) head_backward_unit(m, dloss_scale); /* else the caller filled dres */
+  for (int64_t l = m->n_layers - 1; l >= 0; l--) layer_backward_unit(m, l);
+  if (m->lay.has_embedding) { /* else dres is the input's gradient */
+    grads_needed(m, emb_unit(m));
+    embedding_backward(m);
+    grads_ready(m, emb_unit(m));
   }
-  if (m->lay.has_embedding) embedding_backward(m); /* else dres is the input's gradient */
-  grads_ready(m, 0, m->layer_first);
 }
 
 void td_gpt_reduce_sequence_parallel_grads(td_gpt *m) {
@@ -516,14 +591,21 @@ void td_gpt_reduce_sequence_parallel_grads(td_gpt *m) {
 }
 
 void td_gpt_zero_grads(td_gpt *m) {
+  TD_CHECK(m->grads, "td_gpt_zero_grads: the model has no flat gradients (ZeRO-2/3)");
   OPS(m)->fill(m->dev, m->grads, TD_F32, m->flat_numel, 0.0f);
 }
 
-void td_gpt_cast_weights(td_gpt *m) {
+td_dtype td_gpt_weight_dtype(const td_gpt *m) { return m->md; }
+
+void td_gpt_cast_unit_weights(td_gpt *m, void *weights, const float *params, int64_t n) {
   if (m->cd == TD_F16)
-    round_f16(m, m->weights_lp, m->params, m->flat_numel);
+    round_f16(m, weights, params, n);
   else if (m->cd == TD_BF16)
-    OPS(m)->cast(m->dev, m->weights_lp, TD_BF16, m->params, TD_F32, m->flat_numel);
+    OPS(m)->cast(m->dev, weights, TD_BF16, params, TD_F32, n);
+}
+
+void td_gpt_cast_weights(td_gpt *m) {
+  if (m->params) td_gpt_cast_unit_weights(m, m->weights_lp, m->params, m->flat_numel);
 }
 
 /* ------------------------------------------------------------------ arena */
@@ -700,8 +782,8 @@ static void check_config(const td_gpt_config *c, const td_gpt_layout *lay, int64
 }
 
 td_gpt_layout td_gpt_layout_single(const td_gpt_config *cfg) {
-  td_gpt_layout lay = {1, 0, 0, cfg->num_layers, 1, 1, NULL, 0, TD_RECOMPUTE_NONE, 0, 1};
-  return lay;
+  return (td_gpt_layout){.tp_size = 1, .layer_end = cfg->num_layers, .has_embedding = 1,
+                         .has_head = 1, .unit_multiple = 1};
 }
 
 static void set_sizes(td_gpt *m, int64_t micro_batch) {
@@ -770,8 +852,10 @@ int td_gpt_plan(const td_gpt_config *cfg, const td_gpt_layout *lay, int64_t micr
   size_model(&m, cfg, lay, micro_batch, compute_dtype);
   td_gpt_param_count c = td_gpt_count_params(cfg, lay);
   *mem = (td_gpt_memory){0};
-  mem->params = mem->grads = td_sat_mul(c.flat_numel, sizeof(float));
-  if (compute_dtype != TD_F32) mem->weights_bf16 = td_sat_mul(c.flat_numel, td_dtype_size(m.md));
+  if (!lay->no_flat_params) mem->params = td_sat_mul(c.flat_numel, sizeof(float));
+  if (!lay->no_flat_grads) mem->grads = td_sat_mul(c.flat_numel, sizeof(float));
+  if (compute_dtype != TD_F32 && !lay->no_flat_params)
+    mem->weights_bf16 = td_sat_mul(c.flat_numel, td_dtype_size(m.md));
   mem->activations = planned_arena_bytes(&m);
   mem->activations_per_layer = m.layer_bytes;
   mem->host = host_bytes(&m, &c);
@@ -813,6 +897,29 @@ static uint64_t check_create(const td_device *dev, const td_gpt_config *cfg,
   return need.host;
 }
 
+/* The flat buffers the layout asks for, and every unit bound into them (a unit
+ * without them stays unbound: NULL, until td_gpt_bind_*). */
+static void alloc_flat(td_gpt *m) {
+  td_device *dev = m->dev;
+  size_t flat_bytes = (size_t)m->flat_numel * sizeof(float);
+  if (!m->lay.no_flat_params) {
+    m->params = dev->ops->alloc(dev, flat_bytes);
+    if (m->cd != TD_F32)
+      m->weights_lp = dev->ops->alloc(dev, (size_t)m->flat_numel * td_dtype_size(m->md));
+  }
+  if (!m->lay.no_flat_grads) m->grads = dev->ops->alloc(dev, flat_bytes);
+  size_t n = (size_t)(m->n_units ? m->n_units : 1);
+  m->unit_params = td_calloc(n * sizeof *m->unit_params);
+  m->unit_weights = td_calloc(n * sizeof *m->unit_weights);
+  m->unit_grads = td_calloc(n * sizeof *m->unit_grads);
+  for (int u = 0; u < m->n_units; u++) {
+    int64_t off = m->units[u].offset;
+    if (m->params) m->unit_params[u] = m->params + off;
+    if (m->weights_lp) m->unit_weights[u] = (char *)m->weights_lp + (size_t)off * td_dtype_size(m->md);
+    if (m->grads) m->unit_grads[u] = m->grads + off;
+  }
+}
+
 td_gpt *td_gpt_create(td_device *dev, const td_gpt_config *cfg, const td_gpt_layout *lay,
                       int64_t micro_batch, td_dtype compute_dtype) {
   uint64_t host = check_create(dev, cfg, lay, micro_batch, compute_dtype);
@@ -823,11 +930,7 @@ td_gpt *td_gpt_create(td_device *dev, const td_gpt_config *cfg, const td_gpt_lay
   m->host_bytes = host;
   set_sizes(m, micro_batch);
   td_gpt_build_tensors(m);
-  size_t flat_bytes = (size_t)m->flat_numel * sizeof(float);
-  m->params = dev->ops->alloc(dev, flat_bytes);
-  m->grads = dev->ops->alloc(dev, flat_bytes);
-  size_t lp_bytes = (size_t)m->flat_numel * td_dtype_size(m->md);
-  if (m->cd != TD_F32) m->weights_lp = dev->ops->alloc(dev, lp_bytes);
+  alloc_flat(m);
 
   alloc_activations(m);
   return m;
@@ -838,7 +941,7 @@ td_gpt *td_gpt_create_replica(const td_gpt *m) {
   td_gpt *r = td_calloc(sizeof *r);
   *r = *m; /* sizes, tensor views and the shared parameter, gradient and weight buffers */
   r->replica_of = m;
-  r->grads_ready = NULL, r->grads_ready_ctx = NULL, r->pending_backward = 0, r->comm_seconds = 0;
+  r->hooks = (td_gpt_hooks){0}, r->pending_backward = 0, r->comm_seconds = 0;
   alloc_activations(r);
   return r;
 }
@@ -851,17 +954,19 @@ void td_gpt_destroy(td_gpt *m) {
   td_free(m->h_losses);
   td_free(m->h_ce);
   if (!m->replica_of) { /* a replica shares these with its model */
-    ops->free(m->dev, m->params);
-    ops->free(m->dev, m->grads);
+    if (m->params) ops->free(m->dev, m->params);
+    if (m->grads) ops->free(m->dev, m->grads);
     if (m->weights_lp) ops->free(m->dev, m->weights_lp);
-    td_free(m->tensors);
+    td_free(m->tensors), td_free(m->units), td_free(m->unit_of);
+    td_free(m->unit_params), td_free(m->unit_weights), td_free(m->unit_grads);
   }
   td_free(m);
 }
 
 td_gpt_memory td_gpt_memory_report(const td_gpt *m) {
   td_gpt_memory r;
-  r.params = r.grads = (size_t)m->flat_numel * sizeof(float);
+  r.params = m->params ? (size_t)m->flat_numel * sizeof(float) : 0;
+  r.grads = m->grads ? (size_t)m->flat_numel * sizeof(float) : 0;
   r.weights_bf16 = m->weights_lp ? (size_t)m->flat_numel * td_dtype_size(m->md) : 0;
   r.activations = m->arena_bytes;
   r.activations_per_layer = m->layer_bytes;

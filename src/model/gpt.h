@@ -98,8 +98,11 @@ typedef struct td_gpt_layout {
   int sequence_parallel; /* with tp_size > 1: LayerNorm / dropout regions split by tokens */
   td_recompute recompute;
   int64_t recompute_num_layers; /* 1 .. this stage's layers, with recompute */
-  int64_t flat_multiple; /* > 1: the flat buffers' length is padded (with zeros) to a
-                            multiple of it, so ZeRO can split them into equal shards */
+  int64_t unit_multiple; /* > 1: every unit (td_gpt_unit) starts at and is padded (with
+                            zeros) to a multiple of it, so data parallelism can split each
+                            unit into equal pieces, one per rank */
+  int no_flat_grads;  /* ZeRO-2/3: no flat gradient buffer; td_gpt_bind_grads places them */
+  int no_flat_params; /* ZeRO-3: no flat parameter (or weight) buffer; td_gpt_bind_params */
 } td_gpt_layout;
 
 /* The single-process layout: tp = 1, all layers, embedding and head. */
@@ -154,8 +157,8 @@ td_gpt *td_gpt_create_replica(const td_gpt *m);
 /* Draw every parameter from seed (see above), then td_gpt_cast_weights. */
 void td_gpt_init_params(td_gpt *m, uint64_t seed);
 
-float *td_gpt_params(td_gpt *m);       /* flat fp32 device buffer */
-float *td_gpt_grads(td_gpt *m);        /* flat fp32 device buffer, same views */
+float *td_gpt_params(td_gpt *m);       /* flat fp32 device buffer (NULL: no_flat_params) */
+float *td_gpt_grads(td_gpt *m);        /* flat fp32 device buffer, same views (NULL: no_flat_grads) */
 int64_t td_gpt_flat_numel(const td_gpt *m); /* elements in each flat buffer (views are
                                                64-byte aligned; the gaps stay zero) */
 int64_t td_gpt_num_params(const td_gpt *m); /* parameters on this rank (sum of numel) */
@@ -163,6 +166,8 @@ int td_gpt_num_tensors(const td_gpt *m);
 const td_gpt_tensor *td_gpt_tensor_at(const td_gpt *m, int i);
 const td_gpt_tensor *td_gpt_find_tensor(const td_gpt *m, const char *name); /* or NULL */
 const td_gpt_config *td_gpt_get_config(const td_gpt *m);
+td_device *td_gpt_device(const td_gpt *m);
+td_dtype td_gpt_compute_dtype(const td_gpt *m);
 
 /* The parameter tensors td_gpt_create would make for cfg in the single-rank
  * layout (same names, shapes, and offsets into a flat buffer of *flat_numel
@@ -209,13 +214,51 @@ const float *td_gpt_logits(const td_gpt *m);
  * the gradients. */
 void td_gpt_backward(td_gpt *m, float dloss_scale);
 
-/* Called by td_gpt_backward each time the gradients of tensors [first, first +
- * count) (indices of td_gpt_tensor_at) are final for this backward, in backward
- * order: the final LayerNorm and an untied output layer, each layer from the last
- * to the first, then the embeddings (the tied word embedding is final only
- * there). The data-parallel all-reduce starts buckets from it. NULL: no hook. */
-typedef void (*td_gpt_grads_ready_fn)(void *ctx, int first, int count);
-void td_gpt_set_grads_ready_hook(td_gpt *m, td_gpt_grads_ready_fn fn, void *ctx);
+/* Units: the runs of tensors that one phase of forward or backward uses
+ * together, in flat order: the embeddings, each transformer layer, the final
+ * LayerNorm (with an untied output layer, or a last stage's copy of the word
+ * embeddings). Each is contiguous in the flat buffers (offset, numel: padded to
+ * unit_multiple). Data parallelism reduces gradients, and ZeRO-3 gathers
+ * parameters, per unit. */
+typedef struct {
+  int first_tensor, n_tensors;
+  int64_t offset, numel;
+} td_gpt_unit;
+int td_gpt_num_units(const td_gpt *m);
+const td_gpt_unit *td_gpt_unit_at(const td_gpt *m, int u);
+int td_gpt_unit_of(const td_gpt *m, int tensor);
+
+/* Where unit u's parameters (fp32, and under bf16/fp16 compute its weight copy
+ * in the matmul dtype, NULL in fp32) and gradients are: pointers to the unit's
+ * first flat element, unit numel elements. By default the model's own flat
+ * buffers; ZeRO-3 binds gathered copies, ZeRO-2/3 gradient buffers of their own.
+ * Replicas share the bindings. */
+void td_gpt_bind_params(td_gpt *m, int u, float *params, void *weights);
+void td_gpt_bind_grads(td_gpt *m, int u, float *grads);
+/* The weight dtype (bf16 for TD_BF16 compute; fp32 otherwise) and the cast of n
+ * fp32 parameters into it (bf16, or fp16-rounded for TD_F16; nothing in fp32). */
+td_dtype td_gpt_weight_dtype(const td_gpt *m);
+void td_gpt_cast_unit_weights(td_gpt *m, void *weights, const float *params, int64_t n);
+
+/* Callbacks around each use of a unit (ctx first), in the order the model runs:
+ * params_needed before a forward, recomputation or backward reads unit u's
+ * parameters and params_done after; grads_needed before backward first adds to
+ * u's gradients in this backward, grads_ready once they are final for it (the
+ * final LayerNorm's unit, each layer from the last to the first, then the
+ * embeddings: a tied word embedding is final only there). A NULL member is not
+ * called; td_gpt_set_hooks(m, NULL) removes them. */
+typedef struct {
+  void *ctx;
+  void (*params_needed)(void *ctx, td_gpt *m, int unit);
+  void (*params_done)(void *ctx, td_gpt *m, int unit);
+  void (*grads_needed)(void *ctx, td_gpt *m, int unit);
+  void (*grads_ready)(void *ctx, td_gpt *m, int unit);
+} td_gpt_hooks;
+void td_gpt_set_hooks(td_gpt *m, const td_gpt_hooks *h);
+
+/* Initialise unit u's parameters from seed (as td_gpt_init_params) into dst:
+ * unit numel fp32 device elements, the gaps zero. */
+void td_gpt_init_unit(td_gpt *m, int u, uint64_t seed, float *dst);
 
 /* Under sequence parallelism, sum the gradients of the replicated parameters over
  * the TP group (each rank's backward saw its own tokens); nothing otherwise. Call

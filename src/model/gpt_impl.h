@@ -52,9 +52,15 @@ struct td_gpt {
   int n_tensors;
   int wte, wpe, layer_first, lnf_w, lnf_b, head_w; /* tensor indices (-1: absent) */
   int64_t flat_numel, num_params;
-  float *params, *grads;
+  float *params, *grads; /* flat buffers (NULL when the layout says no_flat_*) */
   void *weights_lp; /* flat low-precision copy in md (bf16, or fp16 values for TD_F16);
                        NULL in fp32 */
+  td_gpt_unit *units; /* gpt.h; the flat buffers are the units back to back */
+  int n_units;
+  int *unit_of;           /* tensor -> unit */
+  float **unit_params;    /* per unit: where its parameters are (td_gpt_bind_params) */
+  void **unit_weights;    /* per unit: its md weight copy (NULL in fp32) */
+  float **unit_grads;     /* per unit: its gradients (td_gpt_bind_grads) */
 
   /* activations: one arena */
   void *arena;
@@ -89,8 +95,7 @@ struct td_gpt {
 
   double comm_seconds; /* in TP collectives, since td_gpt_take_comm_seconds */
   const td_gpt *replica_of; /* td_gpt_create_replica: the model whose buffers it shares */
-  td_gpt_grads_ready_fn grads_ready; /* td_gpt_set_grads_ready_hook */
-  void *grads_ready_ctx;
+  td_gpt_hooks hooks; /* td_gpt_set_hooks (all NULL: none) */
 
   /* the last forward, for backward */
   int pending_backward;
@@ -98,8 +103,8 @@ struct td_gpt {
   float p_hidden, p_attn;
 };
 
-/* gpt_params.c: build m->tensors from cfg and layout (sets the tensor indices,
- * flat_numel, num_params). */
+/* gpt_params.c: build m->tensors and m->units from cfg and layout (sets the
+ * tensor indices, flat_numel, num_params). */
 void td_gpt_build_tensors(td_gpt *m);
 
 /* What td_gpt_build_tensors would give for (cfg, lay), without building the

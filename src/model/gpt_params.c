@@ -48,7 +48,7 @@ enum { REPLICATED = -1, COLUMN = 0, ROW = 1 }; /* split dim: output rows / input
 
 typedef struct {
   td_gpt *m;
-  int cap;
+  int cap, unit_cap;
 } builder;
 
 /* Append one tensor of global shape [d0] or [d0, d1]; 64-byte aligned offset. */
@@ -107,19 +107,44 @@ static void add_layer(builder *b, int64_t layer) {
 #undef NAME
 }
 
+/* Close the unit that began at tensor `first`: its flat range is padded to the
+ * layout's unit multiple, so the next unit starts on one. */
+static void end_unit(builder *b, int first) {
+  td_gpt *m = b->m;
+  if (first == m->n_tensors) return; /* empty (a stage without layers) */
+  int64_t k = m->lay.unit_multiple > 1 ? m->lay.unit_multiple : 1;
+  int64_t begin = m->tensors[first].offset;
+  m->flat_numel = (m->flat_numel + k - 1) / k * k;
+  if (m->n_units == b->unit_cap) {
+    b->unit_cap = b->unit_cap ? 2 * b->unit_cap : 16;
+    td_gpt_unit *grown = td_calloc((size_t)b->unit_cap * sizeof *grown);
+    if (m->n_units) memcpy(grown, m->units, (size_t)m->n_units * sizeof *grown);
+    td_free(m->units);
+    m->units = grown;
+  }
+  m->units[m->n_units++] = (td_gpt_unit){.first_tensor = first, .n_tensors = m->n_tensors - first,
+                                         .offset = begin, .numel = m->flat_numel - begin};
+}
+
 void td_gpt_build_tensors(td_gpt *m) {
   const td_gpt_config *c = &m->cfg;
-  builder b = {m, 0};
+  builder b = {m, 0, 0};
   m->wte = m->wpe = m->layer_first = m->lnf_w = m->lnf_b = m->head_w = -1;
   if (m->lay.has_embedding) {
     m->wte = add(&b, "embedding.word_embeddings.weight", 2, c->vocab_size, c->hidden, COLUMN,
                  c->init_std, 0);
     m->wpe = add(&b, "embedding.position_embeddings.weight", 2, c->max_positions, c->hidden,
                  REPLICATED, c->init_std, 0);
+    end_unit(&b, m->wte);
   }
   m->layer_first = m->n_tensors;
-  for (int64_t l = m->lay.layer_begin; l < m->lay.layer_end; l++) add_layer(&b, l);
+  for (int64_t l = m->lay.layer_begin; l < m->lay.layer_end; l++) {
+    int first = m->n_tensors;
+    add_layer(&b, l);
+    end_unit(&b, first);
+  }
   if (m->lay.has_head) {
+    int first = m->n_tensors;
     m->lnf_w = add(&b, "decoder.final_layernorm.weight", 1, c->hidden, 0, REPLICATED, 0, 1);
     m->lnf_b = add(&b, "decoder.final_layernorm.bias", 1, c->hidden, 0, REPLICATED, 0, 0);
     /* tied: the word embeddings; on a last pipeline stage without them, its own
@@ -132,9 +157,11 @@ void td_gpt_build_tensors(td_gpt *m) {
       m->head_w = m->wte >= 0 ? m->wte
                               : add(&b, "embedding.word_embeddings.weight", 2, c->vocab_size,
                                     c->hidden, COLUMN, c->init_std, 0);
+    end_unit(&b, first);
   }
-  int64_t k = m->lay.flat_multiple > 1 ? m->lay.flat_multiple : 1;
-  m->flat_numel = (m->flat_numel + k - 1) / k * k;
+  m->unit_of = td_malloc(sizeof *m->unit_of * (size_t)(m->n_tensors ? m->n_tensors : 1));
+  for (int u = 0; u < m->n_units; u++)
+    for (int i = 0; i < m->units[u].n_tensors; i++) m->unit_of[m->units[u].first_tensor + i] = u;
 }
 
 /* The tensors of lay restricted to layers [begin, end) (and its embedding and
@@ -146,17 +173,16 @@ static td_gpt_param_count probe(const td_gpt_config *cfg, const td_gpt_layout *l
   memset(&m, 0, sizeof m);
   m.cfg = *cfg, m.lay = *lay;
   m.lay.layer_end = m.lay.layer_begin + layers;
-  m.lay.flat_multiple = 1;
   if (!with_ends) m.lay.has_embedding = m.lay.has_head = 0;
   td_gpt_build_tensors(&m);
   td_gpt_param_count c = {(uint64_t)m.flat_numel, (uint64_t)m.num_params, (uint64_t)m.n_tensors, 0};
   for (int i = 0; i < m.n_tensors; i++)
     if ((uint64_t)m.tensors[i].numel > c.largest) c.largest = (uint64_t)m.tensors[i].numel;
-  td_free(m.tensors);
+  td_free(m.tensors), td_free(m.units), td_free(m.unit_of);
   return c;
 }
 
-/* Every layer has the same tensors, and each tensor's alignment gap is its own:
+/* Every layer has the same tensors and is a unit of its own (padded alike):
  * the flat buffer is the ends plus the layers times one layer. */
 td_gpt_param_count td_gpt_count_params(const td_gpt_config *cfg, const td_gpt_layout *lay) {
   td_gpt_param_count ends = probe(cfg, lay, 0, 1), one = probe(cfg, lay, 1, 0);
@@ -166,8 +192,6 @@ td_gpt_param_count td_gpt_count_params(const td_gpt_config *cfg, const td_gpt_la
       .num_params = td_sat_add(ends.num_params, td_sat_mul(layers, one.num_params)),
       .n_tensors = td_sat_add(ends.n_tensors, td_sat_mul(layers, one.n_tensors)),
       .largest = ends.largest > one.largest ? ends.largest : one.largest};
-  uint64_t k = lay->flat_multiple > 1 ? (uint64_t)lay->flat_multiple : 1;
-  if (c.flat_numel != TD_SIZE_HUGE) c.flat_numel = td_sat_mul(td_sat_add(c.flat_numel, k - 1) / k, k);
   return c;
 }
 
@@ -198,6 +222,7 @@ td_gpt_tensor *td_gpt_single_tensors(const td_gpt_config *cfg, int *n, int64_t *
   td_gpt_build_tensors(&m);
   *n = m.n_tensors;
   *flat_numel = m.flat_numel;
+  td_free(m.units), td_free(m.unit_of);
   return m.tensors;
 }
 
@@ -218,15 +243,17 @@ static void draw_slice(float *out, const td_gpt_tensor *t, uint64_t seed) {
   }
 }
 
-void td_gpt_init_params(td_gpt *m, uint64_t seed) {
+void td_gpt_init_unit(td_gpt *m, int u, uint64_t seed, float *dst) {
   const td_device_ops *ops = m->dev->ops;
+  const td_gpt_unit *un = &m->units[u];
   int64_t most = 0;
-  for (int i = 0; i < m->n_tensors; i++)
+  for (int i = un->first_tensor; i < un->first_tensor + un->n_tensors; i++)
     if (m->tensors[i].numel > most) most = m->tensors[i].numel;
   float *host = td_malloc((size_t)most * sizeof(float));
-  for (int i = 0; i < m->n_tensors; i++) {
+  ops->fill(m->dev, dst, TD_F32, un->numel, 0.0f);
+  for (int i = un->first_tensor; i < un->first_tensor + un->n_tensors; i++) {
     const td_gpt_tensor *t = &m->tensors[i];
-    float *p = m->params + t->offset;
+    float *p = dst + (t->offset - un->offset);
     if (t->init_std > 0) {
       draw_slice(host, t, seed);
       ops->copy_h2d(m->dev, p, host, (size_t)t->numel * sizeof(float));
@@ -235,6 +262,12 @@ void td_gpt_init_params(td_gpt *m, uint64_t seed) {
     }
   }
   td_free(host);
+}
+
+void td_gpt_init_params(td_gpt *m, uint64_t seed) {
+  TD_CHECK(m->params, "td_gpt_init_params: the model has no flat parameters (ZeRO-3 initialises "
+                      "its shards with td_gpt_init_unit)");
+  for (int u = 0; u < m->n_units; u++) td_gpt_init_unit(m, u, seed, m->params + m->units[u].offset);
   td_gpt_cast_weights(m);
 }
 
@@ -246,6 +279,18 @@ int64_t td_gpt_flat_numel(const td_gpt *m) { return m->flat_numel; }
 int64_t td_gpt_num_params(const td_gpt *m) { return m->num_params; }
 int td_gpt_num_tensors(const td_gpt *m) { return m->n_tensors; }
 const td_gpt_config *td_gpt_get_config(const td_gpt *m) { return &m->cfg; }
+td_device *td_gpt_device(const td_gpt *m) { return m->dev; }
+td_dtype td_gpt_compute_dtype(const td_gpt *m) { return m->cd; }
+
+int td_gpt_num_units(const td_gpt *m) { return m->n_units; }
+const td_gpt_unit *td_gpt_unit_at(const td_gpt *m, int u) {
+  TD_CHECK(u >= 0 && u < m->n_units, "unit %d of %d", u, m->n_units);
+  return &m->units[u];
+}
+int td_gpt_unit_of(const td_gpt *m, int tensor) {
+  TD_CHECK(tensor >= 0 && tensor < m->n_tensors, "tensor %d of %d", tensor, m->n_tensors);
+  return m->unit_of[tensor];
+}
 
 const td_gpt_tensor *td_gpt_tensor_at(const td_gpt *m, int i) {
   TD_CHECK(i >= 0 && i < m->n_tensors, "tensor %d of %d", i, m->n_tensors);

@@ -2,44 +2,97 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "optim/nvme_state.h"
 
-/* Merge consecutive ranges of the same group (across the zero gaps between
- * them), so a step is a handful of kernel calls instead of one per tensor. */
-static int merge_runs(const td_param_range *r, int n, td_param_range *out) {
+/* Run b continues run a across a gap that is the same in all three buffers. */
+static int mergeable(const td_adam_run *a, const td_adam_run *b) {
+  int64_t gap = b->state_offset - a->state_offset;
+  return a->weight_decay == b->weight_decay && b->param_offset - a->param_offset == gap &&
+         b->grad_offset - a->grad_offset == gap;
+}
+
+/* Merge consecutive runs of the same group (across the zero gaps between them),
+ * so a step is a handful of kernel calls instead of one per tensor. */
+static int merge_runs(const td_adam_run *r, int n, td_adam_run *out) {
   int k = 0;
   for (int i = 0; i < n; i++) {
-    TD_CHECK(i == 0 || r[i].offset >= r[i - 1].offset + r[i - 1].numel, "ranges overlap or unsorted");
-    if (k > 0 && out[k - 1].weight_decay == r[i].weight_decay) {
-      out[k - 1].numel = r[i].offset + r[i].numel - out[k - 1].offset;
-    } else {
+    TD_CHECK(i == 0 || r[i].state_offset >= r[i - 1].state_offset + r[i - 1].numel,
+             "runs overlap or unsorted");
+    if (k > 0 && mergeable(&out[k - 1], &r[i]))
+      out[k - 1].numel = r[i].state_offset + r[i].numel - out[k - 1].state_offset;
+    else
       out[k++] = r[i];
-    }
   }
   return k;
 }
 
-void td_adamw_init(td_adamw *o, td_device *dev, int64_t numel, const td_param_range *ranges,
-                   int n_ranges, float beta1, float beta2, float eps, float weight_decay) {
-  o->dev = dev, o->numel = numel, o->step = 0;
-  o->beta1 = beta1, o->beta2 = beta2, o->eps = eps, o->weight_decay = weight_decay;
+static void init_common(td_adamw *o, td_device *dev, int64_t numel, const td_adam_run *runs,
+                        int n_runs, float beta1, float beta2, float eps, float weight_decay) {
+  *o = (td_adamw){.dev = dev, .numel = numel, .beta1 = beta1, .beta2 = beta2, .eps = eps,
+                  .weight_decay = weight_decay};
+  o->runs = td_malloc(sizeof *o->runs * (size_t)(n_runs ? n_runs : 1));
+  o->n_runs = merge_runs(runs, n_runs, o->runs);
+}
+
+void td_adamw_init(td_adamw *o, td_device *dev, int64_t numel, const td_adam_run *runs,
+                   int n_runs, float beta1, float beta2, float eps, float weight_decay) {
+  init_common(o, dev, numel, runs, n_runs, beta1, beta2, eps, weight_decay);
   o->exp_avg = dev->ops->alloc(dev, (size_t)numel * sizeof(float));
   o->exp_avg_sq = dev->ops->alloc(dev, (size_t)numel * sizeof(float));
-  o->runs = td_malloc(sizeof *o->runs * (size_t)(n_ranges ? n_ranges : 1));
-  o->n_runs = merge_runs(ranges, n_ranges, o->runs);
+}
+
+int td_adamw_init_nvme(td_adamw *o, td_device *dev, int64_t numel, const td_adam_run *runs,
+                       int n_runs, float beta1, float beta2, float eps, float weight_decay,
+                       const char *dir, const char *stem, int64_t chunk_elems, char *err,
+                       size_t errlen) {
+  init_common(o, dev, numel, runs, n_runs, beta1, beta2, eps, weight_decay);
+  o->nvme = td_nvme_state_open(dev, dir, stem, numel, chunk_elems, err, errlen);
+  if (o->nvme) return 0;
+  td_free(o->runs);
+  return -1;
 }
 
 void td_adamw_free(td_adamw *o) {
-  o->dev->ops->free(o->dev, o->exp_avg);
-  o->dev->ops->free(o->dev, o->exp_avg_sq);
+  if (o->nvme) {
+    td_nvme_state_close(o->nvme);
+  } else {
+    o->dev->ops->free(o->dev, o->exp_avg);
+    o->dev->ops->free(o->dev, o->exp_avg_sq);
+  }
   td_free(o->runs);
 }
 
 void td_adamw_step(td_adamw *o, float *params, const float *grads, float lr, float grad_scale) {
   o->step++;
-  for (int i = 0; i < o->n_runs; i++) {
-    const td_param_range *r = &o->runs[i];
-    o->dev->ops->adamw(o->dev, params + r->offset, grads + r->offset, o->exp_avg + r->offset,
-                       o->exp_avg_sq + r->offset, r->numel, lr, o->beta1, o->beta2, o->eps,
-                       r->weight_decay ? o->weight_decay : 0.0f, grad_scale, o->step);
+  if (o->nvme) {
+    td_nvme_state_step(o->nvme, o, params, grads, lr, grad_scale);
+    return;
   }
+  for (int i = 0; i < o->n_runs; i++) {
+    const td_adam_run *r = &o->runs[i];
+    o->dev->ops->adamw(o->dev, params + r->param_offset, grads + r->grad_offset,
+                       o->exp_avg + r->state_offset, o->exp_avg_sq + r->state_offset, r->numel,
+                       lr, o->beta1, o->beta2, o->eps, r->weight_decay ? o->weight_decay : 0.0f,
+                       grad_scale, o->step);
+  }
+}
+
+void td_adamw_read_state(td_adamw *o, int which, int64_t offset, int64_t n, float *host) {
+  TD_CHECK(offset >= 0 && n >= 0 && offset + n <= o->numel, "state range");
+  if (o->nvme) {
+    td_nvme_state_read(o->nvme, which, offset, n, host);
+    return;
+  }
+  const float *s = which ? o->exp_avg_sq : o->exp_avg;
+  o->dev->ops->copy_d2h(o->dev, host, s + offset, (size_t)n * sizeof(float));
+}
+
+void td_adamw_write_state(td_adamw *o, int which, int64_t offset, int64_t n, const float *host) {
+  TD_CHECK(offset >= 0 && n >= 0 && offset + n <= o->numel, "state range");
+  if (o->nvme) {
+    td_nvme_state_write(o->nvme, which, offset, n, host);
+    return;
+  }
+  float *s = which ? o->exp_avg_sq : o->exp_avg;
+  o->dev->ops->copy_h2d(o->dev, s + offset, host, (size_t)n * sizeof(float));
 }

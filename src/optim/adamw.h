@@ -1,6 +1,10 @@
-/* AdamW over a flat fp32 parameter buffer, with Megatron's parameter groups:
- * weight decay on the matrices, none on biases and LayerNorm parameters. The
- * optimizer sees only ranges of the flat buffer (optim/ sits below model/). */
+/* AdamW over fp32 parameters, with Megatron's parameter groups: weight decay on
+ * the matrices, none on biases and LayerNorm parameters. The optimizer sees only
+ * runs of elements (optim/ sits below model/): each run's parameters, gradients
+ * and Adam state may sit at different offsets of their own buffers, as they do
+ * under ZeRO (the state and, from stage 2, the gradients are this rank's shard;
+ * from stage 3 the parameters too). The state is device memory, or a file
+ * streamed through the step (ZeRO-Infinity's NVMe offload, optim/nvme_state.h). */
 #ifndef TD_OPTIM_ADAMW_H
 #define TD_OPTIM_ADAMW_H
 
@@ -9,28 +13,47 @@
 #include "device/device.h"
 
 typedef struct {
-  int64_t offset, numel; /* elements of the flat buffer */
-  int weight_decay;      /* 1: decayed group, 0: no decay */
-} td_param_range;
+  int64_t state_offset; /* elements of exp_avg / exp_avg_sq */
+  int64_t param_offset; /* elements of the params base passed to td_adamw_step */
+  int64_t grad_offset;  /* elements of the grads base */
+  int64_t numel;
+  int weight_decay; /* 1: decayed group, 0: no decay */
+} td_adam_run;
+
+typedef struct td_nvme_state td_nvme_state;
 
 typedef struct {
   td_device *dev;
-  int64_t numel;        /* of the flat buffers */
-  float *exp_avg;       /* m: flat, same views as the parameters */
-  float *exp_avg_sq;    /* v */
-  td_param_range *runs; /* the ranges merged into maximal runs of one group */
+  int64_t numel;      /* of the state: exp_avg and exp_avg_sq hold numel elements each */
+  float *exp_avg;     /* m (device memory; NULL when nvme holds the state) */
+  float *exp_avg_sq;  /* v */
+  td_nvme_state *nvme; /* non-NULL: m and v live in a file (td_adamw_init_nvme) */
+  td_adam_run *runs;   /* the runs merged into maximal runs of one group */
   int n_runs;
   float beta1, beta2, eps, weight_decay;
   int64_t step; /* updates applied so far (skipped iterations do not count) */
 } td_adamw;
 
-/* ranges must be sorted by offset and lie inside [0, numel); gaps between them
- * must hold zeros in params and grads (they then stay zero). */
-void td_adamw_init(td_adamw *o, td_device *dev, int64_t numel, const td_param_range *ranges,
-                   int n_ranges, float beta1, float beta2, float eps, float weight_decay);
+/* runs must be sorted by state_offset, not overlap, and lie inside [0, numel);
+ * elements between two runs that are merged (same group, the same gap in all
+ * three buffers) must hold zeros in params and grads (they then stay zero). */
+void td_adamw_init(td_adamw *o, td_device *dev, int64_t numel, const td_adam_run *runs,
+                   int n_runs, float beta1, float beta2, float eps, float weight_decay);
+/* The same optimizer with m and v in a file under dir (named after stem), streamed
+ * through each step in chunks of chunk_elems; NULL (with err) when the file cannot
+ * be made. */
+int td_adamw_init_nvme(td_adamw *o, td_device *dev, int64_t numel, const td_adam_run *runs,
+                       int n_runs, float beta1, float beta2, float eps, float weight_decay,
+                       const char *dir, const char *stem, int64_t chunk_elems, char *err,
+                       size_t errlen);
 void td_adamw_free(td_adamw *o);
 
 /* One update: g = grads * grad_scale (unscale and clip folded in). */
 void td_adamw_step(td_adamw *o, float *params, const float *grads, float lr, float grad_scale);
+
+/* State elements [offset, offset + n) of exp_avg (which 0) or exp_avg_sq (1),
+ * to or from host memory (checkpoints, statistics). */
+void td_adamw_read_state(td_adamw *o, int which, int64_t offset, int64_t n, float *host);
+void td_adamw_write_state(td_adamw *o, int which, int64_t offset, int64_t n, const float *host);
 
 #endif

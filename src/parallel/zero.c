@@ -2,28 +2,705 @@
 
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/error.h"
+#include "base/mem.h"
 
-void td_zero_init(td_zero *z, td_comm *dp, int64_t numel) {
-  z->dp = dp;
-  z->dp_size = dp ? td_comm_size(dp) : 1;
-  z->dp_rank = dp ? td_comm_rank(dp) : 0;
-  TD_CHECK(numel % z->dp_size == 0, "ZeRO: %lld elements do not split into %d equal shards",
-           (long long)numel, z->dp_size);
-  z->numel = numel;
-  z->size = numel / z->dp_size;
-  z->first = z->size * z->dp_rank;
+enum { MAX_IN_FLIGHT = 2, SLOTS = 3 };
+
+/* A unit's reduction: waiting for its bucket, queued, exchanging pieces
+ * (all-to-all), gathering the sum (stage 0/1), done for this backward. */
+typedef enum { RED_IDLE = 0, RED_QUEUED, RED_EXCHANGE, RED_GATHER } red_phase;
+
+typedef struct {
+  red_phase phase;
+  td_comm_request req;
+  float *recv; /* DP x piece: every rank's copy of this rank's piece */
+} unit_reduction;
+
+typedef struct {
+  int first_unit, n_units; /* units [first_unit, first_unit + n_units) */
+  int pending;             /* units backward has not finished this time */
+} bucket;
+
+/* A stage-3 slot: one gathered unit (fp32 and, under low precision, its weights). */
+typedef struct {
+  float *params;
+  void *weights;
+  int unit;       /* -1: empty */
+  int refs;       /* params_needed without params_done */
+  int in_flight;  /* its all-gather was started and not yet waited for */
+  td_comm_request req;
+} slot;
+
+/* MPI wants every rank to start the collectives of a communicator in one
+ * order. Exchanges start in bucket order and all-gathers of gradients in the
+ * order exchanges complete (tested oldest first), parameter gathers in the
+ * order units are needed: each kind on a communicator of its own (copies of
+ * the DP group) keeps its order the same on every rank. */
+enum { COMM_EXCHANGE, COMM_GRAD_GATHER, COMM_PARAM_GATHER, N_COMMS };
+
+struct td_zero {
+  td_gpt *model;
+  td_device *dev;
+  td_comm *dp, *comm[N_COMMS];
+  int dp_size, dp_rank, stage;
+  int n_units;
+  int64_t *piece;      /* per unit: numel / dp, what each rank reduces and gathers */
+  int64_t *part;       /* per unit: what this rank's optimizer owns (stage 0: the unit) */
+  int64_t *shard_off;  /* per unit: its part's first element in this rank's shard */
+  int64_t shard_numel, max_unit, flat_numel;
+  int reduce_now;      /* stage 0/1: this backward reduces */
+  /* gradient reduction */
+  bucket *buckets;
+  int n_buckets, *bucket_of;
+  unit_reduction *red;
+  int *queue, n_queue; /* units queued or in flight, in start order */
+  int in_flight;
+  float **recv_pool;          /* free receive buffers (max_unit elements) */
+  int n_recv_pool;
+  /* stage 2/3 */
+  float *grad_shard;
+  float **grad_buf;  /* per unit: its gradient buffer while bound (NULL otherwise) */
+  float **grad_pool; /* free unit gradient buffers */
+  int n_grad_pool, n_grad_bufs;
+  /* stage 3 */
+  float *param_shard;
+  slot slots[SLOTS];
+  int *slot_of; /* unit -> slot, -1 */
+  int *trace, n_trace, cap_trace, trace_frozen, cursor;
+  /* optimizer runs over the shard */
+  td_adam_run *runs;
+  int *run_tensor, n_runs;
+  double comm_seconds;
+  uint64_t transient, transient_peak;
+};
+
+static const td_device_ops *OPS(const td_zero *z) { return z->dev->ops; }
+static const td_gpt_unit *U(const td_zero *z, int u) { return td_gpt_unit_at(z->model, u); }
+
+int64_t td_zero_default_bucket_size(int dp_size) {
+  int64_t s = 1000000LL * dp_size;
+  return s > 40000000LL ? s : 40000000LL;
 }
 
-void td_zero_all_gather(const td_zero *z, float *flat) {
-  if (z->dp_size == 1) return;
-  td_comm_all_gather(z->dp, flat + z->first, flat, z->size, TD_F32);
+int64_t td_zero_unit_multiple(int dp_size) { return dp_size > 1 ? 16 * (int64_t)dp_size : 0; }
+
+/* ------------------------------------------------------------ memory */
+
+static void *transient_alloc(td_zero *z, int64_t n, size_t elem) {
+  z->transient += (uint64_t)n * elem;
+  if (z->transient > z->transient_peak) z->transient_peak = z->transient;
+  return OPS(z)->alloc(z->dev, (size_t)n * elem);
 }
 
-void td_zero_gather_to_first(const td_zero *z, const float *shard, float *full) {
-  if (z->dp_size == 1) {
-    memcpy(full, shard, (size_t)z->size * sizeof(float));
+static float *take_recv(td_zero *z) {
+  if (z->n_recv_pool) return z->recv_pool[--z->n_recv_pool];
+  return transient_alloc(z, z->max_unit, sizeof(float));
+}
+
+static void give_recv(td_zero *z, float *b) { z->recv_pool[z->n_recv_pool++] = b; }
+
+static float *take_grad_buffer(td_zero *z) {
+  if (z->n_grad_pool) return z->grad_pool[--z->n_grad_pool];
+  TD_CHECK(z->n_grad_bufs < z->n_units, "ZeRO: more gradient buffers than units");
+  z->n_grad_bufs++;
+  return transient_alloc(z, z->max_unit, sizeof(float));
+}
+
+/* ------------------------------------------------------------ reductions */
+
+/* Where this rank's summed piece of unit u goes before the all-gather (stage
+ * 0/1: the flat gradients). */
+static float *flat_grad_piece(td_zero *z, int u) {
+  return td_gpt_grads(z->model) + U(z, u)->offset + z->dp_rank * z->piece[u];
+}
+
+/* Unit u's gradients as backward left them (the flat buffer, or its buffer). */
+static float *unit_grads(td_zero *z, int u) {
+  return z->stage >= 2 ? z->grad_buf[u] : td_gpt_grads(z->model) + U(z, u)->offset;
+}
+
+static void start_exchange(td_zero *z, int u) {
+  unit_reduction *r = &z->red[u];
+  r->recv = take_recv(z);
+  td_comm_iall_to_all(z->comm[COMM_EXCHANGE], unit_grads(z, u), r->recv, z->piece[u], TD_F32,
+                      &r->req);
+  r->phase = RED_EXCHANGE;
+  z->in_flight++;
+}
+
+/* recv[0] = recv[0] + recv[1] + ... + recv[DP-1], left to right. */
+static void sum_pieces(td_zero *z, int u) {
+  float *recv = z->red[u].recv;
+  int64_t p = z->piece[u];
+  for (int q = 1; q < z->dp_size; q++) OPS(z)->add(z->dev, recv, recv, recv + q * p, p);
+}
+
+static void unit_reduced(td_zero *z, int u) {
+  unit_reduction *r = &z->red[u];
+  r->phase = RED_IDLE;
+  if (r->recv) give_recv(z, r->recv);
+  r->recv = NULL;
+  if (z->stage >= 2) { /* the unit's buffer is free until its next backward */
+    z->grad_pool[z->n_grad_pool++] = z->grad_buf[u];
+    z->grad_buf[u] = NULL;
+    td_gpt_bind_grads(z->model, u, NULL);
+  }
+}
+
+/* The exchange of unit u is complete: sum, then place the sum. */
+static void exchanged(td_zero *z, int u) {
+  unit_reduction *r = &z->red[u];
+  int64_t p = z->piece[u];
+  sum_pieces(z, u);
+  if (z->stage >= 2) {
+    float *dst = z->grad_shard + z->shard_off[u];
+    OPS(z)->add(z->dev, dst, dst, r->recv, p);
+    z->in_flight--;
+    unit_reduced(z, u);
     return;
   }
-  td_comm_gather(z->dp, shard, full, z->size, TD_F32, 0);
+  float *mine = flat_grad_piece(z, u);
+  OPS(z)->copy_d2d(z->dev, mine, r->recv, (size_t)p * sizeof(float));
+  give_recv(z, r->recv);
+  r->recv = NULL;
+  td_comm_iall_gather(z->comm[COMM_GRAD_GATHER], mine, td_gpt_grads(z->model) + U(z, u)->offset,
+                      p, TD_F32, &r->req);
+  r->phase = RED_GATHER;
+}
+
+/* Advance unit u if its collective completed (block: wait for it); 0 when it
+ * had not. */
+static int advance(td_zero *z, int u, int block) {
+  unit_reduction *r = &z->red[u];
+  if (block)
+    td_comm_wait(&r->req);
+  else if (!td_comm_test(&r->req))
+    return 0;
+  if (r->phase == RED_EXCHANGE) {
+    exchanged(z, u);
+  } else {
+    z->in_flight--;
+    unit_reduced(z, u);
+  }
+  return 1;
+}
+
+/* Advance the units in flight, oldest first, up to the first that is not
+ * complete (block: wait for the oldest instead), drop the finished ones, then
+ * start queued ones while fewer than MAX_IN_FLIGHT run. */
+static void progress(td_zero *z, int block) {
+  double t0 = td_now_seconds();
+  int k = 0, stop = 0;
+  for (int i = 0; i < z->n_queue; i++) {
+    int u = z->queue[i];
+    red_phase ph = z->red[u].phase;
+    if (!stop && (ph == RED_EXCHANGE || ph == RED_GATHER))
+      stop = !advance(z, u, block && k == 0);
+    if (z->red[u].phase != RED_IDLE) z->queue[k++] = u;
+  }
+  z->n_queue = k;
+  for (int i = 0; i < z->n_queue && z->in_flight < MAX_IN_FLIGHT; i++)
+    if (z->red[z->queue[i]].phase == RED_QUEUED) start_exchange(z, z->queue[i]);
+  z->comm_seconds += td_now_seconds() - t0;
+}
+
+/* Unit u's gradients of this backward are final (no DP: placed at once). */
+static void reduce_unit(td_zero *z, int u) {
+  if (z->dp_size == 1) {
+    if (z->stage >= 2) {
+      float *dst = z->grad_shard + z->shard_off[u];
+      OPS(z)->add(z->dev, dst, dst, z->grad_buf[u], z->piece[u]);
+      unit_reduced(z, u);
+    }
+    return;
+  }
+  z->red[u].phase = RED_QUEUED;
+  z->queue[z->n_queue++] = u;
+}
+
+static void on_grads_ready(void *ctx, td_gpt *m, int u) {
+  td_zero *z = ctx;
+  (void)m;
+  if (z->stage < 2 && !z->reduce_now) return;
+  bucket *b = &z->buckets[z->bucket_of[u]];
+  if (--b->pending == 0) { /* a bucket starts whole, from its last unit down */
+    for (int k = b->first_unit + b->n_units - 1; k >= b->first_unit; k--) reduce_unit(z, k);
+    b->pending = b->n_units;
+  }
+  if (z->n_queue) progress(z, 0);
+}
+
+/* Stage 2/3: a zeroed buffer for unit u's gradients, once per backward; its
+ * previous backward's reduction must be over first (the shard adds them in
+ * micro-batch order). */
+static void on_grads_needed(void *ctx, td_gpt *m, int u) {
+  td_zero *z = ctx;
+  (void)m;
+  if (z->stage < 2) return;
+  while (z->red[u].phase != RED_IDLE) progress(z, 1); /* then its old buffer is back */
+  if (z->grad_buf[u]) return; /* bound earlier in this backward (tied embeddings) */
+  float *b = take_grad_buffer(z);
+  OPS(z)->fill(z->dev, b, TD_F32, U(z, u)->numel, 0.0f);
+  z->grad_buf[u] = b;
+  td_gpt_bind_grads(z->model, u, b);
+}
+
+void td_zero_set_reduce(td_zero *z, int last_micro_batch) { z->reduce_now = last_micro_batch; }
+
+void td_zero_finish_grads(td_zero *z) {
+  if (z->dp_size > 1 && (z->stage >= 2 || z->reduce_now))
+    for (int b = z->n_buckets - 1; b >= 0; b--) { /* units backward never marked */
+      bucket *k = &z->buckets[b];
+      if (k->pending != k->n_units) {
+        for (int u = k->first_unit + k->n_units - 1; u >= k->first_unit; u--)
+          if (z->red[u].phase == RED_IDLE && !(z->stage >= 2 && !z->grad_buf[u])) reduce_unit(z, u);
+        k->pending = k->n_units;
+      }
+    }
+  while (z->n_queue) progress(z, 1);
+  z->reduce_now = 0;
+}
+
+void td_zero_zero_grads(td_zero *z) {
+  if (z->stage >= 2)
+    OPS(z)->fill(z->dev, z->grad_shard, TD_F32, z->shard_numel, 0.0f);
+  else
+    td_gpt_zero_grads(z->model);
+}
+
+/* ------------------------------------------------------------ stage 3 slots */
+
+/* The unit most likely needed after u (the first step's order), or -1. */
+static int predict_next(td_zero *z, int u) {
+  if (!z->trace_frozen || !z->n_trace) return -1;
+  for (int k = 0; k < z->n_trace; k++) {
+    int i = (z->cursor + k) % z->n_trace;
+    if (z->trace[i] == u) {
+      z->cursor = (i + 1) % z->n_trace;
+      return z->trace[z->cursor];
+    }
+  }
+  return -1;
+}
+
+static void record(td_zero *z, int u) {
+  if (z->trace_frozen) return;
+  if (z->n_trace == z->cap_trace) {
+    z->cap_trace = z->cap_trace ? 2 * z->cap_trace : 64;
+    int *grown = td_malloc(sizeof *grown * (size_t)z->cap_trace);
+    if (z->n_trace) memcpy(grown, z->trace, sizeof *grown * (size_t)z->n_trace);
+    td_free(z->trace);
+    z->trace = grown;
+  }
+  z->trace[z->n_trace++] = u;
+}
+
+/* A slot no one holds (preferring an empty one, and never `keep`), or -1. */
+static int free_slot(td_zero *z, int keep) {
+  int best = -1;
+  for (int i = 0; i < SLOTS; i++) {
+    slot *s = &z->slots[i];
+    if (s->refs || s->in_flight || (keep >= 0 && s->unit == keep)) continue;
+    if (s->unit < 0) return i;
+    if (best < 0) best = i;
+  }
+  return best;
+}
+
+/* Start gathering unit u into slot i: this rank's piece in place, then the rest. */
+static void start_gather(td_zero *z, int i, int u) {
+  slot *s = &z->slots[i];
+  if (s->unit >= 0) z->slot_of[s->unit] = -1;
+  s->unit = u, s->in_flight = 1;
+  z->slot_of[u] = i;
+  int64_t p = z->piece[u];
+  float *mine = s->params + z->dp_rank * p;
+  OPS(z)->copy_d2d(z->dev, mine, z->param_shard + z->shard_off[u], (size_t)p * sizeof(float));
+  if (z->dp_size > 1)
+    td_comm_iall_gather(z->comm[COMM_PARAM_GATHER], mine, s->params, p, TD_F32, &s->req);
+}
+
+/* Wait for slot i's gather, cast its weights. */
+static void land(td_zero *z, int i) {
+  slot *s = &z->slots[i];
+  if (!s->in_flight) return;
+  double t0 = td_now_seconds();
+  if (z->dp_size > 1) td_comm_wait(&s->req);
+  z->comm_seconds += td_now_seconds() - t0;
+  s->in_flight = 0;
+  if (s->weights) td_gpt_cast_unit_weights(z->model, s->weights, s->params, U(z, s->unit)->numel);
+}
+
+static void on_params_needed(void *ctx, td_gpt *m, int u) {
+  td_zero *z = ctx;
+  record(z, u);
+  int i = z->slot_of[u];
+  if (i < 0) {
+    i = free_slot(z, -1);
+    TD_CHECK(i >= 0, "ZeRO-3: every parameter slot is in use");
+    start_gather(z, i, u);
+  }
+  land(z, i);
+  z->slots[i].refs++;
+  td_gpt_bind_params(m, u, z->slots[i].params, z->slots[i].weights);
+  int next = predict_next(z, u); /* prefetch: its all-gather runs while u computes */
+  if (next >= 0 && next != u && z->slot_of[next] < 0) {
+    int j = free_slot(z, u);
+    if (j >= 0) start_gather(z, j, next);
+  }
+  if (z->n_queue) progress(z, 0);
+}
+
+static void on_params_done(void *ctx, td_gpt *m, int u) {
+  td_zero *z = ctx;
+  int i = z->slot_of[u];
+  TD_CHECK(i >= 0 && z->slots[i].refs > 0, "ZeRO-3: unit %d released but not held", u);
+  if (--z->slots[i].refs == 0) td_gpt_bind_params(m, u, NULL, NULL);
+}
+
+/* The shard changed (a step, a load): every gathered copy is stale. */
+static void drop_slots(td_zero *z) {
+  for (int i = 0; i < SLOTS; i++) {
+    land(z, i);
+    TD_CHECK(!z->slots[i].refs, "ZeRO-3: a slot is held across a step");
+    if (z->slots[i].unit >= 0) z->slot_of[z->slots[i].unit] = -1;
+    z->slots[i].unit = -1;
+  }
+}
+
+void td_zero_step_done(td_zero *z) {
+  if (z->stage == 3) z->trace_frozen = 1;
+}
+
+/* ------------------------------------------------------------ layout */
+
+/* Buckets of whole units from the last to the first, each at most bucket_size
+ * elements unless one unit alone is larger. */
+static void make_buckets(td_zero *z, int64_t bucket_size) {
+  z->buckets = td_calloc(sizeof *z->buckets * (size_t)(z->n_units ? z->n_units : 1));
+  z->bucket_of = td_calloc(sizeof *z->bucket_of * (size_t)(z->n_units ? z->n_units : 1));
+  int64_t fill = 0;
+  for (int u = z->n_units - 1; u >= 0; u--) {
+    bucket *b = z->n_buckets ? &z->buckets[z->n_buckets - 1] : NULL;
+    if (!b || fill + U(z, u)->numel > bucket_size) {
+      b = &z->buckets[z->n_buckets++];
+      b->first_unit = u + 1, fill = 0;
+    }
+    b->first_unit--, b->n_units++, b->pending++;
+    fill += U(z, u)->numel;
+    z->bucket_of[u] = (int)(b - z->buckets);
+  }
+}
+
+/* This rank's AdamW runs: each tensor's part inside this rank's piece of its
+ * unit (stage 0: the whole unit), with the offsets of the three bases. */
+static void make_runs(td_zero *z) {
+  int n = td_gpt_num_tensors(z->model), k = 0;
+  z->runs = td_malloc(sizeof *z->runs * (size_t)(n ? n : 1));
+  z->run_tensor = td_malloc(sizeof *z->run_tensor * (size_t)(n ? n : 1));
+  for (int u = 0; u < z->n_units; u++) {
+    const td_gpt_unit *un = U(z, u);
+    int64_t lo = un->offset + (z->stage ? z->dp_rank * z->piece[u] : 0), hi = lo + z->part[u];
+    for (int i = un->first_tensor; i < un->first_tensor + un->n_tensors; i++) {
+      const td_gpt_tensor *t = td_gpt_tensor_at(z->model, i);
+      int64_t b = t->offset > lo ? t->offset : lo;
+      int64_t e = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+      if (b >= e) continue;
+      int64_t s = z->shard_off[u] + (b - lo);
+      z->runs[k] = (td_adam_run){.state_offset = s, .param_offset = z->stage == 3 ? s : b,
+                                 .grad_offset = z->stage >= 2 ? s : b, .numel = e - b,
+                                 .weight_decay = t->weight_decay};
+      z->run_tensor[k++] = i;
+    }
+  }
+  z->n_runs = k;
+}
+
+static void alloc_stage3(td_zero *z) {
+  td_dtype wd = td_gpt_weight_dtype(z->model);
+  int lowp = td_gpt_compute_dtype(z->model) != TD_F32;
+  z->param_shard = OPS(z)->alloc(z->dev, (size_t)z->shard_numel * sizeof(float));
+  z->slot_of = td_malloc(sizeof *z->slot_of * (size_t)z->n_units);
+  for (int u = 0; u < z->n_units; u++) z->slot_of[u] = -1;
+  for (int i = 0; i < SLOTS; i++) {
+    z->slots[i].unit = -1;
+    z->slots[i].params = transient_alloc(z, z->max_unit, sizeof(float));
+    if (lowp) z->slots[i].weights = transient_alloc(z, z->max_unit, td_dtype_size(wd));
+  }
+}
+
+td_zero *td_zero_create(td_gpt *model, td_comm *dp, int stage, int64_t bucket_size) {
+  TD_CHECK(stage >= 0 && stage <= 3, "ZeRO stage %d", stage);
+  td_zero *z = td_calloc(sizeof *z);
+  z->model = model, z->dev = td_gpt_device(model), z->dp = dp, z->stage = stage;
+  z->dp_size = dp ? td_comm_size(dp) : 1;
+  z->dp_rank = dp ? td_comm_rank(dp) : 0;
+  z->n_units = td_gpt_num_units(model);
+  z->flat_numel = td_gpt_flat_numel(model);
+  size_t nu = (size_t)(z->n_units ? z->n_units : 1);
+  z->piece = td_malloc(sizeof *z->piece * nu);
+  z->part = td_malloc(sizeof *z->part * nu);
+  z->shard_off = td_malloc(sizeof *z->shard_off * nu);
+  for (int u = 0; u < z->n_units; u++) {
+    int64_t n = U(z, u)->numel;
+    TD_CHECK(n % z->dp_size == 0, "ZeRO: unit %d of %lld elements does not split into %d pieces", u,
+             (long long)n, z->dp_size);
+    z->piece[u] = n / z->dp_size;
+    z->part[u] = stage ? z->piece[u] : n;
+    z->shard_off[u] = z->shard_numel;
+    z->shard_numel += z->part[u];
+    if (n > z->max_unit) z->max_unit = n;
+  }
+  z->red = td_calloc(sizeof *z->red * nu);
+  z->queue = td_malloc(sizeof *z->queue * nu);
+  for (int k = 0; k < N_COMMS && z->dp_size > 1; k++) z->comm[k] = td_comm_split(dp, 0, z->dp_rank);
+  z->recv_pool = td_calloc(sizeof *z->recv_pool * (MAX_IN_FLIGHT + 1));
+  make_buckets(z, bucket_size);
+  make_runs(z);
+  if (stage >= 2) {
+    z->grad_shard = OPS(z)->alloc(z->dev, (size_t)z->shard_numel * sizeof(float));
+    z->grad_buf = td_calloc(sizeof *z->grad_buf * nu);
+    z->grad_pool = td_calloc(sizeof *z->grad_pool * nu);
+  }
+  if (stage == 3) alloc_stage3(z);
+  td_zero_attach(z, model);
+  return z;
+}
+
+void td_zero_attach(td_zero *z, td_gpt *m) {
+  td_gpt_hooks h = {.ctx = z, .grads_ready = on_grads_ready, .grads_needed = on_grads_needed};
+  if (z->stage == 3) h.params_needed = on_params_needed, h.params_done = on_params_done;
+  td_gpt_set_hooks(m, &h);
+}
+
+void td_zero_free(td_zero *z) {
+  if (!z) return;
+  td_gpt_set_hooks(z->model, NULL);
+  const td_device_ops *ops = OPS(z);
+  for (int i = 0; i < z->n_recv_pool; i++) ops->free(z->dev, z->recv_pool[i]);
+  for (int i = 0; i < z->n_grad_pool; i++) ops->free(z->dev, z->grad_pool[i]);
+  if (z->grad_shard) ops->free(z->dev, z->grad_shard);
+  if (z->param_shard) ops->free(z->dev, z->param_shard);
+  for (int i = 0; i < SLOTS; i++) {
+    if (z->slots[i].params) ops->free(z->dev, z->slots[i].params);
+    if (z->slots[i].weights) ops->free(z->dev, z->slots[i].weights);
+  }
+  for (int k = 0; k < N_COMMS; k++) td_comm_free(z->comm[k]);
+  td_free(z->piece), td_free(z->part), td_free(z->shard_off), td_free(z->red), td_free(z->queue);
+  td_free(z->recv_pool), td_free(z->grad_buf), td_free(z->grad_pool), td_free(z->slot_of);
+  td_free(z->trace), td_free(z->buckets), td_free(z->bucket_of), td_free(z->runs);
+  td_free(z->run_tensor);
+  td_free(z);
+}
+
+int td_zero_stage(const td_zero *z) { return z->stage; }
+int64_t td_zero_shard_numel(const td_zero *z) { return z->shard_numel; }
+int td_zero_num_buckets(const td_zero *z) { return z->n_buckets; }
+
+const td_adam_run *td_zero_runs(const td_zero *z, const int **tensor_of_run, int *n) {
+  if (tensor_of_run) *tensor_of_run = z->run_tensor;
+  *n = z->n_runs;
+  return z->runs;
+}
+
+float *td_zero_param_base(td_zero *z) {
+  return z->stage == 3 ? z->param_shard : td_gpt_params(z->model);
+}
+
+static float *grad_base(td_zero *z) {
+  return z->stage >= 2 ? z->grad_shard : td_gpt_grads(z->model);
+}
+
+/* ------------------------------------------------------------ statistics */
+
+/* Rank r's piece of unit u in flat elements [lo, hi). */
+static void piece_range(const td_zero *z, int u, int r, int64_t *lo, int64_t *hi) {
+  *lo = U(z, u)->offset + r * z->piece[u], *hi = *lo + z->piece[u];
+}
+
+/* Rank r's part of the statistic, read from data laid out as the flat buffer
+ * (flat) or as r's shard (shard; r == this rank). */
+static double piece_sum(td_zero *z, int r, const float *flat, const float *shard, int squares,
+                        const unsigned char *counted) {
+  double s = 0;
+  for (int u = 0; u < z->n_units; u++) {
+    const td_gpt_unit *un = U(z, u);
+    int64_t lo, hi;
+    piece_range(z, u, r, &lo, &hi);
+    for (int i = un->first_tensor; i < un->first_tensor + un->n_tensors; i++) {
+      const td_gpt_tensor *t = td_gpt_tensor_at(z->model, i);
+      int64_t b = t->offset > lo ? t->offset : lo;
+      int64_t e = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+      if (b >= e || (counted && !counted[i])) continue;
+      const float *x = flat ? flat + b : shard + z->shard_off[u] + (b - lo);
+      s += squares ? OPS(z)->sum_squares(z->dev, x, e - b)
+                   : (double)OPS(z)->count_zeros(z->dev, x, e - b);
+    }
+  }
+  return s;
+}
+
+double td_zero_model_sum(td_zero *z, td_zero_what what, int squares, const unsigned char *counted) {
+  int sharded = what == TD_ZERO_GRADS ? z->stage >= 2 : z->stage == 3;
+  const float *flat = what == TD_ZERO_GRADS ? td_gpt_grads(z->model) : td_gpt_params(z->model);
+  double *part = td_malloc(sizeof *part * (size_t)z->dp_size), s = 0;
+  if (sharded) {
+    double mine = piece_sum(z, z->dp_rank, NULL, what == TD_ZERO_GRADS ? z->grad_shard
+                                                                        : z->param_shard,
+                            squares, counted);
+    if (z->dp_size > 1)
+      td_comm_all_gather(z->dp, &mine, part, 1, TD_F64);
+    else
+      part[0] = mine;
+  } else {
+    for (int r = 0; r < z->dp_size; r++) part[r] = piece_sum(z, r, flat, NULL, squares, counted);
+  }
+  for (int r = 0; r < z->dp_size; r++) s += part[r];
+  td_free(part);
+  return s;
+}
+
+/* ------------------------------------------------------------ step */
+
+/* Every rank's updated pieces into every rank's flat parameters (stage 1/2). */
+static void gather_params(td_zero *z) {
+  if (z->dp_size == 1) return;
+  float *flat = td_gpt_params(z->model);
+  for (int u = 0; u < z->n_units; u++) {
+    int64_t p = z->piece[u];
+    float *unit = flat + U(z, u)->offset;
+    td_comm_all_gather(z->dp, unit + z->dp_rank * p, unit, p, TD_F32);
+  }
+}
+
+void td_zero_update(td_zero *z, td_adamw *o, float lr, float grad_scale) {
+  td_adamw_step(o, td_zero_param_base(z), grad_base(z), lr, grad_scale);
+}
+
+
+void td_zero_gather_params(td_zero *z) {
+  if (z->stage == 1 || z->stage == 2) gather_params(z);
+}
+
+void td_zero_params_changed(td_zero *z) {
+  if (z->stage == 3)
+    drop_slots(z);
+  else
+    td_gpt_cast_weights(z->model);
+}
+
+void td_zero_reduce_sequence_parallel_grads(td_zero *z, td_comm *tp) {
+  if (z->stage < 2 || !tp) return;
+  for (int u = 0; u < z->n_units; u++) {
+    const td_gpt_unit *un = U(z, u);
+    int64_t lo, hi;
+    piece_range(z, u, z->dp_rank, &lo, &hi);
+    for (int i = un->first_tensor; i < un->first_tensor + un->n_tensors; i++) {
+      const td_gpt_tensor *t = td_gpt_tensor_at(z->model, i);
+      int64_t b = t->offset > lo ? t->offset : lo;
+      int64_t e = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+      if (b >= e || t->split_dim >= 0) continue;
+      float *x = z->grad_shard + z->shard_off[u] + (b - lo);
+      td_comm_all_reduce(tp, x, x, e - b, TD_F32, TD_OP_SUM);
+    }
+  }
+}
+
+/* ------------------------------------------------------------ whole buffers */
+
+void td_zero_init_params(td_zero *z, uint64_t seed) {
+  if (z->stage < 3) {
+    td_gpt_init_params(z->model, seed);
+    return;
+  }
+  float *unit = z->slots[0].params;
+  for (int u = 0; u < z->n_units; u++) {
+    td_gpt_init_unit(z->model, u, seed, unit);
+    OPS(z)->copy_d2d(z->dev, z->param_shard + z->shard_off[u], unit + z->dp_rank * z->piece[u],
+                     (size_t)z->piece[u] * sizeof(float));
+  }
+  drop_slots(z);
+}
+
+/* This rank's part of buffer `which` as one shard-sized device buffer (for m
+ * and v under NVMe offload: read from the file into a fresh one). */
+static float *shard_of(td_zero *z, td_adamw *o, int which, int *owned) {
+  *owned = 0;
+  if (which == 0) return z->param_shard;
+  if (!o->nvme) return which == 1 ? o->exp_avg : o->exp_avg_sq;
+  float *host = td_malloc((size_t)z->shard_numel * sizeof(float));
+  float *dev = OPS(z)->alloc(z->dev, (size_t)z->shard_numel * sizeof(float));
+  td_adamw_read_state(o, which - 1, 0, z->shard_numel, host);
+  OPS(z)->copy_h2d(z->dev, dev, host, (size_t)z->shard_numel * sizeof(float));
+  td_free(host);
+  *owned = 1;
+  return dev;
+}
+
+void td_zero_gather_full(td_zero *z, td_adamw *o, int which, float *full) {
+  int sharded = which == 0 ? z->stage == 3 : z->stage >= 1;
+  if (!sharded) { /* the whole buffer is here already */
+    if (z->dp_rank != 0) return;
+    if (which == 0) {
+      OPS(z)->copy_d2d(z->dev, full, td_gpt_params(z->model), (size_t)z->flat_numel * sizeof(float));
+    } else {
+      float *host = td_malloc((size_t)z->flat_numel * sizeof(float));
+      td_adamw_read_state(o, which - 1, 0, z->flat_numel, host);
+      OPS(z)->copy_h2d(z->dev, full, host, (size_t)z->flat_numel * sizeof(float));
+      td_free(host);
+    }
+    return;
+  }
+  int owned;
+  float *shard = shard_of(z, o, which, &owned);
+  for (int u = 0; u < z->n_units; u++) {
+    float *dst = full ? full + U(z, u)->offset : NULL;
+    const float *src = shard + z->shard_off[u];
+    if (z->dp_size > 1)
+      td_comm_gather(z->dp, src, dst, z->piece[u], TD_F32, 0);
+    else
+      OPS(z)->copy_d2d(z->dev, dst, src, (size_t)z->piece[u] * sizeof(float));
+  }
+  if (owned) OPS(z)->free(z->dev, shard);
+}
+
+void td_zero_scatter_full(td_zero *z, td_adamw *o, int which, const float *full) {
+  if (which == 0 && z->stage < 3) {
+    OPS(z)->copy_d2d(z->dev, td_gpt_params(z->model), full, (size_t)z->flat_numel * sizeof(float));
+    td_gpt_cast_weights(z->model);
+    return;
+  }
+  float *host = NULL;
+  for (int u = 0; u < z->n_units; u++) {
+    int64_t p = z->part[u], lo = U(z, u)->offset + (z->stage ? z->dp_rank * z->piece[u] : 0);
+    if (which == 0) {
+      OPS(z)->copy_d2d(z->dev, z->param_shard + z->shard_off[u], full + lo, (size_t)p * sizeof(float));
+      continue;
+    }
+    if (!host) host = td_malloc((size_t)z->max_unit * sizeof(float));
+    OPS(z)->copy_d2h(z->dev, host, full + lo, (size_t)p * sizeof(float));
+    td_adamw_write_state(o, which - 1, z->shard_off[u], p, host);
+  }
+  td_free(host);
+  if (which == 0) drop_slots(z);
+}
+
+/* ------------------------------------------------------------ reports */
+
+td_zero_memory td_zero_memory_report(const td_zero *z, const td_adamw *o) {
+  td_gpt_memory m = td_gpt_memory_report(z->model);
+  td_zero_memory r = {.params = m.params, .weights = m.weights_bf16, .grads = m.grads,
+                      .transient_peak = z->transient_peak};
+  if (z->param_shard) r.params += (uint64_t)z->shard_numel * sizeof(float);
+  if (z->grad_shard) r.grads += (uint64_t)z->shard_numel * sizeof(float);
+  if (o && !o->nvme) r.optim = 2 * (uint64_t)o->numel * sizeof(float);
+  return r;
+}
+
+double td_zero_take_comm_seconds(td_zero *z) {
+  double s = z->comm_seconds;
+  z->comm_seconds = 0;
+  return s;
 }

@@ -1479,10 +1479,6 @@ void td_args_print_notes(const td_args *a, FILE *f) {
     fprintf(f, "trident: note: --sequence-parallel: off, because tensor parallelism is off (as in "
                "Megatron)\n");
   td_ds_config_print_notes(a->ds, f);
-  if (a->zero_stage > 1 && (!a->ds || td_args_given(a, "zero-stage"))) /* else the config's note */
-    fprintf(f, "trident: note: --zero-stage %d: stages 2 and 3 (sharded gradients and parameters) "
-               "are not built yet; running stage 1 (sharded optimizer state)\n",
-            a->zero_stage);
   if (a->recompute_granularity == TD_GRANULARITY_SELECTIVE)
     fprintf(f, "trident: note: --recompute-%s: selective recomputation keeps no attention "
                "scores, and trident's attention never stores them (flash-style, O(seq) per "

@@ -100,6 +100,9 @@ typedef struct {
   /* parallelism */
   int64_t tensor_model_parallel_size, pipeline_model_parallel_size, ddp_bucket_size;
   int zero_stage;
+  /* --deepspeed_config's zero_optimization.offload_optimizer.nvme_path with device
+   * nvme: Adam's state lives in files there (points into ds; NULL: in memory) */
+  const char *optimizer_nvme_path;
   int sequence_parallel, use_distributed_optimizer, deepspeed;
   int recompute_activations;
   int recompute_granularity; /* td_recompute_granularity, or -1: none */

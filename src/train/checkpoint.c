@@ -275,7 +275,7 @@ int td_ckpt_json_number(const cJSON *o, const char *key, const char *file, const
 }
 
 td_ckpt_tensor td_ckpt_view_of(const td_gpt_tensor *v, float *flat) {
-  td_ckpt_tensor c = {.name = v->name, .ndim = v->ndim, .data = flat + v->offset};
+  td_ckpt_tensor c = {.name = v->name, .ndim = v->ndim, .data = flat ? flat + v->offset : NULL};
   for (int d = 0; d < v->ndim; d++) {
     c.shape[d] = v->local_shape[d];
     c.global_shape[d] = v->shape[d];

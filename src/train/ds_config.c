@@ -52,10 +52,11 @@ typedef struct dskey {
 #define O(n, s) .name = n, .t = J_OBJ, .sub = s
 #define NOT_BUILT "not yet implemented in trident"
 #define NOTE_Z3                                                                                    \
-  "a ZeRO stage 3 setting; stage 3 is not built (it runs as stage 1), so it changes nothing"
+  "a ZeRO stage 3 tuning knob; trident's stage 3 gathers one layer at a time into three slots " \
+  "and prefetches the next, so it changes nothing"
 #define NOTE_HOST "the CPU backend keeps this in host memory already; nothing is pinned or copied"
 #define NOTE_ALLGATHER                                                                             \
-  "ZeRO-1's parameter all-gather is one collective after the update here, not bucketed"
+  "the parameter all-gather after the update runs one layer at a time here"
 #define NOTE_MONITOR "is not built; the scalars go to stdout and to --tensorboard-dir"
 
 static const char *const k_optimizers[] = {
@@ -140,7 +141,8 @@ static const dskey k_scheduler[] = {
 
 static const dskey k_offload_optimizer[] = {
     {C("device", k_devices), AT(zero.offload_optimizer_device)},
-    {S("nvme_path")}, {I("buffer_count"), .r = R_POS},
+    {S("nvme_path"), AT(zero.offload_optimizer_nvme_path)},
+    {I("buffer_count"), .r = R_POS, .note = "NVMe offload streams through three buffers"},
     {B("pin_memory"), .note = NOTE_HOST}, {B("pipeline_read")}, {B("pipeline_write")},
     {B("fast_init")}, {N("ratio"), .r = R_UNIT},
     {0}};
@@ -155,12 +157,12 @@ static const dskey k_zero[] = {
     {I("stage"), AT(zero.stage), .r = R_STAGE},
     {I("reduce_bucket_size"), AT(zero.reduce_bucket_size), .r = R_POS},
     {B("contiguous_gradients"),
-     .note = "the gradients always live in one contiguous flat buffer here"},
+     .note = "the gradient shard is always one contiguous buffer here"},
     {B("overlap_comm"),
-     .note = "the data-parallel gradient all-reduce always overlaps backward here"},
+     .note = "the data-parallel gradient reduction always overlaps backward here"},
     {B("reduce_scatter"),
-     .note = "ZeRO-1 here all-reduces the gradients (every rank needs the whole "
-             "norm) and all-gathers the updated parameters: the same result"},
+     .note = "gradients are always reduce-scattered here (an all-to-all summed in rank order), "
+             "then all-gathered below stage 2"},
     {I("allgather_bucket_size"), .r = R_NONNEG, .note = NOTE_ALLGATHER},
     {B("allgather_partitions"), .note = NOTE_ALLGATHER},
     {B("use_multi_rank_bucket_allreduce"),
@@ -700,31 +702,22 @@ static void check_scheduler(td_ds_config *c, const cJSON *root) {
 }
 
 static void check_offload(td_ds_config *c) {
-  const char *const where[2] = {"offload_optimizer", "offload_param"};
-  int device[2] = {c->zero.offload_optimizer_device, c->zero.offload_param_device};
-  int cpu = c->zero.cpu_offload == 1;
-  for (int i = 0; i < 2; i++) {
-    if (device[i] == 2)
-      add_error(c,
-                "zero_optimization.%s.device nvme: NVMe offload (ZeRO-Infinity) is %s; the "
-                "%s stays in memory",
-                where[i], NOT_BUILT, i ? "parameters" : "optimizer state");
-    cpu |= device[i] == 1;
-  }
+  int cpu = c->zero.cpu_offload == 1 || c->zero.offload_optimizer_device == 1 ||
+            c->zero.offload_param_device == 1;
+  if (c->zero.offload_param_device == 2)
+    add_error(c, "zero_optimization.offload_param.device nvme: parameter offload to NVMe "
+                 "(ZeRO-Infinity) is %s; offload_optimizer.device nvme is built",
+              NOT_BUILT);
+  if (c->zero.offload_optimizer_device == 2 && !c->zero.offload_optimizer_nvme_path)
+    add_error(c, "zero_optimization.offload_optimizer.device nvme needs "
+                 "zero_optimization.offload_optimizer.nvme_path (a directory for the Adam state "
+                 "files)");
   if (cpu)
     add_note(c, "zero_optimization offload to cpu: the CPU backend keeps the optimizer state and "
                 "the parameters in host memory already, so offloading them there is the identity");
 }
 
-static void check_zero(td_ds_config *c) {
-  if (c->zero.stage >= 2)
-    add_note(c,
-             "zero_optimization.stage %lld: stages 2 and 3 (sharded gradients and parameters) "
-             "are not built yet; running stage 1 (sharded optimizer state), as --zero-stage %lld "
-             "does",
-             (long long)c->zero.stage, (long long)c->zero.stage);
-  check_offload(c);
-}
+static void check_zero(td_ds_config *c) { check_offload(c); }
 
 /* A dtype key: fp32 is what happens anyway (a note), fp16 / bf16 would change the numbers. */
 static void check_dtype(td_ds_config *c, const cJSON *v, const char *path, const char *what) {
@@ -1048,6 +1041,7 @@ static void apply_zero(td_ds_config *c, td_args *a) {
     add_error(c, "--use-distributed-optimizer (ZeRO-1) vs zero_optimization.stage 0%s",
               c->zero.stage == TD_DS_ABSENT ? " (absent: DeepSpeed's default)" : "");
   a->zero_stage = (int)stage;
+  if (c->zero.offload_optimizer_device == 2) a->optimizer_nvme_path = c->zero.offload_optimizer_nvme_path;
   if (c->zero.reduce_bucket_size == TD_DS_ABSENT) return;
   /* DeepSpeed counts the bucket in elements, as --ddp-bucket-size does */
   if (!conflict_num(c, a, "ddp-bucket-size", (double)a->ddp_bucket_size,
@@ -1242,6 +1236,7 @@ void td_ds_config_free(td_ds_config *c) {
   td_free(c->source);
   td_free(c->tensorboard.output_path);
   td_free(c->tensorboard.job_name);
+  td_free(c->zero.offload_optimizer_nvme_path);
   td_free(c->tensorboard_dir);
   td_free(c);
 }

@@ -68,6 +68,7 @@ typedef struct td_ds_config_s {
     int present;
     int64_t stage, reduce_bucket_size;
     int offload_optimizer_device, offload_param_device; /* 0 none, 1 cpu, 2 nvme */
+    char *offload_optimizer_nvme_path; /* offload_optimizer.nvme_path (owned) */
     int cpu_offload;
   } zero;
   int activation_checkpointing; /* the block is there (it only tunes --checkpoint-activations) */

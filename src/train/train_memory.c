@@ -5,6 +5,7 @@
 
 #include "base/checked.h"
 #include "base/memory_limit.h"
+#include "optim/nvme_state.h"
 #include "train/checkpoint.h"
 
 /* The trainer's per-tensor host tables: the checkpoint views of the parameters
@@ -28,9 +29,18 @@ int td_train_memory_plan(const td_args *a, const td_gpt_config *cfg, const td_gp
   if (td_gpt_plan(cfg, lay, a->micro_batch_size, compute, &m->model, &c, err, errlen)) return -1;
   m->arenas = arenas(a, p);
   m->activations = td_sat_mul(m->model.activations, (uint64_t)m->arenas);
-  uint64_t share = p->zero ? c.flat_numel / (uint64_t)p->dp_size : c.flat_numel; /* equal shards */
+  int z = p->zero_stage;
+  uint64_t share = z ? c.flat_numel / (uint64_t)p->dp_size : c.flat_numel; /* equal shards */
   m->optimizer = td_sat_mul(share, 2 * sizeof(float));
-  if (p->zero && (a->save || a->load)) m->checkpoint = td_sat_mul(c.flat_numel, 2 * sizeof(float));
+  if (a->optimizer_nvme_path) /* NVMe offload: three chunks of m and v in memory */
+    m->optimizer = (share < TD_NVME_CHUNK ? share : TD_NVME_CHUNK) * 6 * sizeof(float);
+  m->shards = td_sat_mul(share, (uint64_t)((z >= 2) + (z == 3)) * sizeof(float));
+  /* a unit is at most a layer or the embeddings: bounded by 16 of the largest
+   * tensor; ZeRO-2/3 keep up to 3 unit gradient buffers and 2 receive buffers,
+   * ZeRO-3 3 slots of fp32 and low-precision weights */
+  uint64_t unit = td_sat_mul(c.largest, 16 * sizeof(float));
+  if (z >= 2) m->transient = td_sat_mul(unit, 5 + (z == 3 ? 3 + 3 * (compute != TD_F32) : 0));
+  if (z && (a->save || a->load)) m->checkpoint = td_sat_mul(c.flat_numel, (2 + (z == 3)) * sizeof(float));
   uint64_t tokens = td_sat_mul((uint64_t)a->global_batch_size, (uint64_t)a->seq_length);
   m->staging = td_sat_add(td_sat_mul(tokens, 2 * sizeof(int32_t) + sizeof(float)),
                           td_sat_mul((uint64_t)a->seq_length + 1, sizeof(int32_t)));
@@ -39,6 +49,7 @@ int td_train_memory_plan(const td_args *a, const td_gpt_config *cfg, const td_gp
   uint64_t device = td_sat_add(td_sat_add(m->model.params, m->model.grads),
                                td_sat_add(m->model.weights_bf16, m->activations));
   device = td_sat_add(device, td_sat_add(m->optimizer, m->checkpoint));
+  device = td_sat_add(device, td_sat_add(m->shards, m->transient));
   m->total = td_sat_add(p->device_is_host ? device : 0, td_sat_add(m->staging, m->tables));
   return 0;
 }
@@ -51,21 +62,21 @@ typedef struct {
 /* The flags behind each part of td_train_memory, for the largest one. */
 static void part_flags(int k, const td_args *a, const td_gpt_config *cfg, char *out, size_t n) {
   switch (k) {
-  case 0: case 1: case 2: case 3: case 4:
+  case 0: case 1: case 2: case 3: case 4: case 5: case 6:
     snprintf(out, n,
              "--num-layers %lld, --hidden-size %lld, --ffn-hidden-size %lld, "
              "--max-position-embeddings %lld and the padded vocabulary of %lld",
              (long long)cfg->num_layers, (long long)cfg->hidden, (long long)cfg->ffn_hidden,
              (long long)cfg->max_positions, (long long)cfg->vocab_size);
     break;
-  case 5:
+  case 7:
     snprintf(out, n,
              "--micro-batch-size %lld x --seq-length %lld tokens through --num-layers %lld layers "
              "(hidden %lld, ffn %lld, vocabulary %lld)",
              (long long)a->micro_batch_size, (long long)cfg->seq_len, (long long)cfg->num_layers,
              (long long)cfg->hidden, (long long)cfg->ffn_hidden, (long long)cfg->vocab_size);
     break;
-  case 6:
+  case 8:
     snprintf(out, n, "--global-batch-size %lld x --seq-length %lld tokens",
              (long long)a->global_batch_size, (long long)a->seq_length);
     break;
@@ -80,6 +91,8 @@ static void describe(const td_train_memory *m, const td_args *a, const td_gpt_co
                         {"gradients", m->model.grads},
                         {"optimizer state", m->optimizer},
                         {"checkpoint staging of the optimizer state", m->checkpoint},
+                        {"ZeRO shards", m->shards},
+                        {"ZeRO unit buffers", m->transient},
                         {"low-precision weights", m->model.weights_bf16},
                         {"activations", m->activations},
                         {"batch staging", m->staging},
@@ -92,7 +105,7 @@ static void describe(const td_train_memory *m, const td_args *a, const td_gpt_co
     if (parts[k].bytes > parts[largest].bytes) largest = k;
     td_bytes_text(parts[k].bytes, b, sizeof b);
     int w = snprintf(out + len, n - len, "%s%s %s%s", len ? ", " : "", parts[k].name, b,
-                     k == 5 && m->arenas > 1 ? " in the pipeline's arenas" : "");
+                     k == 7 && m->arenas > 1 ? " in the pipeline's arenas" : "");
     len += w > 0 ? (size_t)w : 0;
   }
   char flags[320];

@@ -16,11 +16,11 @@
 #include "model/gpt.h"
 #include "train/args.h"
 
-/* Where this rank sits: its pipeline stage, the data-parallel size, ZeRO-1,
- * and whether the device's buffers are host memory (the CPU backend: they then
+/* Where this rank sits: its pipeline stage, the data-parallel size, the ZeRO
+ * stage (0-3; the layout says which flat buffers the model keeps), and whether the device's buffers are host memory (the CPU backend: they then
  * count against the host's memory; a GPU's own memory is not checked here). */
 typedef struct {
-  int pp_size, pp_rank, dp_size, zero;
+  int pp_size, pp_rank, dp_size, zero_stage;
   int device_is_host;
 } td_train_place;
 
@@ -30,7 +30,9 @@ typedef struct {
   int arenas;             /* activation arenas: the pipeline's micro-batches in flight */
   uint64_t activations;   /* all arenas */
   uint64_t optimizer;     /* Adam's two fp32 moments over this rank's (ZeRO) share */
-  uint64_t checkpoint;    /* ZeRO with --save or --load: the whole Adam state, gathered */
+  uint64_t shards;        /* ZeRO-2/3: this rank's gradient (and ZeRO-3 parameter) shard */
+  uint64_t transient;     /* ZeRO-2/3: unit-sized gradient buffers, ZeRO-3 gathered slots */
+  uint64_t checkpoint;    /* ZeRO with --save or --load: whole buffers, gathered */
   uint64_t staging;       /* host: a global batch of tokens, targets and loss mask */
   uint64_t tables;        /* host: the model's and the trainer's per-tensor tables */
   uint64_t total;         /* of host memory: everything on the CPU backend */

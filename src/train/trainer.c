@@ -26,9 +26,9 @@
 #include "model/gpt.h"
 #include "model/gpt_config.h"
 #include "optim/adamw.h"
+#include "optim/nvme_state.h"
 #include "train/checkpoint.h"
 #include "train/model_device.h"
-#include "parallel/ddp.h"
 #include "parallel/zero.h"
 #include "train/tb_events.h"
 #include "train/timers.h"
@@ -43,9 +43,9 @@ typedef struct {
   td_comm *dp;      /* the data-parallel group */
   int dp_rank, dp_size;
   int is_logger;    /* rank 0 prints the log and writes checkpoints */
-  td_ddp ddp;       /* bucketed gradient all-reduce over dp */
-  int zero;         /* ZeRO-1: the Adam state is sharded over dp (td_zero) */
-  td_zero zshard;   /* this rank's shard of the flat buffers (the whole of them without ZeRO) */
+  int zero_stage;   /* DeepSpeed's ZeRO stage 0-3 (--zero-stage; 1: --use-distributed-optimizer) */
+  td_zero *zero;    /* data parallelism: gradient reduction, shards, stage-3 gathers */
+  unsigned char *counted; /* per tensor: counted by this rank in whole-model statistics */
   td_timers timers; /* --timing-log-level */
   td_gpt **replicas; /* pipeline: an activation arena per micro-batch in flight (replicas[0] = model) */
   int n_replicas;
@@ -153,13 +153,19 @@ static void setup_data(trainer *t) {
   }
 }
 
-/* The checkpoint views of the Adam state into whole flat buffers m and v: the
- * optimizer's own without ZeRO, gathered or to-be-sharded copies with it. */
-static void point_optim_views(trainer *t, float *m, float *v) {
-  for (int i = 0; i < td_gpt_num_tensors(t->model); i++) {
-    int64_t off = td_gpt_tensor_at(t->model, i)->offset;
-    t->ck_m[i].data = m + off, t->ck_v[i].data = v + off;
-  }
+/* The checkpoint views of the parameters (k 0) or of Adam's m (1) or v (2)
+ * into a whole flat buffer: the model's or the optimizer's own, or a gathered or
+ * to-be-sharded copy. */
+static void point_views(trainer *t, int k, float *flat) {
+  td_ckpt_tensor *views[3] = {t->ck_params, t->ck_m, t->ck_v};
+  for (int i = 0; i < td_gpt_num_tensors(t->model); i++)
+    views[k][i].data = flat ? flat + td_gpt_tensor_at(t->model, i)->offset : NULL;
+}
+
+/* Whether buffer k (as point_views) is whole on this rank as the checkpoint
+ * needs it: the parameters below stage 3, m and v without ZeRO in memory. */
+static int whole_here(const trainer *t, int k) {
+  return k == 0 ? t->zero_stage < 3 : t->zero_stage == 0 && !t->opt.nvme;
 }
 
 static void setup_checkpoint_views(trainer *t) {
@@ -168,40 +174,53 @@ static void setup_checkpoint_views(trainer *t) {
   t->ck_m = td_calloc(sizeof *t->ck_m * (size_t)n);
   t->ck_v = td_calloc(sizeof *t->ck_v * (size_t)n);
   t->ck_names = td_calloc(sizeof *t->ck_names * (size_t)n);
-  float *params = td_gpt_params(t->model);
   for (int i = 0; i < n; i++) {
     const td_gpt_tensor *v = td_gpt_tensor_at(t->model, i);
-    td_ckpt_tensor c = td_ckpt_view_of(v, params);
+    td_ckpt_tensor c = td_ckpt_view_of(v, td_gpt_params(t->model));
     t->ck_params[i] = c;
     snprintf(t->ck_names[i][0], sizeof t->ck_names[i][0], "%s.exp_avg", v->name);
     snprintf(t->ck_names[i][1], sizeof t->ck_names[i][1], "%s.exp_avg_sq", v->name);
     t->ck_m[i] = c, t->ck_v[i] = c;
     t->ck_m[i].name = t->ck_names[i][0], t->ck_v[i].name = t->ck_names[i][1];
   }
-  if (!t->zero) point_optim_views(t, t->opt.exp_avg, t->opt.exp_avg_sq);
+  if (whole_here(t, 1)) point_views(t, 1, t->opt.exp_avg), point_views(t, 2, t->opt.exp_avg_sq);
 }
 
-/* AdamW over this rank's shard of the flat buffers (all of them without ZeRO):
- * each tensor's part inside [first, first + size), at offsets relative to first. */
+/* AdamW over this rank's shard (td_zero_runs: everything at stage 0). */
 static void setup_optimizer(trainer *t) {
-  int n = td_gpt_num_tensors(t->model), k = 0;
-  td_zero_init(&t->zshard, t->zero ? t->dp : NULL, td_gpt_flat_numel(t->model));
-  int64_t lo = t->zshard.first, hi = lo + t->zshard.size;
-  td_param_range *r = td_malloc(sizeof *r * (size_t)n);
+  const td_args *a = t->a;
+  int n;
+  const td_adam_run *runs = td_zero_runs(t->zero, NULL, &n);
+  int64_t numel = td_zero_shard_numel(t->zero);
+  float b1 = (float)a->adam_beta1, b2 = (float)a->adam_beta2, eps = (float)a->adam_eps;
+  if (!a->optimizer_nvme_path) {
+    td_adamw_init(&t->opt, t->dev, numel, runs, n, b1, b2, eps, (float)a->weight_decay);
+    return;
+  }
+  char stem[32], err[1024];
+  snprintf(stem, sizeof stem, "trident_adam_rank%05d", td_comm_rank(td_comm_world()));
+  if (td_adamw_init_nvme(&t->opt, t->dev, numel, runs, n, b1, b2, eps, (float)a->weight_decay,
+                         a->optimizer_nvme_path, stem, TD_NVME_CHUNK, err, sizeof err))
+    td_fail("zero_optimization.offload_optimizer (nvme): %s", err);
+}
+
+/* Which tensors this rank counts in whole-model statistics: under tensor
+ * parallelism TP rank 0 counts the replicated tensors (equal on every TP
+ * rank), each rank its slices; later pipeline stages skip their copy of tied
+ * word embeddings (the first stage's tensor): each element once. */
+static void setup_counted(trainer *t) {
+  int n = td_gpt_num_tensors(t->model);
+  t->counted = td_malloc((size_t)(n ? n : 1));
   for (int i = 0; i < n; i++) {
     const td_gpt_tensor *v = td_gpt_tensor_at(t->model, i);
-    int64_t b = v->offset > lo ? v->offset : lo, e = v->offset + v->numel < hi ? v->offset + v->numel : hi;
-    if (b < e) r[k++] = (td_param_range){.offset = b - lo, .numel = e - b, .weight_decay = v->weight_decay};
+    t->counted[i] = !(v->split_dim < 0 && t->topo.coord.tp != 0) &&
+                    !(t->topo.coord.pp > 0 && !strcmp(v->name, "embedding.word_embeddings.weight"));
   }
-  const td_args *a = t->a;
-  td_adamw_init(&t->opt, t->dev, t->zshard.size, r, k, (float)a->adam_beta1, (float)a->adam_beta2,
-                (float)a->adam_eps, (float)a->weight_decay);
-  td_free(r);
 }
 
 static int64_t ddp_bucket_size(const trainer *t) {
   int64_t s = t->a->ddp_bucket_size;
-  return s > 0 ? s : td_ddp_default_bucket_size(t->dp_size);
+  return s > 0 ? s : td_zero_default_bucket_size(t->dp_size);
 }
 
 /* This rank's place (Megatron's topology) and the data-parallel group. */
@@ -219,22 +238,17 @@ static void setup_topology(trainer *t) {
   t->is_logger = t->topo.rank == 0;
 }
 
-static void setup_ddp(trainer *t) {
-  int n = td_gpt_num_tensors(t->model);
-  td_ddp_tensor *ts = td_malloc(sizeof *ts * (size_t)n);
-  for (int i = 0; i < n; i++) {
-    const td_gpt_tensor *v = td_gpt_tensor_at(t->model, i);
-    ts[i] = (td_ddp_tensor){.offset = v->offset, .numel = v->numel};
-  }
-  td_ddp_init(&t->ddp, t->dp, td_gpt_grads(t->model), ts, n, ddp_bucket_size(t));
-  td_free(ts);
+/* The data-parallel engine, hooked into the model and every pipeline replica. */
+static void setup_zero(trainer *t) {
+  t->zero = td_zero_create(t->model, t->dp, t->zero_stage, ddp_bucket_size(t));
+  for (int r = 1; r < t->n_replicas; r++) td_zero_attach(t->zero, t->replicas[r]);
 }
 
 static void print_summary(const trainer *t) {
   const td_args *a = t->a;
   if (!t->is_logger) return;
   td_gpt_memory mem = td_gpt_memory_report(t->model);
-  size_t optim = 2 * (size_t)t->opt.numel * sizeof(float);
+  td_zero_memory zm = td_zero_memory_report(t->zero, &t->opt);
   printf(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %lld\n",
          (long long)td_gpt_num_params(t->model));
   const td_layout *l = &t->topo.layout;
@@ -249,13 +263,21 @@ static void print_summary(const trainer *t) {
     printf(" > GEMM: %s\n", gemm);
   }
   if (t->dp_size > 1)
-    printf(" > data-parallel gradient all-reduce: %d buckets of at most %lld elements, "
-           "overlapped with backward\n",
-           t->ddp.n_buckets, (long long)ddp_bucket_size(t));
-  if (t->zero)
-    printf(" > distributed optimizer (ZeRO-1): Adam state sharded over %d data-parallel ranks, "
-           "%lld of %lld elements here\n",
-           t->zshard.dp_size, (long long)t->zshard.size, (long long)t->zshard.numel);
+    printf(" > data-parallel gradient %s: %d buckets of at most %lld elements (whole layers), "
+           "overlapped with backward, summed in rank order\n",
+           t->zero_stage >= 2 ? "reduce-scatter" : "all-reduce (reduce-scatter + all-gather)",
+           td_zero_num_buckets(t->zero), (long long)ddp_bucket_size(t));
+  static const char *const what[4] = {"", "Adam state", "Adam state and gradients",
+                                      "Adam state, gradients and parameters"};
+  if (t->opt.nvme)
+    printf(" > optimizer state offloaded to NVMe (ZeRO-Infinity): %s/trident_adam_rank*.adam, "
+           "%.1f MiB per rank, streamed through the step\n",
+           a->optimizer_nvme_path, 2.0 * (double)t->opt.numel * sizeof(float) / 1048576.0);
+  if (t->zero_stage)
+    printf(" > ZeRO stage %d: %s sharded over %d data-parallel ranks, %lld of %lld elements "
+           "here\n",
+           t->zero_stage, what[t->zero_stage], t->dp_size,
+           (long long)td_zero_shard_numel(t->zero), (long long)td_gpt_flat_numel(t->model));
   char recompute[96] = "";
   if (a->recompute_granularity == TD_GRANULARITY_FULL)
     snprintf(recompute, sizeof recompute, "; full recomputation, %s %lld",
@@ -267,8 +289,8 @@ static void print_summary(const trainer *t) {
            (long long)(t->cfg.num_layers / l->pp * (t->topo.coord.pp + 1)), t->n_replicas);
   printf(" > memory per rank (MiB): parameters %.1f | gradients %.1f | optimizer state %.1f | "
          "%s weights %.1f | activations %.1f (%.2f per layer%s%s)\n",
-         mem.params / 1048576.0, mem.grads / 1048576.0, optim / 1048576.0,
-         td_dtype_name(t->compute), mem.weights_bf16 / 1048576.0,
+         zm.params / 1048576.0, zm.grads / 1048576.0, zm.optim / 1048576.0,
+         td_dtype_name(t->compute), zm.weights / 1048576.0,
          mem.activations * (double)t->n_replicas / 1048576.0,
          mem.activations_per_layer / 1048576.0, a->sequence_parallel ? ", sequence-parallel" : "",
          recompute);
@@ -336,8 +358,6 @@ static double pp_sum(trainer *t, double x) {
   return x;
 }
 
-static void on_grads_ready(void *ddp, int first, int count) { td_ddp_grads_ready(ddp, first, count); }
-
 
 /* This rank's micro-batch m is the (m * dp + dp_rank)-th of the global batch (the
  * sampler's order), whose dropout seed it takes: masks do not depend on dp. */
@@ -345,28 +365,13 @@ static uint64_t micro_batch_seed(const trainer *t, int64_t m) {
   return td_gpt_dropout_seed(t->seed, t->iteration, m * t->dp_size + t->dp_rank);
 }
 
-/* A statistic of the whole model summed over its tensors (flat: the parameter
- * or gradient buffer; what: sum of squares or zeros). Under tensor parallelism
- * each rank adds its slices of split tensors, TP rank 0 the replicated ones
- * (equal on every TP rank); each pipeline stage its own layers; the
- * model-parallel group sums: each element counted once. */
-typedef enum { MODEL_SUM_SQUARES, MODEL_ZEROS } model_stat;
-
-static double model_sum(trainer *t, const float *flat, model_stat what) {
-  const td_device_ops *ops = t->dev->ops;
+/* A statistic of the whole model (td_zero_model_sum: this DP group's replica,
+ * each element once), summed over the model-parallel group: every TP rank of
+ * every stage. */
+static double model_sum(trainer *t, td_zero_what what, int squares) {
   const td_layout *l = &t->topo.layout;
-  if (l->tp == 1 && l->pp == 1 && what == MODEL_SUM_SQUARES) /* the gaps hold zeros */
-    return ops->sum_squares(t->dev, flat, td_gpt_flat_numel(t->model));
-  double s = 0;
-  for (int i = 0; i < td_gpt_num_tensors(t->model); i++) {
-    const td_gpt_tensor *v = td_gpt_tensor_at(t->model, i);
-    if (v->split_dim < 0 && t->topo.coord.tp != 0) continue;
-    /* the last stage's copy of tied word embeddings is the first stage's tensor */
-    if (t->topo.coord.pp > 0 && !strcmp(v->name, "embedding.word_embeddings.weight")) continue;
-    s += what == MODEL_ZEROS ? (double)ops->count_zeros(t->dev, flat + v->offset, v->numel)
-                             : ops->sum_squares(t->dev, flat + v->offset, v->numel);
-  }
-  if (l->tp > 1 || l->pp > 1) /* the model-parallel group: every TP rank of every stage */
+  double s = td_zero_model_sum(t->zero, what, squares, t->counted);
+  if (l->tp > 1 || l->pp > 1)
     td_comm_all_reduce(t->topo.group[TD_GROUP_MP], &s, &s, 1, TD_F64, TD_OP_SUM);
   return s;
 }
@@ -392,7 +397,7 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
   const td_args *a = t->a;
   td_timers *tm = &t->timers;
   td_timers_start(tm, TD_TIMER_OPTIMIZER_CLIP_MAIN_GRAD);
-  r->grad_norm = sqrt(model_sum(t, td_gpt_grads(t->model), MODEL_SUM_SQUARES)) / scale;
+  r->grad_norm = sqrt(model_sum(t, TD_ZERO_GRADS, 1)) / scale;
   int found_inf = !isfinite(r->grad_norm);
   /* fp16 overflows are expected (the scaler skips the step and lowers the scale);
    * in fp32 and bf16 a non-finite norm means the run diverged. Every rank holds
@@ -412,23 +417,21 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
     r->skipped = 1;
     return;
   }
-  if (a->log_num_zeros_in_grad) r->num_zeros = model_sum(t, td_gpt_grads(t->model), MODEL_ZEROS);
+  if (a->log_num_zeros_in_grad) r->num_zeros = model_sum(t, TD_ZERO_GRADS, 0);
   double clip = 1.0;
   if (a->clip_grad > 0 && r->grad_norm > a->clip_grad) clip = a->clip_grad / (r->grad_norm + 1e-6);
   double lr = td_lr_at_tokens(&t->lr, (double)t->lr_steps, (double)t->lr_tokens);
   t->opt.weight_decay = (float)td_wd_at(&t->wd, (double)t->lr_steps);
-  int64_t first = t->zshard.first;
   td_timers_start(tm, TD_TIMER_OPTIMIZER_INNER_STEP);
-  td_adamw_step(&t->opt, td_gpt_params(t->model) + first, td_gpt_grads(t->model) + first,
-                (float)lr, (float)(clip / scale));
+  td_zero_update(t->zero, &t->opt, (float)lr, (float)(clip / scale));
   td_timers_stop(tm, TD_TIMER_OPTIMIZER_INNER_STEP);
-  if (t->zero) {
+  if (t->zero_stage == 1 || t->zero_stage == 2) {
     td_timers_start(tm, TD_TIMER_PARAMS_ALL_GATHER);
-    td_zero_all_gather(&t->zshard, td_gpt_params(t->model));
+    td_zero_gather_params(t->zero);
     td_timers_stop(tm, TD_TIMER_PARAMS_ALL_GATHER);
   }
   td_timers_start(tm, TD_TIMER_OPTIMIZER_COPY_MAIN_TO_MODEL_PARAMS);
-  td_gpt_cast_weights(t->model);
+  td_zero_params_changed(t->zero);
   td_timers_stop(tm, TD_TIMER_OPTIMIZER_COPY_MAIN_TO_MODEL_PARAMS);
   step_schedule(t);
 }
@@ -482,12 +485,10 @@ static void stage_backward(trainer *t, int64_t m, float dloss_scale) {
   wait_sends(t, r);
   if (!last_stage(t))
     td_comm_recv(pp, td_gpt_stage_output_grad(g), n, TD_F32, t->topo.coord.pp + 1, (int)m);
-  int hook = m == t->cur_micro - 1 && t->dp_size > 1; /* the last backward */
-  if (hook) td_gpt_set_grads_ready_hook(g, on_grads_ready, &t->ddp);
+  td_zero_set_reduce(t->zero, m == t->cur_micro - 1); /* stage 0/1 reduce in the last backward */
   td_timers_start(&t->timers, TD_TIMER_BACKWARD_COMPUTE);
   td_gpt_backward(g, dloss_scale);
   td_timers_stop(&t->timers, TD_TIMER_BACKWARD_COMPUTE);
-  if (hook) td_gpt_set_grads_ready_hook(g, NULL, NULL);
   if (!first_stage(t)) {
     td_comm_isend(pp, td_gpt_stage_input_grad(g), n, TD_F32, t->topo.coord.pp - 1, (int)m,
                   &t->stage_sends[r][1]);
@@ -556,14 +557,18 @@ static step_result train_step(trainer *t) {
   td_timers_stop(tm, TD_TIMER_BATCH_GENERATOR);
   double denom = mask_total > 0 ? mask_total : 1;
   float scale = t->scaler.scale;
-  td_gpt_zero_grads(t->model);
+  td_zero_zero_grads(t->zero);
   /* one stage (PP = 1) is the schedule without warm-up or communication: forward
    * and backward per micro-batch */
   double loss_sum = pipeline_step(t, (float)(scale / denom));
   check_local_loss(t, loss_sum);
   td_timers_start(tm, TD_TIMER_ALL_GRADS_SYNC);
-  if (t->dp_size > 1) td_ddp_finish(&t->ddp);
-  td_gpt_reduce_sequence_parallel_grads(t->model);
+  td_zero_finish_grads(t->zero);
+  if (t->zero_stage >= 2)
+    td_zero_reduce_sequence_parallel_grads(t->zero, t->a->sequence_parallel && t->topo.layout.tp > 1
+                                                        ? t->topo.group[TD_GROUP_TP] : NULL);
+  else
+    td_gpt_reduce_sequence_parallel_grads(t->model);
   sync_tied_embeddings(t);
   td_timers_stop(tm, TD_TIMER_ALL_GRADS_SYNC);
   td_timers_stop(tm, TD_TIMER_FORWARD_BACKWARD);
@@ -571,7 +576,8 @@ static step_result train_step(trainer *t) {
   td_timers_start(tm, TD_TIMER_OPTIMIZER);
   optimizer_step(t, &r, scale);
   td_timers_stop(tm, TD_TIMER_OPTIMIZER);
-  if (a->log_params_norm) r.params_norm = sqrt(model_sum(t, td_gpt_params(t->model), MODEL_SUM_SQUARES));
+  if (a->log_params_norm) r.params_norm = sqrt(model_sum(t, TD_ZERO_PARAMS, 1));
+  td_zero_step_done(t->zero);
   return r;
 }
 
@@ -637,18 +643,18 @@ static void opt_stats_add(opt_stats *s, float v, float m, float w) {
   }
 }
 
-/* Elements [lo, hi) of the flat buffers (inside this rank's shard), through host copies. */
-static void opt_stats_range(trainer *t, int64_t lo, int64_t hi, opt_stats *s) {
+/* A run of this rank's AdamW (state, parameters), through host copies. */
+static void opt_stats_run(trainer *t, const td_adam_run *r, opt_stats *s) {
   const td_device_ops *ops = t->dev->ops;
   enum { CHUNK = 4096 };
   float v[CHUNK], m[CHUNK], w[CHUNK];
-  for (int64_t i = lo; i < hi; i += CHUNK) {
-    size_t n = (size_t)(hi - i < CHUNK ? hi - i : CHUNK);
-    int64_t k = i - t->zshard.first;
-    ops->copy_d2h(t->dev, v, t->opt.exp_avg_sq + k, n * sizeof(float));
-    ops->copy_d2h(t->dev, m, t->opt.exp_avg + k, n * sizeof(float));
-    ops->copy_d2h(t->dev, w, td_gpt_params(t->model) + i, n * sizeof(float));
-    for (size_t j = 0; j < n; j++) opt_stats_add(s, v[j], m[j], w[j]);
+  const float *params = td_zero_param_base(t->zero) + r->param_offset;
+  for (int64_t i = 0; i < r->numel; i += CHUNK) {
+    int64_t n = r->numel - i < CHUNK ? r->numel - i : CHUNK;
+    td_adamw_read_state(&t->opt, 1, r->state_offset + i, n, v);
+    td_adamw_read_state(&t->opt, 0, r->state_offset + i, n, m);
+    ops->copy_d2h(t->dev, w, params + i, (size_t)n * sizeof(float));
+    for (int64_t j = 0; j < n; j++) opt_stats_add(s, v[j], m[j], w[j]);
   }
 }
 
@@ -657,17 +663,13 @@ static void tb_optimizer_states(trainer *t) {
   const td_layout *l = &t->topo.layout;
   if (!t->a->log_optimizer_states_to_tensorboard || t->iteration % t->a->tensorboard_log_interval) return;
   opt_stats s = {0};
-  int64_t first = t->zshard.first, last = first + t->zshard.size;
-  for (int i = 0; i < td_gpt_num_tensors(t->model); i++) {
-    const td_gpt_tensor *v = td_gpt_tensor_at(t->model, i);
-    if (v->split_dim < 0 && t->topo.coord.tp != 0) continue;
-    if (t->topo.coord.pp > 0 && !strcmp(v->name, "embedding.word_embeddings.weight")) continue;
-    int64_t lo = v->offset > first ? v->offset : first;
-    int64_t hi = v->offset + v->numel < last ? v->offset + v->numel : last;
-    if (lo < hi) opt_stats_range(t, lo, hi, &s);
-  }
+  int n;
+  const int *tensor;
+  const td_adam_run *runs = td_zero_runs(t->zero, &tensor, &n);
+  for (int k = 0; k < n; k++)
+    if (t->counted[tensor[k]]) opt_stats_run(t, &runs[k], &s);
   td_comm *groups[2] = {l->tp > 1 || l->pp > 1 ? t->topo.group[TD_GROUP_MP] : NULL,
-                        t->zero ? t->topo.group[TD_GROUP_DP] : NULL};
+                        t->zero_stage ? t->topo.group[TD_GROUP_DP] : NULL};
   for (int g = 0; g < 2; g++)
     if (groups[g]) {
       td_comm_all_reduce(groups[g], s.sum, s.sum, 8, TD_F64, TD_OP_SUM);
@@ -768,24 +770,25 @@ static char *state_json(const trainer *t) {
  * write it: rank 0 prepares the directory, each writes its shard (mp_rank_RR),
  * rank 0 commits (metadata.json, rename, latest file). A failure on any rank
  * aborts the job, leaving the previous checkpoint and latest file intact. */
-/* ZeRO: the whole Adam state gathered on DP rank 0 (into full[0], full[1], which
- * the checkpoint views then point at); NULL elsewhere. Collective over DP. */
-static void gather_optim_state(trainer *t, float *full[2]) {
-  full[0] = full[1] = NULL;
-  if (t->dp_rank == 0) {
-    for (int k = 0; k < 2; k++)
-      full[k] = t->dev->ops->alloc(t->dev, (size_t)t->zshard.numel * sizeof(float));
-    point_optim_views(t, full[0], full[1]);
+/* ZeRO: buffers k (parameters 0, m 1, v 2) that are not whole here gathered on
+ * DP rank 0 into full[k], which the checkpoint views then point at (NULL
+ * elsewhere, and for the buffers that are whole). Collective over DP. */
+static void gather_whole(trainer *t, int with_optim, float *full[3]) {
+  size_t bytes = (size_t)td_gpt_flat_numel(t->model) * sizeof(float);
+  for (int k = 0; k < 3; k++) {
+    full[k] = NULL;
+    if (whole_here(t, k) || (k && !with_optim)) continue;
+    if (t->dp_rank == 0) full[k] = t->dev->ops->alloc(t->dev, bytes);
+    td_zero_gather_full(t->zero, &t->opt, k, full[k]);
+    if (t->dp_rank == 0) point_views(t, k, full[k]);
   }
-  td_zero_gather_to_first(&t->zshard, t->opt.exp_avg, full[0]);
-  td_zero_gather_to_first(&t->zshard, t->opt.exp_avg_sq, full[1]);
 }
 
 static void save_checkpoint(trainer *t) {
   const td_args *a = t->a;
   /* Never a NaN checkpoint over a good one: weights an update overflowed (a
    * divergent run) are refused, at the price of one pass over the parameters. */
-  if (!isfinite(model_sum(t, td_gpt_params(t->model), MODEL_SUM_SQUARES)))
+  if (!isfinite(model_sum(t, TD_ZERO_PARAMS, 1)))
     td_fail("iteration %lld: the parameters hold NaN or Inf values (the run diverged); "
             "not saving them to %s, whose latest checkpoint stays as it was",
             (long long)t->iteration, a->save);
@@ -802,8 +805,8 @@ static void save_checkpoint(trainer *t) {
   double t0 = td_now_seconds();
   const char *dir = a->save;
   int rc = 0;
-  float *full[2] = {NULL, NULL}; /* ZeRO: the whole Adam state, on DP rank 0 */
-  if (t->zero && !a->no_save_optim) gather_optim_state(t, full);
+  float *full[3]; /* ZeRO: whole buffers gathered on DP rank 0 */
+  gather_whole(t, !a->no_save_optim, full);
   if (t->is_logger) rc = td_checkpoint_save_prepare(dir, t->iteration, err, sizeof err);
   if (!rc) td_comm_barrier(t->topo.world);
   if (!rc && t->dp_rank == 0) rc = td_checkpoint_save_shard(t->dev, dir, &c, err, sizeof err);
@@ -812,7 +815,7 @@ static void save_checkpoint(trainer *t) {
   if (rc && t->is_logger) td_checkpoint_save_abort(dir, t->iteration); /* no half-written dir left */
   if (rc) td_fail("saving checkpoint at iteration %lld: %s", (long long)t->iteration, err);
   free(state);
-  for (int k = 0; k < 2; k++)
+  for (int k = 0; k < 3; k++)
     if (full[k]) t->dev->ops->free(t->dev, full[k]);
   if (t->is_logger) {
     printf("  successfully saved checkpoint at iteration %7lld to %s [ t %.3fs ]\n",
@@ -935,24 +938,25 @@ static void load_checkpoint(trainer *t) {
                         .exp_avg = with_optim ? t->ck_m : NULL,
                         .exp_avg_sq = with_optim ? t->ck_v : NULL};
   char *state = NULL;
-  float *full_m = NULL, *full_v = NULL; /* ZeRO: read whole, keep this rank's shard */
-  if (with_optim && t->zero) {
-    full_m = t->dev->ops->alloc(t->dev, (size_t)t->zshard.numel * sizeof(float));
-    full_v = t->dev->ops->alloc(t->dev, (size_t)t->zshard.numel * sizeof(float));
-    point_optim_views(t, full_m, full_v);
-  }
+  float *full[3] = {NULL, NULL, NULL}; /* ZeRO: read whole, keep this rank's pieces */
+  size_t bytes = (size_t)td_gpt_flat_numel(t->model) * sizeof(float);
+  for (int k = 0; k < 3; k++)
+    if (!whole_here(t, k) && (k == 0 || with_optim)) {
+      full[k] = t->dev->ops->alloc(t->dev, bytes);
+      t->dev->ops->fill(t->dev, full[k], TD_F32, td_gpt_flat_numel(t->model), 0.0f); /* the gaps */
+      point_views(t, k, full[k]);
+    }
   if (td_checkpoint_load(t->dev, a->load, it, &c, &state, err, sizeof err))
     td_fail("--load %s: %s", a->load, err);
-  if (full_m) {
-    size_t bytes = (size_t)t->zshard.size * sizeof(float);
-    t->dev->ops->copy_d2d(t->dev, t->opt.exp_avg, full_m + t->zshard.first, bytes);
-    t->dev->ops->copy_d2d(t->dev, t->opt.exp_avg_sq, full_v + t->zshard.first, bytes);
-    t->dev->ops->free(t->dev, full_m), t->dev->ops->free(t->dev, full_v);
-  }
+  for (int k = 0; k < 3; k++)
+    if (full[k]) {
+      td_zero_scatter_full(t->zero, &t->opt, k, full[k]);
+      t->dev->ops->free(t->dev, full[k]);
+    }
   if (!a->finetune) restore_state(t, state, a->load, it, with_optim);
   if (!a->finetune && !a->no_load_rng) restore_rng(t, a->load, it);
   td_free(state);
-  td_gpt_cast_weights(t->model);
+  td_zero_params_changed(t->zero);
   if (!t->is_logger) return;
   printf("  successfully loaded checkpoint from %s [ t %d/%d, p %d/%d ] at iteration %lld\n", a->load,
          t->topo.coord.tp + 1, t->topo.layout.tp, t->topo.coord.pp + 1, t->topo.layout.pp,
@@ -987,6 +991,7 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
   char buf[1024];
   td_format_train_log(buf, sizeof buf, &l, w);
   double iters = (double)(w->advanced + w->skipped), tp_s = take_tp_comm_seconds(t);
+  double dp_s = td_zero_take_comm_seconds(t->zero);
   char timers[2048];
   td_timer_stats stats;
   td_timers_collect(&t->timers, t->topo.world, iters, &stats);
@@ -998,14 +1003,13 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
     if (t->dp_size > 1)
       printf("  data-parallel all-reduce not hidden behind backward: %.1f ms per iteration "
              "(%.1f%% of the iteration)\n",
-             1e3 * t->ddp.comm_seconds / iters, 100 * t->ddp.comm_seconds / seconds);
+             1e3 * dp_s / iters, 100 * dp_s / seconds);
     if (t->topo.layout.tp > 1)
       printf("  tensor-parallel communication: %.1f ms per iteration (%.1f%% of the iteration)\n",
              1e3 * tp_s / iters, 100 * tp_s / seconds);
     if (timers[0]) puts(timers);
     fflush(stdout);
   }
-  t->ddp.comm_seconds = 0;
   *w = (td_log_interval){0};
 }
 
@@ -1116,12 +1120,13 @@ static void trainer_free(trainer *t) {
   for (int r = 1; r < t->n_replicas; r++) td_gpt_destroy(t->replicas[r]);
   td_free(t->replicas), td_free(t->stage_sends), td_free(t->stage_sending);
   td_tb_close(t->tb);
-  td_ddp_free(&t->ddp);
+  td_free(t->counted);
   for (int s = 0; s < 3; s++) td_mock_data_free(&t->mock[s]);
   td_gpt_datasets_close(t->datasets);
   td_free(t->tokens), td_free(t->targets), td_free(t->sample), td_free(t->mask);
   td_free(t->ck_params), td_free(t->ck_m), td_free(t->ck_v), td_free(t->ck_names);
   td_adamw_free(&t->opt);
+  td_zero_free(t->zero);
   td_gpt_destroy(t->model);
   td_device_close(t->dev);
   td_topology_free(&t->topo);
@@ -1143,7 +1148,8 @@ static td_gpt_layout model_layout(const trainer *t) {
     lay.recompute = a->recompute_method == 0 ? TD_RECOMPUTE_UNIFORM : TD_RECOMPUTE_BLOCK;
     lay.recompute_num_layers = a->recompute_num_layers;
   }
-  if (t->zero) lay.flat_multiple = 16 * (int64_t)t->dp_size; /* equal, 64-byte aligned shards */
+  lay.unit_multiple = td_zero_unit_multiple(t->dp_size); /* equal, 64-byte aligned pieces */
+  lay.no_flat_grads = t->zero_stage >= 2, lay.no_flat_params = t->zero_stage == 3;
   return lay;
 }
 
@@ -1156,20 +1162,26 @@ int td_train(td_args *a) {
   t.cfg = model_config(a, td_args_padded_vocab_size(a, t.true_vocab));
   setup_topology(&t);
   t.dev = td_model_device_open(td_args_device(a), td_comm_local_rank(), "train", t.is_logger);
-  t.zero = a->zero_stage >= 1;
+  t.zero_stage = a->zero_stage;
+  if (t.zero_stage >= 2 && t.topo.layout.pp > 1)
+    td_fail("--zero-stage %d with --pipeline-model-parallel-size %d: ZeRO stages 2 and 3 shard "
+            "the gradients that the pipeline accumulates over its micro-batches in flight; as "
+            "DeepSpeed, trident runs them without pipeline parallelism only (ZeRO-1 works with it)",
+            t.zero_stage, t.topo.layout.pp);
   td_gpt_layout lay = model_layout(&t);
   char merr[2048]; /* the whole run's memory, before any of it is allocated */
-  td_train_place place = {t.topo.layout.pp, t.topo.coord.pp, t.dp_size, t.zero,
+  td_train_place place = {t.topo.layout.pp, t.topo.coord.pp, t.dp_size, t.zero_stage,
                           strstr(t.dev->ops->name, "cpu") != NULL};
   if (td_train_check_memory(a, &t.cfg, &lay, t.compute, &place, td_comm_local_size(), merr, sizeof merr))
     td_fail("%s", merr);
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);
-  td_gpt_init_params(t.model, (uint64_t)a->seed);
   td_timers_init(&t.timers, a->timing_log_level);
   setup_pipeline(&t);
+  setup_zero(&t);
+  td_zero_init_params(t.zero, (uint64_t)a->seed);
+  setup_counted(&t);
   setup_optimizer(&t);
   setup_checkpoint_views(&t);
-  setup_ddp(&t);
   td_args_lr_schedule(a, &t.lr);
   td_args_wd_schedule(a, &t.wd);
   td_args_loss_scaler(a, &t.scaler);
