@@ -71,6 +71,8 @@ static int64_t proc_kb(const char *path, const char *key) {
   return v;
 }
 
+int64_t td_memory_self_bytes(const char *field) { return proc_kb("/proc/self/status", field); }
+
 /* One number from a cgroup file ("max": no limit, TD_SIZE_HUGE); 0 when unreadable. */
 static uint64_t cgroup_value(const char *dir, const char *file) {
   char path[600], text[64] = "";

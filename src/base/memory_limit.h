@@ -32,6 +32,9 @@ int td_memory_limit_get(int ranks_per_node, td_memory_limit *l, char *err, size_
 /* TRIDENT_MEMORY_LIMIT's syntax: 0 and *bytes, or -1 (TD_SIZE_HUGE for "unlimited"). */
 int td_memory_parse(const char *s, uint64_t *bytes);
 
+/* A field of /proc/self/status in bytes (e.g. "VmPeak", "VmHWM"); -1 if unknown. */
+int64_t td_memory_self_bytes(const char *field);
+
 /* A byte count for people: "512 B", "1.50 KiB", ..., "12.3 GiB"; a saturated
  * count is "more than 16 EiB". */
 void td_bytes_text(uint64_t bytes, char *out, size_t n);

@@ -89,6 +89,9 @@ typedef struct td_device_ops {
   void (*copy_d2d)(td_device *d, void *dst, const void *src, size_t bytes);
   void (*fill)(td_device *d, void *dst, td_dtype dt, int64_t n, float value);
   void (*synchronize)(td_device *d);
+  /* Bytes of this backend's allocations now and at their peak since the process
+   * started (Megatron's "allocated" / "max allocated"); NULL: not tracked. */
+  void (*memory_stats)(td_device *d, size_t *allocated, size_t *peak);
 
   /* ---- dense algebra ---- */
   void (*matmul)(td_device *d, const td_matmul_desc *desc);

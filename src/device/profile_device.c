@@ -53,6 +53,9 @@ static void kernel_done(td_device *d, double t0, const char *op) {
 static void *p_alloc(td_device *d, size_t bytes) { return IN(d)->ops->alloc(IN(d), bytes); }
 static void p_free(td_device *d, void *ptr) { IN(d)->ops->free(IN(d), ptr); }
 static void p_synchronize(td_device *d) { IN(d)->ops->synchronize(IN(d)); }
+static void p_memory_stats(td_device *d, size_t *allocated, size_t *peak) {
+  IN(d)->ops->memory_stats(IN(d), allocated, peak);
+}
 
 static void p_copy_h2d(td_device *d, void *dst, const void *src, size_t bytes) {
   double t0 = td_now_seconds();
@@ -251,6 +254,7 @@ td_device *td_profile_device_open(td_device *inner) {
   td_device_ops *o = &p->ops;
   o->name = p->name;
   o->alloc = p_alloc, o->free = p_free, o->synchronize = p_synchronize;
+  o->memory_stats = inner->ops->memory_stats ? p_memory_stats : NULL;
   o->copy_h2d = p_copy_h2d, o->copy_d2h = p_copy_d2h, o->copy_d2d = p_copy_d2d, o->fill = p_fill;
   o->matmul = p_matmul, o->bias_backward = p_bias_backward;
   o->layernorm_forward = p_layernorm_forward, o->layernorm_backward = p_layernorm_backward;

@@ -13,8 +13,9 @@
 
 #include "optim/adamw.h"
 
-/* The trainer's chunk: 4M elements, 16 MiB of m and of v per buffer set. */
-#define TD_NVME_CHUNK ((int64_t)1 << 22)
+/* The trainer's chunk: 1M elements, 4 MiB of m and of v per buffer set (24 MiB
+ * in all: large reads, little memory). */
+#define TD_NVME_CHUNK ((int64_t)1 << 20)
 
 /* Create dir/<stem>.adam holding exp_avg then exp_avg_sq, numel fp32 each, all
  * zero (replacing any old one), and three buffer sets of 2 x chunk_elems floats

@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "base/memory_limit.h"
 #include "comm/comm.h"
 #include "comm/topology.h"
 #include "data/bpe_tokenizer.h"
@@ -244,6 +245,25 @@ static void setup_zero(trainer *t) {
   for (int r = 1; r < t->n_replicas; r++) td_zero_attach(t->zero, t->replicas[r]);
 }
 
+/* The bytes of model states this rank holds against the ZeRO paper's formula
+ * in trident's fp32 terms (Rajbhandari et al. 2020, with 4-byte parameters and
+ * gradients and K = 8 bytes of Adam state per parameter): stage 0 16Ψ, stage 1
+ * 4Ψ + 4Ψ + 8Ψ/N, stage 2 4Ψ + 12Ψ/N, stage 3 16Ψ/N (Ψ: this rank's
+ * parameters, N: data-parallel ranks); the low-precision weight copy and the
+ * transient unit buffers besides. */
+static void print_model_states(const trainer *t, const td_zero_memory *zm) {
+  double psi = (double)td_gpt_num_params(t->model), n = t->dp_size, mib = 1048576.0;
+  static const double shard[4][3] = {{0, 0, 0}, {0, 0, 1}, {0, 1, 1}, {1, 1, 1}}; /* p, g, adam */
+  const double *s = shard[t->zero_stage];
+  double want = 4 * psi / (s[0] ? n : 1) + 4 * psi / (s[1] ? n : 1) +
+                (t->opt.nvme ? 0 : 8 * psi / (s[2] ? n : 1));
+  double have = (double)(zm->params + zm->grads + zm->optim);
+  printf(" > model states per rank (MiB): %.1f (parameters %.1f + gradients %.1f + optimizer "
+         "%.1f); the ZeRO paper's stage %d in fp32: %.1f (%.1f%%)%s\n",
+         have / mib, zm->params / mib, zm->grads / mib, zm->optim / mib, t->zero_stage,
+         want / mib, 100 * (have - want) / want, t->opt.nvme ? ", Adam state on NVMe" : "");
+}
+
 static void print_summary(const trainer *t) {
   const td_args *a = t->a;
   if (!t->is_logger) return;
@@ -294,6 +314,7 @@ static void print_summary(const trainer *t) {
          mem.activations * (double)t->n_replicas / 1048576.0,
          mem.activations_per_layer / 1048576.0, a->sequence_parallel ? ", sequence-parallel" : "",
          recompute);
+  print_model_states(t, &zm);
   printf(" > global batch %lld = micro batch %lld x %lld micro-batches x data-parallel %d; "
          "padded vocab %lld\n",
          (long long)a->global_batch_size, (long long)a->micro_batch_size,
@@ -973,6 +994,27 @@ static double take_tp_comm_seconds(trainer *t) {
   return s;
 }
 
+/* Megatron's report_memory after the first logged iteration, on each rank of
+ * DP rank 0: device bytes allocated now and at the peak, and the process's
+ * peak resident memory. */
+static void report_memory(trainer *t) {
+  static int reported;
+  if (reported || t->dp_rank != 0) return;
+  reported = 1;
+  size_t now = 0, peak = 0;
+  char dev[96] = "";
+  if (t->dev->ops->memory_stats) {
+    t->dev->ops->memory_stats(t->dev, &now, &peak);
+    snprintf(dev, sizeof dev, " | allocated: %.1f | max allocated: %.1f", now / 1048576.0,
+             peak / 1048576.0);
+  }
+  printf("[Rank %d] (after %lld iterations) memory (MB)%s | max resident: %.1f | max virtual: "
+         "%.1f\n",
+         td_comm_rank(td_comm_world()), (long long)t->iteration, dev,
+         td_memory_self_bytes("VmHWM") / 1048576.0, td_memory_self_bytes("VmPeak") / 1048576.0);
+  fflush(stdout);
+}
+
 static void log_line(trainer *t, td_log_interval *w, double seconds, const step_result *r) {
   const td_args *a = t->a;
   time_t now = time(NULL);
@@ -1079,6 +1121,7 @@ static void train_loop(trainer *t) {
     saved_last = 0;
     if (t->iteration % a->log_interval == 0) {
       log_line(t, &w, td_now_seconds() - interval_start, &r);
+      report_memory(t);
       interval_start = td_now_seconds();
     }
     if (a->eval_interval > 0 && a->eval_iters > 0 && t->iteration % a->eval_interval == 0) {

@@ -7,13 +7,35 @@
 #include "device/cpu/cpu_kernels.h"
 #include "device/device.h"
 
+/* Every allocation carries its size in a 64-byte header (the alignment kept),
+ * so memory_stats can count what is allocated and its peak. */
+enum { HEADER = 64 };
+static size_t g_allocated, g_peak; /* atomics (__atomic builtins) */
+
 static void *cpu_alloc(td_device *d, size_t bytes) {
   (void)d;
-  return td_calloc(bytes);
+  char *p = td_calloc(bytes + HEADER);
+  memcpy(p, &bytes, sizeof bytes);
+  size_t now = __atomic_add_fetch(&g_allocated, bytes, __ATOMIC_RELAXED);
+  size_t peak = __atomic_load_n(&g_peak, __ATOMIC_RELAXED);
+  while (now > peak &&
+         !__atomic_compare_exchange_n(&g_peak, &peak, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+  return p + HEADER;
 }
 static void cpu_free(td_device *d, void *p) {
   (void)d;
-  td_free(p);
+  if (!p) return;
+  char *base = (char *)p - HEADER;
+  size_t bytes;
+  memcpy(&bytes, base, sizeof bytes);
+  __atomic_sub_fetch(&g_allocated, bytes, __ATOMIC_RELAXED);
+  td_free(base);
+}
+static void cpu_memory_stats(td_device *d, size_t *allocated, size_t *peak) {
+  (void)d;
+  *allocated = __atomic_load_n(&g_allocated, __ATOMIC_RELAXED);
+  *peak = __atomic_load_n(&g_peak, __ATOMIC_RELAXED);
 }
 static void cpu_copy(td_device *d, void *dst, const void *src, size_t bytes) {
   (void)d;
@@ -34,6 +56,7 @@ const td_device_ops *td_cpu_device_ops(void) {
       ops.copy_d2h = cpu_copy;
       ops.copy_d2d = cpu_copy;
       ops.synchronize = cpu_synchronize;
+      ops.memory_stats = cpu_memory_stats;
       td_cpu_register_gemm(&ops);
       td_cpu_register_elementwise(&ops);
       td_cpu_register_attention(&ops);
