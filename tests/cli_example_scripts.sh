@@ -12,6 +12,9 @@
 #  - Megatron-LM gpt3/train_gpt3_175b_distributed.sh: --rampup-batch-size with
 #    --train-iters, which Megatron-LM's own validate_args refuses ("expected no
 #    batch-size rampup for iteration-based training"); trident refuses it too.
+#  - Megatron-DeepSpeed rebase/ds_pretrain_gpt_1.3B.sh at ZeRO stage 2 on 2 ranks
+#    (DP 2, fp16, the same template): exit 0, the ZeRO stage 2 start-up lines,
+#    the lm loss lower at the last log line than at the first, its checkpoint.
 # Arguments: the trident binary and the source directory.
 set -u
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -119,6 +122,36 @@ errs=$(grep '^trident: error: ' "$d/out" | grep -v 'failed (exit code' | sort -u
   echo "$errs" | grep -q -- '--rampup-batch-size needs --train-samples' && ! grep -q ' iteration ' "$d/out" &&
   ok "train_gpt3_175b_distributed.sh: exit 1, --rampup-batch-size with --train-iters refused as in Megatron-LM" ||
   fail "train_gpt3_175b_distributed.sh: exit $rc: $errs"
+
+# 4. Megatron-DeepSpeed rebase/ds_pretrain_gpt_1.3B.sh on 2 ranks (DP 2, ZeRO-2).
+d=$tmp/ds13b
+stage "$d" rebase_ds_config_gpt_TEMPLATE.json pile_text_document
+(cd "$d" && timeout -k 5 120 bash "$scripts/ds_pretrain_gpt_1.3B.sh" >"$d/script.out" 2>&1)
+rc=$?
+log=$(ls "$d"/output/log/*.log 2>/dev/null | head -1)
+[ $rc -eq 0 ] && [ -n "$log" ] && ok "ds_pretrain_gpt_1.3B.sh (ZeRO-2): exit 0" ||
+  fail "ds_pretrain_gpt_1.3B.sh: exit $rc: $(tail -5 "${log:-$d/script.out}")"
+log=${log:-/dev/null}
+# (not anchored: another rank's stderr may share the line's start in the log)
+grep -q ' > ZeRO stage 2: Adam state and gradients sharded over 2 data-parallel ranks, ' "$log" &&
+  grep -q ' > data-parallel gradient reduce-scatter: ' "$log" &&
+  ok "ds_pretrain_gpt_1.3B.sh: $(grep -o ' > ZeRO stage 2:.*' "$log" | sed 's/^ > //')" ||
+  fail "ds_pretrain_gpt_1.3B.sh: no ZeRO stage 2 summary: $(grep '^ > ' "$log")"
+grep -qE "$(logline 10 40 80 8)" "$log" && grep -qE "$(logline 20 40 160 8)" "$log" &&
+  [ "$(grep -c '] iteration ' "$log")" -eq 2 ] &&
+  ok "ds_pretrain_gpt_1.3B.sh: Megatron's log lines at iterations 10 and 20" ||
+  fail "ds_pretrain_gpt_1.3B.sh: log lines: $(grep ' iteration ' "$log")"
+losses=$(sed -nE 's/.*\] iteration .*\| lm loss: ([0-9.E+-]+) \|.*/\1/p' "$log" | tr '\n' ' ')
+echo "$losses" | awk '{ exit !(NF >= 2 && $NF + 0 < $1 + 0) }' &&
+  ok "ds_pretrain_gpt_1.3B.sh: lm loss falls ($(echo $losses | sed 's/ / -> /g'))" ||
+  fail "ds_pretrain_gpt_1.3B.sh: lm loss does not fall: '$losses'"
+c=$(ls -d "$d"/output/checkpoint/*/ 2>/dev/null | head -1)
+[ -n "$c" ] && [ "$(cat "$c/latest_checkpointed_iteration.txt" 2>/dev/null)" = 20 ] &&
+  [ -f "$c/iter_0000020/mp_rank_00/model.safetensors" ] &&
+  [ -f "$c/iter_0000020/mp_rank_00/optim_dp000.safetensors" ] &&
+  ok "ds_pretrain_gpt_1.3B.sh: checkpoint at iteration 20 (the ZeRO-2 shards gathered whole)" ||
+  fail "ds_pretrain_gpt_1.3B.sh: checkpoint: $(find "$d/output/checkpoint" | head)"
+grep -q '^trident: error' "$log" && fail "ds_pretrain_gpt_1.3B.sh: errors: $(grep error "$log")"
 
 [ $failed -eq 0 ] && echo "cli_example_scripts: all passed"
 exit $failed

@@ -42,7 +42,7 @@ for prec in fp32 bf16; do
 done
 
 grep -q "world size 4 = tensor-parallel 1 x pipeline-parallel 1 x data-parallel 4" "$tmp/fp32/np4.log" &&
-  grep -q "data-parallel all-reduce not hidden behind backward" "$tmp/fp32/np4.log" &&
+  grep -q "data-parallel gradient reduction not hidden behind backward" "$tmp/fp32/np4.log" &&
   [ "$(grep -c 'iteration *1/' "$tmp/fp32/np4.log")" = 1 ] &&
   ok "DP=4 prints its layout and the exposed all-reduce time, once (rank 0)" ||
   fail "DP=4 layout / all-reduce lines: $(head -5 "$tmp/fp32/np4.log")"
@@ -106,6 +106,19 @@ for z in 2 3; do
   run 2 "$tmp/z${z}_dp2.log" --micro-batch-size 2 --zero-stage $z
   same "$tmp/fp32/np1.log" "$tmp/z${z}_dp2.log" 1e-6 "ZeRO-$z at DP=2 (2 micro-batches per rank) == DP=1"
 done
+# Model states per rank against the ZeRO paper's formulas (fp32 terms), and the
+# peak device bytes (activations included) falling stage by stage.
+for z in 0 2 3; do
+  d=$(grep -oE "stage $z in fp32: [0-9.]+ \([-0-9.]+%\)" "$tmp/z${z}_fp32.log" | grep -oE '[-0-9.]+%' | tr -d %)
+  awk -v d="$d" 'BEGIN { exit !(d != "" && d < 10 && d > -10) }' &&
+    ok "ZeRO-$z at DP=4: model states within 10% of the ZeRO paper's formula ($d%)" ||
+    fail "ZeRO-$z model states: $(grep 'model states' "$tmp/z${z}_fp32.log")"
+done
+peak() { grep -oE 'max allocated: [0-9.]+' "$1" | head -1 | awk '{ print $3 }'; }
+awk -v a="$(peak "$tmp/z0_fp32.log")" -v b="$(peak "$tmp/z2_fp32.log")" -v c="$(peak "$tmp/z3_fp32.log")" \
+  'BEGIN { exit !(a >= b && b >= c && a > c && c > 0) }' &&
+  ok "peak device MiB per rank at DP=4: $(peak "$tmp/z0_fp32.log") plain, $(peak "$tmp/z2_fp32.log") ZeRO-2, $(peak "$tmp/z3_fp32.log") ZeRO-3" ||
+  fail "peaks not falling: $(peak "$tmp/z0_fp32.log") $(peak "$tmp/z2_fp32.log") $(peak "$tmp/z3_fp32.log")"
 grep -q "ZeRO stage 3: Adam state, gradients and parameters sharded over 4 data-parallel ranks" \
   "$tmp/z3_fp32.log" && grep -q "gradient reduce-scatter" "$tmp/z3_fp32.log" &&
   ok "ZeRO-3 at DP=4 says what it shards" || fail "ZeRO-3 summary: $(grep ZeRO "$tmp/z3_fp32.log")"

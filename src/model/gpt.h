@@ -285,6 +285,7 @@ td_gpt_memory td_gpt_memory_report(const td_gpt *m);
  * elements. Counts saturate at TD_SIZE_HUGE (base/checked.h). */
 typedef struct {
   uint64_t flat_numel, num_params, n_tensors, largest;
+  uint64_t largest_unit; /* flat elements of the largest unit (td_gpt_unit) */
 } td_gpt_param_count;
 
 /* What td_gpt_create would allocate, computed without allocating anything (so a

@@ -175,9 +175,11 @@ static td_gpt_param_count probe(const td_gpt_config *cfg, const td_gpt_layout *l
   m.lay.layer_end = m.lay.layer_begin + layers;
   if (!with_ends) m.lay.has_embedding = m.lay.has_head = 0;
   td_gpt_build_tensors(&m);
-  td_gpt_param_count c = {(uint64_t)m.flat_numel, (uint64_t)m.num_params, (uint64_t)m.n_tensors, 0};
+  td_gpt_param_count c = {(uint64_t)m.flat_numel, (uint64_t)m.num_params, (uint64_t)m.n_tensors, 0, 0};
   for (int i = 0; i < m.n_tensors; i++)
     if ((uint64_t)m.tensors[i].numel > c.largest) c.largest = (uint64_t)m.tensors[i].numel;
+  for (int u = 0; u < m.n_units; u++)
+    if ((uint64_t)m.units[u].numel > c.largest_unit) c.largest_unit = (uint64_t)m.units[u].numel;
   td_free(m.tensors), td_free(m.units), td_free(m.unit_of);
   return c;
 }
@@ -191,7 +193,8 @@ td_gpt_param_count td_gpt_count_params(const td_gpt_config *cfg, const td_gpt_la
       .flat_numel = td_sat_add(ends.flat_numel, td_sat_mul(layers, one.flat_numel)),
       .num_params = td_sat_add(ends.num_params, td_sat_mul(layers, one.num_params)),
       .n_tensors = td_sat_add(ends.n_tensors, td_sat_mul(layers, one.n_tensors)),
-      .largest = ends.largest > one.largest ? ends.largest : one.largest};
+      .largest = ends.largest > one.largest ? ends.largest : one.largest,
+      .largest_unit = ends.largest_unit > one.largest_unit ? ends.largest_unit : one.largest_unit};
   return c;
 }
 

@@ -57,13 +57,9 @@ struct td_zero {
   unit_reduction *red;
   int *queue, n_queue; /* units queued or in flight, in start order */
   int in_flight;
-  float **recv_pool;          /* free receive buffers (max_unit elements) */
-  int n_recv_pool;
   /* stage 2/3 */
   float *grad_shard;
   float **grad_buf;  /* per unit: its gradient buffer while bound (NULL otherwise) */
-  float **grad_pool; /* free unit gradient buffers */
-  int n_grad_pool, n_grad_bufs;
   /* stage 3 */
   float *param_shard;
   slot slots[SLOTS];
@@ -88,24 +84,19 @@ int64_t td_zero_unit_multiple(int dp_size) { return dp_size > 1 ? 16 * (int64_t)
 
 /* ------------------------------------------------------------ memory */
 
+/* Unit-sized buffers live only while used (a unit's gradients from its
+ * backward to its reduction, a receive buffer through an exchange, a gathered
+ * unit until its slot is reused): allocated to size and freed, counted. */
 static void *transient_alloc(td_zero *z, int64_t n, size_t elem) {
   z->transient += (uint64_t)n * elem;
   if (z->transient > z->transient_peak) z->transient_peak = z->transient;
   return OPS(z)->alloc(z->dev, (size_t)n * elem);
 }
 
-static float *take_recv(td_zero *z) {
-  if (z->n_recv_pool) return z->recv_pool[--z->n_recv_pool];
-  return transient_alloc(z, z->max_unit, sizeof(float));
-}
-
-static void give_recv(td_zero *z, float *b) { z->recv_pool[z->n_recv_pool++] = b; }
-
-static float *take_grad_buffer(td_zero *z) {
-  if (z->n_grad_pool) return z->grad_pool[--z->n_grad_pool];
-  TD_CHECK(z->n_grad_bufs < z->n_units, "ZeRO: more gradient buffers than units");
-  z->n_grad_bufs++;
-  return transient_alloc(z, z->max_unit, sizeof(float));
+static void transient_free(td_zero *z, void *p, int64_t n, size_t elem) {
+  if (!p) return;
+  z->transient -= (uint64_t)n * elem;
+  OPS(z)->free(z->dev, p);
 }
 
 /* ------------------------------------------------------------ reductions */
@@ -123,7 +114,7 @@ static float *unit_grads(td_zero *z, int u) {
 
 static void start_exchange(td_zero *z, int u) {
   unit_reduction *r = &z->red[u];
-  r->recv = take_recv(z);
+  r->recv = transient_alloc(z, U(z, u)->numel, sizeof(float));
   td_comm_iall_to_all(z->comm[COMM_EXCHANGE], unit_grads(z, u), r->recv, z->piece[u], TD_F32,
                       &r->req);
   r->phase = RED_EXCHANGE;
@@ -140,10 +131,10 @@ static void sum_pieces(td_zero *z, int u) {
 static void unit_reduced(td_zero *z, int u) {
   unit_reduction *r = &z->red[u];
   r->phase = RED_IDLE;
-  if (r->recv) give_recv(z, r->recv);
+  transient_free(z, r->recv, U(z, u)->numel, sizeof(float));
   r->recv = NULL;
-  if (z->stage >= 2) { /* the unit's buffer is free until its next backward */
-    z->grad_pool[z->n_grad_pool++] = z->grad_buf[u];
+  if (z->stage >= 2) { /* the unit's buffer is gone until its next backward */
+    transient_free(z, z->grad_buf[u], U(z, u)->numel, sizeof(float));
     z->grad_buf[u] = NULL;
     td_gpt_bind_grads(z->model, u, NULL);
   }
@@ -163,7 +154,7 @@ static void exchanged(td_zero *z, int u) {
   }
   float *mine = flat_grad_piece(z, u);
   OPS(z)->copy_d2d(z->dev, mine, r->recv, (size_t)p * sizeof(float));
-  give_recv(z, r->recv);
+  transient_free(z, r->recv, U(z, u)->numel, sizeof(float));
   r->recv = NULL;
   td_comm_iall_gather(z->comm[COMM_GRAD_GATHER], mine, td_gpt_grads(z->model) + U(z, u)->offset,
                       p, TD_F32, &r->req);
@@ -241,7 +232,7 @@ static void on_grads_needed(void *ctx, td_gpt *m, int u) {
   if (z->stage < 2) return;
   while (z->red[u].phase != RED_IDLE) progress(z, 1); /* then its old buffer is back */
   if (z->grad_buf[u]) return; /* bound earlier in this backward (tied embeddings) */
-  float *b = take_grad_buffer(z);
+  float *b = transient_alloc(z, U(z, u)->numel, sizeof(float));
   OPS(z)->fill(z->dev, b, TD_F32, U(z, u)->numel, 0.0f);
   z->grad_buf[u] = b;
   td_gpt_bind_grads(z->model, u, b);
@@ -309,10 +300,26 @@ static int free_slot(td_zero *z, int keep) {
   return best;
 }
 
+/* Empty slot i (its unit, if any, is no longer gathered). */
+static void empty_slot(td_zero *z, int i) {
+  slot *s = &z->slots[i];
+  if (s->unit < 0) return;
+  int64_t n = U(z, s->unit)->numel;
+  transient_free(z, s->params, n, sizeof(float));
+  transient_free(z, s->weights, n, td_dtype_size(td_gpt_weight_dtype(z->model)));
+  s->params = NULL, s->weights = NULL;
+  z->slot_of[s->unit] = -1;
+  s->unit = -1;
+}
+
 /* Start gathering unit u into slot i: this rank's piece in place, then the rest. */
 static void start_gather(td_zero *z, int i, int u) {
   slot *s = &z->slots[i];
-  if (s->unit >= 0) z->slot_of[s->unit] = -1;
+  empty_slot(z, i);
+  int64_t n = U(z, u)->numel;
+  s->params = transient_alloc(z, n, sizeof(float));
+  if (td_gpt_compute_dtype(z->model) != TD_F32)
+    s->weights = transient_alloc(z, n, td_dtype_size(td_gpt_weight_dtype(z->model)));
   s->unit = u, s->in_flight = 1;
   z->slot_of[u] = i;
   int64_t p = z->piece[u];
@@ -365,8 +372,7 @@ static void drop_slots(td_zero *z) {
   for (int i = 0; i < SLOTS; i++) {
     land(z, i);
     TD_CHECK(!z->slots[i].refs, "ZeRO-3: a slot is held across a step");
-    if (z->slots[i].unit >= 0) z->slot_of[z->slots[i].unit] = -1;
-    z->slots[i].unit = -1;
+    empty_slot(z, i);
   }
 }
 
@@ -419,16 +425,10 @@ static void make_runs(td_zero *z) {
 }
 
 static void alloc_stage3(td_zero *z) {
-  td_dtype wd = td_gpt_weight_dtype(z->model);
-  int lowp = td_gpt_compute_dtype(z->model) != TD_F32;
   z->param_shard = OPS(z)->alloc(z->dev, (size_t)z->shard_numel * sizeof(float));
   z->slot_of = td_malloc(sizeof *z->slot_of * (size_t)z->n_units);
   for (int u = 0; u < z->n_units; u++) z->slot_of[u] = -1;
-  for (int i = 0; i < SLOTS; i++) {
-    z->slots[i].unit = -1;
-    z->slots[i].params = transient_alloc(z, z->max_unit, sizeof(float));
-    if (lowp) z->slots[i].weights = transient_alloc(z, z->max_unit, td_dtype_size(wd));
-  }
+  for (int i = 0; i < SLOTS; i++) z->slots[i].unit = -1;
 }
 
 td_zero *td_zero_create(td_gpt *model, td_comm *dp, int stage, int64_t bucket_size) {
@@ -456,13 +456,11 @@ td_zero *td_zero_create(td_gpt *model, td_comm *dp, int stage, int64_t bucket_si
   z->red = td_calloc(sizeof *z->red * nu);
   z->queue = td_malloc(sizeof *z->queue * nu);
   for (int k = 0; k < N_COMMS && z->dp_size > 1; k++) z->comm[k] = td_comm_split(dp, 0, z->dp_rank);
-  z->recv_pool = td_calloc(sizeof *z->recv_pool * (MAX_IN_FLIGHT + 1));
   make_buckets(z, bucket_size);
   make_runs(z);
   if (stage >= 2) {
     z->grad_shard = OPS(z)->alloc(z->dev, (size_t)z->shard_numel * sizeof(float));
     z->grad_buf = td_calloc(sizeof *z->grad_buf * nu);
-    z->grad_pool = td_calloc(sizeof *z->grad_pool * nu);
   }
   if (stage == 3) alloc_stage3(z);
   td_zero_attach(z, model);
@@ -479,17 +477,15 @@ void td_zero_free(td_zero *z) {
   if (!z) return;
   td_gpt_set_hooks(z->model, NULL);
   const td_device_ops *ops = OPS(z);
-  for (int i = 0; i < z->n_recv_pool; i++) ops->free(z->dev, z->recv_pool[i]);
-  for (int i = 0; i < z->n_grad_pool; i++) ops->free(z->dev, z->grad_pool[i]);
+  if (z->grad_buf)
+    for (int u = 0; u < z->n_units; u++) transient_free(z, z->grad_buf[u], U(z, u)->numel, sizeof(float));
   if (z->grad_shard) ops->free(z->dev, z->grad_shard);
   if (z->param_shard) ops->free(z->dev, z->param_shard);
-  for (int i = 0; i < SLOTS; i++) {
-    if (z->slots[i].params) ops->free(z->dev, z->slots[i].params);
-    if (z->slots[i].weights) ops->free(z->dev, z->slots[i].weights);
-  }
+  if (z->slot_of)
+    for (int i = 0; i < SLOTS; i++) empty_slot(z, i);
   for (int k = 0; k < N_COMMS; k++) td_comm_free(z->comm[k]);
   td_free(z->piece), td_free(z->part), td_free(z->shard_off), td_free(z->red), td_free(z->queue);
-  td_free(z->recv_pool), td_free(z->grad_buf), td_free(z->grad_pool), td_free(z->slot_of);
+  td_free(z->grad_buf), td_free(z->slot_of);
   td_free(z->trace), td_free(z->buckets), td_free(z->bucket_of), td_free(z->runs);
   td_free(z->run_tensor);
   td_free(z);
@@ -615,13 +611,13 @@ void td_zero_init_params(td_zero *z, uint64_t seed) {
     td_gpt_init_params(z->model, seed);
     return;
   }
-  float *unit = z->slots[0].params;
+  float *unit = transient_alloc(z, z->max_unit, sizeof(float));
   for (int u = 0; u < z->n_units; u++) {
     td_gpt_init_unit(z->model, u, seed, unit);
     OPS(z)->copy_d2d(z->dev, z->param_shard + z->shard_off[u], unit + z->dp_rank * z->piece[u],
                      (size_t)z->piece[u] * sizeof(float));
   }
-  drop_slots(z);
+  transient_free(z, unit, z->max_unit, sizeof(float));
 }
 
 /* This rank's part of buffer `which` as one shard-sized device buffer (for m

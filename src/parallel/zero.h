@@ -21,8 +21,8 @@
  *     all-gather gives every rank the whole gradient (reduce-scatter +
  *     all-gather is an all-reduce);
  *   stage 2/3: the summed piece is added to this rank's gradient shard (kept
- *     across micro-batches) and the unit's gradient buffer, bound to the model
- *     just for this backward, goes back to a pool of at most a few units.
+ *     across micro-batches) and the unit's gradient buffer, allocated to its size
+ *     and bound to the model just for this backward, is freed.
  * At most two units are in flight at a time (their receive buffers are the
  * only extra memory). MPI progresses them inside MPI calls: every hook tests
  * the units in flight.
@@ -33,9 +33,9 @@
  * into the flat parameters; stage 3 keeps only its shard.
  *
  * Stage 3 parameters: before a unit runs (forward, recomputation, backward) its
- * pieces are all-gathered into one of three unit-sized slots (and cast to the
- * matmul dtype), which the model then reads; a slot is reused once no one holds
- * it. The next unit is prefetched (its all-gather started) from the order the
+ * pieces are all-gathered into one of three slots (allocated to the unit's size,
+ * and cast to the matmul dtype), which the model then reads; a slot is reused
+ * once no one holds it, and emptied after each step. The next unit is prefetched (its all-gather started) from the order the
  * first training step asked for units in. */
 #ifndef TD_PARALLEL_ZERO_H
 #define TD_PARALLEL_ZERO_H

@@ -97,7 +97,7 @@ const td_foreign_group td_foreign_groups[] = {
     {.refused = 1,
      .why = "this parallel layout is not built: trident splits the model over "
             "--tensor-model-parallel-size (with --sequence-parallel) and equal "
-            "--pipeline-model-parallel-size stages (1F1B), and shards the optimizer with ZeRO-1",
+            "--pipeline-model-parallel-size stages (1F1B), and shards with ZeRO stages 1-3",
      .names = "decoder-first-pipeline-num-layers decoder-last-pipeline-num-layers "
               "pipeline-model-parallel-layout num-virtual-stages-per-pipeline-rank "
               "microbatch-group-size-per-virtual-pipeline-stage "

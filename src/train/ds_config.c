@@ -195,8 +195,8 @@ static const dskey k_zero[] = {
     {B("zero_quantized_gradients"), .w = W_TRUE,
      .refuse = "quantized gradient communication (ZeRO++) would change the numbers; " NOT_BUILT},
     {B("zero_quantized_nontrainable_weights"), .note = NOTE_Z3},
-    {I("mics_shard_size"), .note = "MiCS sharding groups are " NOT_BUILT "; ZeRO-1 shards over all "
-                                   "data-parallel ranks (the same numbers)"},
+    {I("mics_shard_size"), .note = "MiCS sharding groups are " NOT_BUILT "; every ZeRO stage shards over "
+                                   "all data-parallel ranks (the same numbers)"},
     {B("mics_hierarchical_params_gather"), .note = NOTE_Z3},
     {B("memory_efficient_linear"), .note = NOTE_Z3},
     {B("pipeline_loading_checkpoint"), .note = NOTE_Z3},
@@ -309,7 +309,7 @@ static const dskey k_top[] = {
     {WHEN_OPEN("comet", k_comet)},
     {O("flops_profiler", k_flops_profiler)},
     {O("comms_logger", k_comms_logger)},
-    {O("aio", k_aio), .note = "asynchronous I/O for NVMe offload, which is " NOT_BUILT},
+    {O("aio", k_aio), .note = "NVMe offload streams through its own I/O thread; these settings change nothing"},
     {O("checkpoint", k_checkpoint)},
     {O("data_types", k_data_types)},
     {C("communication_data_type", k_dtypes)},

@@ -6,6 +6,7 @@
 #include "base/checked.h"
 #include "base/memory_limit.h"
 #include "optim/nvme_state.h"
+#include "parallel/zero.h"
 #include "train/checkpoint.h"
 
 /* The trainer's per-tensor host tables: the checkpoint views of the parameters
@@ -35,11 +36,17 @@ int td_train_memory_plan(const td_args *a, const td_gpt_config *cfg, const td_gp
   if (a->optimizer_nvme_path) /* NVMe offload: three chunks of m and v in memory */
     m->optimizer = (share < TD_NVME_CHUNK ? share : TD_NVME_CHUNK) * 6 * sizeof(float);
   m->shards = td_sat_mul(share, (uint64_t)((z >= 2) + (z == 3)) * sizeof(float));
-  /* a unit is at most a layer or the embeddings: bounded by 16 of the largest
-   * tensor; ZeRO-2/3 keep up to 3 unit gradient buffers and 2 receive buffers,
-   * ZeRO-3 3 slots of fp32 and low-precision weights */
-  uint64_t unit = td_sat_mul(c.largest, 16 * sizeof(float));
-  if (z >= 2) m->transient = td_sat_mul(unit, 5 + (z == 3 ? 3 + 3 * (compute != TD_F32) : 0));
+  /* ZeRO-2/3 hold the gradient buffers of a bucket's units until it reduces (a
+   * bucket of whole units, up to the bucket size), the tied embedding's across
+   * backward, and 2 receive buffers; ZeRO-3 3 slots of the largest unit in fp32
+   * and (low precision) its weights */
+  uint64_t bucket = a->ddp_bucket_size > 0 ? (uint64_t)a->ddp_bucket_size
+                                           : (uint64_t)td_zero_default_bucket_size(p->dp_size);
+  if (bucket > c.flat_numel) bucket = c.flat_numel;
+  uint64_t unit = td_sat_mul(c.largest_unit, sizeof(float));
+  if (z >= 2)
+    m->transient = td_sat_add(td_sat_mul(bucket, sizeof(float)),
+                              td_sat_mul(unit, 3 + (z == 3 ? 3 + 3 * (compute != TD_F32) : 0)));
   if (z && (a->save || a->load)) m->checkpoint = td_sat_mul(c.flat_numel, (2 + (z == 3)) * sizeof(float));
   uint64_t tokens = td_sat_mul((uint64_t)a->global_batch_size, (uint64_t)a->seq_length);
   m->staging = td_sat_add(td_sat_mul(tokens, 2 * sizeof(int32_t) + sizeof(float)),

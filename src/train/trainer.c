@@ -30,6 +30,7 @@
 #include "optim/nvme_state.h"
 #include "train/checkpoint.h"
 #include "train/model_device.h"
+#include "parallel/pipeline.h"
 #include "parallel/zero.h"
 #include "train/tb_events.h"
 #include "train/timers.h"
@@ -48,10 +49,7 @@ typedef struct {
   td_zero *zero;    /* data parallelism: gradient reduction, shards, stage-3 gathers */
   unsigned char *counted; /* per tensor: counted by this rank in whole-model statistics */
   td_timers timers; /* --timing-log-level */
-  td_gpt **replicas; /* pipeline: an activation arena per micro-batch in flight (replicas[0] = model) */
-  int n_replicas;
-  td_comm_request (*stage_sends)[2]; /* per replica: its output's and its input gradient's send */
-  int (*stage_sending)[2];
+  td_pipeline pipe; /* this rank's pipeline stage: arenas, schedule */
   td_tb_writer *tb; /* --tensorboard-dir, on the logging rank */
   td_device *dev;
   td_gpt *model;
@@ -239,10 +237,12 @@ static void setup_topology(trainer *t) {
   t->is_logger = t->topo.rank == 0;
 }
 
-/* The data-parallel engine, hooked into the model and every pipeline replica. */
-static void setup_zero(trainer *t) {
+/* The data-parallel engine (hooked into the model), then the pipeline stage
+ * (its replicas hooked too). */
+static void setup_zero_and_pipeline(trainer *t) {
   t->zero = td_zero_create(t->model, t->dp, t->zero_stage, ddp_bucket_size(t));
-  for (int r = 1; r < t->n_replicas; r++) td_zero_attach(t->zero, t->replicas[r]);
+  td_pipeline_init(&t->pipe, t->model, t->topo.group[TD_GROUP_PP], t->topo.coord.pp,
+                   t->topo.layout.pp, t->a->num_micro_batches, &t->timers, t->zero);
 }
 
 /* The bytes of model states this rank holds against the ZeRO paper's formula
@@ -306,12 +306,12 @@ static void print_summary(const trainer *t) {
     printf(" > pipeline stage %d of %d: layers [%lld, %lld), 1F1B with %d micro-batches in flight "
            "here (one activation arena each)\n",
            t->topo.coord.pp + 1, l->pp, (long long)(t->cfg.num_layers / l->pp * t->topo.coord.pp),
-           (long long)(t->cfg.num_layers / l->pp * (t->topo.coord.pp + 1)), t->n_replicas);
+           (long long)(t->cfg.num_layers / l->pp * (t->topo.coord.pp + 1)), t->pipe.n_replicas);
   printf(" > memory per rank (MiB): parameters %.1f | gradients %.1f | optimizer state %.1f | "
          "%s weights %.1f | activations %.1f (%.2f per layer%s%s)\n",
          zm.params / 1048576.0, zm.grads / 1048576.0, zm.optim / 1048576.0,
          td_dtype_name(t->compute), zm.weights / 1048576.0,
-         mem.activations * (double)t->n_replicas / 1048576.0,
+         mem.activations * (double)t->pipe.n_replicas / 1048576.0,
          mem.activations_per_layer / 1048576.0, a->sequence_parallel ? ", sequence-parallel" : "",
          recompute);
   print_model_states(t, &zm);
@@ -382,8 +382,16 @@ static double pp_sum(trainer *t, double x) {
 
 /* This rank's micro-batch m is the (m * dp + dp_rank)-th of the global batch (the
  * sampler's order), whose dropout seed it takes: masks do not depend on dp. */
-static uint64_t micro_batch_seed(const trainer *t, int64_t m) {
+static uint64_t micro_batch_seed(void *ctx, int64_t m) {
+  const trainer *t = ctx;
   return td_gpt_dropout_seed(t->seed, t->iteration, m * t->dp_size + t->dp_rank);
+}
+
+/* The staged global batch as the pipeline schedules read it. */
+static td_pipeline_batch staged_batch(trainer *t) {
+  return (td_pipeline_batch){.tokens = t->tokens, .targets = t->targets, .mask = t->mask,
+                             .micro_tokens = t->a->micro_batch_size * t->a->seq_length,
+                             .seed = micro_batch_seed, .ctx = t};
 }
 
 /* A statistic of the whole model (td_zero_model_sum: this DP group's replica,
@@ -459,94 +467,6 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
 
 /* ------------------------------------------------------------------ pipeline */
 
-/* Megatron's 1F1B schedule (forward_backward_pipelining_without_interleaving):
- * stage s of PP runs min(PP - s - 1, M) warm-up forwards, then alternates one
- * forward and one backward, then runs the remaining backwards. A forward
- * receives its input from stage s - 1 and sends its output to s + 1; a backward
- * receives its output's gradient from s + 1 and sends its input's gradient to
- * s - 1 (the tag is the micro-batch). Up to min(PP - s, M) micro-batches are in
- * flight on stage s, each in its own activation arena (td_gpt_create_replica;
- * micro-batch m uses replica m mod that count, free again by then). Sends are
- * non-blocking (their buffer is that replica's, waited for before it is
- * reused) and receives blocking, which the schedule's order makes
- * deadlock-free. One stage (PP = 1) is the same schedule without warm-up or
- * communication: forward and backward per micro-batch in one arena. */
-static int first_stage(const trainer *t) { return t->topo.coord.pp == 0; }
-static int last_stage(const trainer *t) { return t->topo.coord.pp == t->topo.layout.pp - 1; }
-
-static void wait_sends(trainer *t, int r) {
-  for (int k = 0; k < 2; k++)
-    if (t->stage_sending[r][k]) td_comm_wait(&t->stage_sends[r][k]), t->stage_sending[r][k] = 0;
-}
-
-static double stage_forward(trainer *t, int64_t m, uint64_t seed, int training, double *ms) {
-  const int64_t o = m * t->a->micro_batch_size * t->a->seq_length, n = td_gpt_stage_numel(t->model);
-  int r = (int)(m % t->n_replicas);
-  td_gpt *g = t->replicas[r];
-  td_comm *pp = t->topo.group[TD_GROUP_PP];
-  wait_sends(t, r);
-  if (!first_stage(t))
-    td_comm_recv(pp, td_gpt_stage_input(g), n, TD_F32, t->topo.coord.pp - 1, (int)m);
-  td_timers_start(&t->timers, TD_TIMER_FORWARD_COMPUTE);
-  double loss = td_gpt_forward(g, t->tokens + o, t->targets + o, t->mask + o, seed, training, ms);
-  td_timers_stop(&t->timers, TD_TIMER_FORWARD_COMPUTE);
-  if (!last_stage(t)) {
-    td_comm_isend(pp, td_gpt_stage_output(g), n, TD_F32, t->topo.coord.pp + 1, (int)m,
-                  &t->stage_sends[r][0]);
-    t->stage_sending[r][0] = 1;
-  }
-  return loss;
-}
-
-static void stage_backward(trainer *t, int64_t m, float dloss_scale) {
-  const int64_t n = td_gpt_stage_numel(t->model);
-  int r = (int)(m % t->n_replicas);
-  td_gpt *g = t->replicas[r];
-  td_comm *pp = t->topo.group[TD_GROUP_PP];
-  wait_sends(t, r);
-  if (!last_stage(t))
-    td_comm_recv(pp, td_gpt_stage_output_grad(g), n, TD_F32, t->topo.coord.pp + 1, (int)m);
-  td_zero_set_reduce(t->zero, m == t->cur_micro - 1); /* stage 0/1 reduce in the last backward */
-  td_timers_start(&t->timers, TD_TIMER_BACKWARD_COMPUTE);
-  td_gpt_backward(g, dloss_scale);
-  td_timers_stop(&t->timers, TD_TIMER_BACKWARD_COMPUTE);
-  if (!first_stage(t)) {
-    td_comm_isend(pp, td_gpt_stage_input_grad(g), n, TD_F32, t->topo.coord.pp - 1, (int)m,
-                  &t->stage_sends[r][1]);
-    t->stage_sending[r][1] = 1;
-  }
-}
-
-static void wait_all_sends(trainer *t) {
-  for (int r = 0; r < t->n_replicas; r++) wait_sends(t, r);
-}
-
-static double pipeline_step(trainer *t, float dloss_scale) {
-  const int64_t M = t->cur_micro, later = t->topo.layout.pp - t->topo.coord.pp - 1;
-  const int64_t warmup = later < M ? later : M;
-  double loss = 0, ms;
-  for (int64_t m = 0; m < warmup; m++) loss += stage_forward(t, m, micro_batch_seed(t, m), 1, &ms);
-  for (int64_t i = 0; i < M - warmup; i++) {
-    loss += stage_forward(t, warmup + i, micro_batch_seed(t, warmup + i), 1, &ms);
-    stage_backward(t, i, dloss_scale);
-  }
-  for (int64_t m = M - warmup; m < M; m++) stage_backward(t, m, dloss_scale);
-  wait_all_sends(t);
-  return loss;
-}
-
-/* One activation arena per micro-batch in flight on this stage (the model's own
- * is the first). */
-static void setup_pipeline(trainer *t) {
-  int64_t M = t->a->num_micro_batches, span = t->topo.layout.pp - t->topo.coord.pp;
-  t->n_replicas = t->topo.layout.pp > 1 ? (int)(span < M ? span : M) : 1;
-  t->replicas = td_calloc((size_t)t->n_replicas * sizeof *t->replicas);
-  t->stage_sends = td_calloc((size_t)t->n_replicas * sizeof *t->stage_sends);
-  t->stage_sending = td_calloc((size_t)t->n_replicas * sizeof *t->stage_sending);
-  t->replicas[0] = t->model;
-  for (int r = 1; r < t->n_replicas; r++) t->replicas[r] = td_gpt_create_replica(t->model);
-}
-
 /* Tied word embeddings with pipeline stages: the first stage's and the last
  * stage's copy get the sum of their gradients (Megatron's embedding group), so
  * the two stay equal. */
@@ -579,9 +499,8 @@ static step_result train_step(trainer *t) {
   double denom = mask_total > 0 ? mask_total : 1;
   float scale = t->scaler.scale;
   td_zero_zero_grads(t->zero);
-  /* one stage (PP = 1) is the schedule without warm-up or communication: forward
-   * and backward per micro-batch */
-  double loss_sum = pipeline_step(t, (float)(scale / denom));
+  const td_pipeline_batch batch = staged_batch(t);
+  double loss_sum = t->pipe.schedule(&t->pipe, &batch, t->cur_micro, (float)(scale / denom));
   check_local_loss(t, loss_sum);
   td_timers_start(tm, TD_TIMER_ALL_GRADS_SYNC);
   td_zero_finish_grads(t->zero);
@@ -611,16 +530,14 @@ static double evaluate(trainer *t, int split, int64_t *consumed) {
   const int64_t gb = a->global_batch_size;
   double loss = 0, mask = 0;
   if (!t->a->mock_data && !t->split[split]) return NAN;
+  const td_pipeline_batch batch = staged_batch(t);
   for (int64_t it = 0; it < a->eval_iters; it++) {
     fill_batch(t, split, *consumed, a->num_micro_batches);
     *consumed += gb;
-    for (int64_t m = 0; m < a->num_micro_batches; m++) {
-      double ms;
-      loss += stage_forward(t, m, 0, 0, &ms);
-      mask += ms;
-    }
+    double ms;
+    loss += td_pipeline_forward_only(&t->pipe, &batch, a->num_micro_batches, &ms);
+    mask += ms;
   }
-  wait_all_sends(t);
   loss = pp_sum(t, dp_sum(t, loss)), mask = dp_sum(t, mask);
   return loss / (mask > 0 ? mask : 1);
 }
@@ -990,7 +907,7 @@ static void load_checkpoint(trainer *t) {
 /* Seconds in TP collectives since the last call, over every activation arena. */
 static double take_tp_comm_seconds(trainer *t) {
   double s = 0;
-  for (int r = 0; r < t->n_replicas; r++) s += td_gpt_take_comm_seconds(t->replicas[r]);
+  s += td_pipeline_take_tp_seconds(&t->pipe);
   return s;
 }
 
@@ -1043,7 +960,7 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
     tb_flush(t);
     puts(buf);
     if (t->dp_size > 1)
-      printf("  data-parallel all-reduce not hidden behind backward: %.1f ms per iteration "
+      printf("  data-parallel gradient reduction not hidden behind backward: %.1f ms per iteration "
              "(%.1f%% of the iteration)\n",
              1e3 * dp_s / iters, 100 * dp_s / seconds);
     if (t->topo.layout.tp > 1)
@@ -1160,8 +1077,7 @@ static void train_loop(trainer *t) {
 
 static void trainer_free(trainer *t) {
   tb_flush(t);
-  for (int r = 1; r < t->n_replicas; r++) td_gpt_destroy(t->replicas[r]);
-  td_free(t->replicas), td_free(t->stage_sends), td_free(t->stage_sending);
+  td_pipeline_free(&t->pipe);
   td_tb_close(t->tb);
   td_free(t->counted);
   for (int s = 0; s < 3; s++) td_mock_data_free(&t->mock[s]);
@@ -1219,8 +1135,7 @@ int td_train(td_args *a) {
     td_fail("%s", merr);
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);
   td_timers_init(&t.timers, a->timing_log_level);
-  setup_pipeline(&t);
-  setup_zero(&t);
+  setup_zero_and_pipeline(&t);
   td_zero_init_params(t.zero, (uint64_t)a->seed);
   setup_counted(&t);
   setup_optimizer(&t);

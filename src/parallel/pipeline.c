@@ -1,0 +1,114 @@
+#include "parallel/pipeline.h"
+
+#include "base/mem.h"
+
+static int first_stage(const td_pipeline *p) { return p->stage == 0; }
+static int last_stage(const td_pipeline *p) { return p->stage == p->stages - 1; }
+
+static void wait_sends(td_pipeline *p, int r) {
+  for (int k = 0; k < 2; k++)
+    if (p->sending[r][k]) td_comm_wait(&p->sends[r][k]), p->sending[r][k] = 0;
+}
+
+static void wait_all_sends(td_pipeline *p) {
+  for (int r = 0; r < p->n_replicas; r++) wait_sends(p, r);
+}
+
+static double stage_forward(td_pipeline *p, const td_pipeline_batch *b, int64_t m, int training,
+                            double *ms) {
+  const int64_t o = m * b->micro_tokens, n = td_gpt_stage_numel(p->replicas[0]);
+  int r = (int)(m % p->n_replicas);
+  td_gpt *g = p->replicas[r];
+  wait_sends(p, r);
+  if (!first_stage(p)) td_comm_recv(p->pp, td_gpt_stage_input(g), n, TD_F32, p->stage - 1, (int)m);
+  td_timers_start(p->timers, TD_TIMER_FORWARD_COMPUTE);
+  uint64_t seed = training ? b->seed(b->ctx, m) : 0;
+  double loss = td_gpt_forward(g, b->tokens + o, b->targets + o, b->mask + o, seed, training, ms);
+  td_timers_stop(p->timers, TD_TIMER_FORWARD_COMPUTE);
+  if (!last_stage(p)) {
+    td_comm_isend(p->pp, td_gpt_stage_output(g), n, TD_F32, p->stage + 1, (int)m, &p->sends[r][0]);
+    p->sending[r][0] = 1;
+  }
+  return loss;
+}
+
+static void stage_backward(td_pipeline *p, int64_t m, int64_t M, float dloss_scale) {
+  const int64_t n = td_gpt_stage_numel(p->replicas[0]);
+  int r = (int)(m % p->n_replicas);
+  td_gpt *g = p->replicas[r];
+  wait_sends(p, r);
+  if (!last_stage(p))
+    td_comm_recv(p->pp, td_gpt_stage_output_grad(g), n, TD_F32, p->stage + 1, (int)m);
+  td_zero_set_reduce(p->zero, m == M - 1); /* stage 0/1 reduce in the last backward */
+  td_timers_start(p->timers, TD_TIMER_BACKWARD_COMPUTE);
+  td_gpt_backward(g, dloss_scale);
+  td_timers_stop(p->timers, TD_TIMER_BACKWARD_COMPUTE);
+  if (!first_stage(p)) {
+    td_comm_isend(p->pp, td_gpt_stage_input_grad(g), n, TD_F32, p->stage - 1, (int)m,
+                  &p->sends[r][1]);
+    p->sending[r][1] = 1;
+  }
+}
+
+static double one_f_one_b(td_pipeline *p, const td_pipeline_batch *b, int64_t M, float dloss_scale) {
+  const int64_t later = p->stages - p->stage - 1, warmup = later < M ? later : M;
+  double loss = 0, ms;
+  for (int64_t m = 0; m < warmup; m++) loss += stage_forward(p, b, m, 1, &ms);
+  for (int64_t i = 0; i < M - warmup; i++) {
+    loss += stage_forward(p, b, warmup + i, 1, &ms);
+    stage_backward(p, i, M, dloss_scale);
+  }
+  for (int64_t m = M - warmup; m < M; m++) stage_backward(p, m, M, dloss_scale);
+  wait_all_sends(p);
+  return loss;
+}
+
+static double no_pipelining(td_pipeline *p, const td_pipeline_batch *b, int64_t M, float dloss_scale) {
+  double loss = 0, ms;
+  for (int64_t m = 0; m < M; m++) {
+    loss += stage_forward(p, b, m, 1, &ms);
+    stage_backward(p, m, M, dloss_scale);
+  }
+  return loss;
+}
+
+td_pipeline_schedule td_pipeline_select(int stages) { return stages > 1 ? one_f_one_b : no_pipelining; }
+
+double td_pipeline_forward_only(td_pipeline *p, const td_pipeline_batch *b, int64_t M,
+                                double *mask_sum) {
+  double loss = 0, ms;
+  *mask_sum = 0;
+  for (int64_t m = 0; m < M; m++) {
+    loss += stage_forward(p, b, m, 0, &ms);
+    *mask_sum += ms;
+  }
+  wait_all_sends(p);
+  return loss;
+}
+
+void td_pipeline_init(td_pipeline *p, td_gpt *model, td_comm *pp, int stage, int stages,
+                      int64_t max_micro, td_timers *timers, td_zero *zero) {
+  int64_t span = stages - stage;
+  *p = (td_pipeline){.pp = pp, .stage = stage, .stages = stages, .timers = timers, .zero = zero,
+                     .schedule = td_pipeline_select(stages)};
+  p->n_replicas = stages > 1 ? (int)(span < max_micro ? span : max_micro) : 1;
+  p->replicas = td_calloc((size_t)p->n_replicas * sizeof *p->replicas);
+  p->sends = td_calloc((size_t)p->n_replicas * sizeof *p->sends);
+  p->sending = td_calloc((size_t)p->n_replicas * sizeof *p->sending);
+  p->replicas[0] = model;
+  for (int r = 1; r < p->n_replicas; r++) {
+    p->replicas[r] = td_gpt_create_replica(model);
+    td_zero_attach(zero, p->replicas[r]);
+  }
+}
+
+void td_pipeline_free(td_pipeline *p) {
+  for (int r = 1; r < p->n_replicas; r++) td_gpt_destroy(p->replicas[r]);
+  td_free(p->replicas), td_free(p->sends), td_free(p->sending);
+}
+
+double td_pipeline_take_tp_seconds(td_pipeline *p) {
+  double s = 0;
+  for (int r = 0; r < p->n_replicas; r++) s += td_gpt_take_comm_seconds(p->replicas[r]);
+  return s;
+}
