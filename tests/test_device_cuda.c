@@ -536,6 +536,38 @@ static void test_cross_entropy(void) {
     }
 }
 
+/* The vocabulary-parallel combine and the masked loss sum (both in double). */
+static void test_combine_and_masked_sum(void) {
+  static const int64_t ns[] = {1, 7, 1000, 4099};
+  for (int i = 0; i < 4; i++) {
+    int64_t n = ns[i], parts = 1 + i;
+    float *lp = randf(n * parts, -5, 12), *tl = randf(n, -20, 20), *x = randf(n, 0, 11);
+    float *mask = randf(n, 0, 1);
+    for (int64_t r = 0; r < n; r++) mask[r] = mask[r] < 0.3f ? 0.0f : 1.0f;
+    float *lse[3], *loss[3];
+    double sum[3];
+    for (int r = 0; r < 3; r++) {
+      lse[r] = alloc_host(n * 4), loss[r] = alloc_host(n * 4);
+      bufs b = {.d = r ? g_gpu : g_cpu};
+      float *dlp = put(&b, lp, n * parts * 4), *dtl = put(&b, tl, n * 4), *dl = put(&b, NULL, n * 4);
+      float *dx = put(&b, x, n * 4), *dm = put(&b, mask, n * 4);
+      b.d->ops->cross_entropy_combine(b.d, dl, dtl, dlp, dtl, n, parts); /* losses alias */
+      get(&b, lse[r], dl, n * 4), get(&b, loss[r], dtl, n * 4);
+      sum[r] = b.d->ops->masked_sum(b.d, dx, dm, n);
+      release(&b);
+    }
+    double e_lse = relerr(lse[1], lse[0], n), e_loss = relerr(loss[1], loss[0], n);
+    double e_sum = fabs(sum[1] - sum[0]) / (fabs(sum[0]) > 1 ? fabs(sum[0]) : 1);
+    int det = same_bits(lse[1], lse[2], n * 4) && same_bits(loss[1], loss[2], n * 4) &&
+              sum[1] == sum[2];
+    CHECK(e_lse < 1e-6 && e_loss < 1e-6 && e_sum < 1e-12 && det,
+          "cross_entropy_combine n=%lld parts=%lld: lse %.2g loss %.2g; masked_sum %.2g; "
+          "deterministic %d", (long long)n, (long long)parts, e_lse, e_loss, e_sum, det);
+    for (int r = 0; r < 3; r++) td_free(lse[r]), td_free(loss[r]);
+    td_free(lp), td_free(tl), td_free(x), td_free(mask);
+  }
+}
+
 /* ------------------------------------------------------------------ optimizer */
 
 static void test_adamw(void) {
@@ -791,7 +823,8 @@ int main(int argc, char **argv) {
                 {"add_scale", test_add_scale},   {"dropout", test_dropout},
                 {"gelu", test_gelu},             {"bias_backward", test_bias_backward},
                 {"layernorm", test_layernorm},   {"embedding", test_embedding},
-                {"cross_entropy", test_cross_entropy}, {"adamw", test_adamw},
+                {"cross_entropy", test_cross_entropy},
+                {"combine", test_combine_and_masked_sum}, {"adamw", test_adamw},
                 {"reductions", test_reductions}, {"matmul", test_matmul},
                 {"attention", test_attention}};
   for (size_t i = 0; i < sizeof groups / sizeof *groups; i++)

@@ -141,13 +141,7 @@ static void test_xent_slices(int64_t N, int64_t V, int parts, uint64_t s) {
     for (int64_t r = 0; r < N; r++) lse_all[p * N + r] = lse[r], tl_sum[r] += tl[r];
   }
   float *loss = falloc(N);
-  for (int64_t r = 0; r < N; r++) {
-    double mx = -INFINITY, sum = 0;
-    for (int p = 0; p < parts; p++) mx = fmax(mx, lse_all[p * N + r]);
-    for (int p = 0; p < parts; p++) sum += exp(lse_all[p * N + r] - mx);
-    glse[r] = (float)(mx + log(sum));
-    loss[r] = glse[r] - tl_sum[r];
-  }
+  OPS->cross_entropy_combine(DEV, glse, loss, lse_all, tl_sum, N, parts);
   double el = tst_rel_err(loss, lref, N), es = tst_rel_err(glse, sref, N);
   CHECK(el < 1e-5 && es < 1e-5, "cross-entropy over %d vocabulary slices %lldx%lld: rel err loss %.2g lse %.2g",
         parts, (long long)N, (long long)V, el, es);
@@ -316,7 +310,24 @@ static void test_adamw(int64_t n, int64_t step, uint64_t s) {
   td_free(pr), td_free(mr), td_free(vr), td_free(dpr);
 }
 
+/* masked_sum against a double sum: the loss of a micro-batch under its mask. */
+static void test_masked_sum(int64_t n, uint64_t seed) {
+  float *x = falloc(n), *mask = falloc(n);
+  tst_fill_uniform(x, n, seed, -3.0f, 3.0f);
+  double ref = 0, mag = 0;
+  for (int64_t i = 0; i < n; i++) {
+    mask[i] = (float)(i % 3 != 1);
+    ref += (double)x[i] * mask[i], mag += fabs((double)x[i] * mask[i]);
+  }
+  double got = OPS->masked_sum(DEV, x, mask, n), err = fabs(got - ref) / (mag > 0 ? mag : 1);
+  CHECK(err < 1e-12, "masked_sum n=%lld: %.17g vs %.17g (err %.2g of the magnitude)", (long long)n,
+        got, ref, err);
+  td_free(x), td_free(mask);
+}
+
 int main(void) {
+  static const int64_t ms[] = {0, 1, 7, 1000, 65537};
+  for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) test_masked_sum(ms[i], 900 + i);
   test_xent_fd();
   static const int64_t xs[][2] = {{1, 1}, {7, 5}, {33, 17}, {5, 771}, {70, 1000}, {3, 50304}};
   for (size_t i = 0; i < sizeof xs / sizeof *xs; i++) test_xent(xs[i][0], xs[i][1], 600 + 10 * i);

@@ -3,7 +3,7 @@
  * for runs at different offsets of params, grads and state, both weight-decay
  * groups, and chunks smaller than, equal to and larger than the runs, on the
  * CPU device (the I/O thread reads into the kernel's buffers) and on a CPU
- * device under another name (buffers staged through copy_h2d / copy_d2h); state
+ * device that says its memory is not host memory (buffers staged through copy_h2d / copy_d2h); state
  * written between steps is what the next step reads; a missing directory is
  * named; the file goes with the optimizer; and a failing write (the
  * TRIDENT_TEST_NVME_FAIL_AFTER hook) or a file cut short ends the run with the
@@ -38,6 +38,7 @@ static td_device *staged_device(void) {
   if (!g_staged.ops) {
     g_staged_ops = *tst_device()->ops;
     g_staged_ops.name = "staged";
+    g_staged_ops.caps &= ~(unsigned)TD_DEVICE_HOST_MEMORY; /* as a GPU */
     g_staged_ops.copy_h2d = counting_h2d;
     g_staged = (td_device){.ops = &g_staged_ops, .impl = tst_device()->impl};
   }

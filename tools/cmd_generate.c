@@ -56,7 +56,7 @@ static void usage(FILE *f) {
           "  --num-samples N     continuations to generate (default 1), each its own stream\n"
           "  --json              one JSON object per sample: prompt, text, tokens\n"
           "  --device D          cpu, cuda or auto (default: $TRIDENT_DEVICE, else auto; the\n"
-          "                      model does not run on CUDA yet: auto is the CPU)\n");
+          "                      model is not yet validated on a GPU: auto is the CPU)\n");
 }
 
 static double number(const char *flag, const char *v, double lo, double hi, int lo_open) {

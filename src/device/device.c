@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "device/sealed_device.h"
 #ifdef TD_HAVE_CUDA
 #include "device/cuda/cuda_device.h"
 #endif
@@ -24,6 +25,8 @@ typedef struct {
 
 static const backend k_backends[] = {
     {"cpu", td_cpu_device_ops, NULL, NULL, NULL, NULL},
+    /* A test device (sealed_device.h): opened by name, left out of td_device_names(). */
+    {"sealed", td_sealed_device_ops, td_sealed_open, NULL, NULL, td_sealed_describe},
 #ifdef TD_HAVE_CUDA
     {"cuda", td_cuda_device_ops, td_cuda_open, td_cuda_close, td_cuda_available, td_cuda_describe},
 #endif

@@ -79,8 +79,21 @@ typedef struct td_attention_desc {
   int64_t head_start, heads_total; /* the dropout counter's head numbering, above */
 } td_attention_desc;
 
+/* What a backend can do (td_device_ops.caps, a bit set). */
+typedef enum {
+  /* Its pointers are host addresses that MPI and the host may read and write
+   * between ops (the CPU). Without it (a GPU; the "sealed" test device) code above
+   * the interface moves device memory only through ops: copies, and collectives
+   * staged through host memory (comm/device_comm.h). */
+  TD_DEVICE_HOST_MEMORY = 1u << 0,
+  /* Its allocations come out of the host's RAM, so they count against the host's
+   * memory in the start-up check (the CPU, the sealed test device). */
+  TD_DEVICE_HOST_RAM = 1u << 1,
+} td_device_cap;
+
 typedef struct td_device_ops {
   const char *name;
+  unsigned caps; /* td_device_cap bits */
   /* ---- memory ---- */
   void *(*alloc)(td_device *d, size_t bytes); /* zeroed, 64-byte aligned */
   void (*free)(td_device *d, void *p);
@@ -153,6 +166,15 @@ typedef struct td_device_ops {
   void (*cross_entropy_slice)(td_device *d, float *lse, float *target_logit, const float *logits,
                               const int32_t *targets, int64_t n, int64_t vocab,
                               int64_t vocab_start);
+  /* Vocabulary-parallel combine, once the ranks' pieces are together: per row r,
+   * lse[r] = logsumexp over p < parts of lse_parts[p * n + r] (in double, shifted
+   * by the maximum), losses[r] = lse[r] - target_logit[r] (target_logit: the sum
+   * over the ranks of their target logits; losses may alias it). */
+  void (*cross_entropy_combine)(td_device *d, float *lse, float *losses, const float *lse_parts,
+                                const float *target_logit, int64_t n, int64_t parts);
+  /* sum over i of (double)x[i] * mask[i], in index order (the loss of a
+   * micro-batch: per-token losses under the loss mask); waits for the device. */
+  double (*masked_sum)(td_device *d, const float *x, const float *mask, int64_t n);
   /* dlogits[r] = (exp(logits[r] - lse[r]) - onehot(targets[r] - vocab_start)) * dloss[r]
    * over a slice of the vocabulary as above (vocab_start 0: all of it; lse: the
    * whole vocabulary's; a target outside the slice has no one-hot here). dloss
@@ -183,6 +205,10 @@ struct td_device {
   const td_device_ops *ops;
   void *impl; /* backend state */
 };
+
+static inline int td_device_has(const td_device *d, td_device_cap cap) {
+  return (d->ops->caps & cap) != 0;
+}
 
 /* Open a device by name: "cpu", "cuda" (in a build with the CUDA backend), or
  * "auto" (td_device_resolve). Unknown name: td_fail naming the known ones; a

@@ -191,6 +191,19 @@ static void p_cross_entropy_forward(td_device *d, float *losses, float *lse, con
   IN(d)->ops->cross_entropy_forward(IN(d), losses, lse, logits, targets, n, vocab);
   kernel_done(d, t0, "cross_entropy_forward");
 }
+static void p_cross_entropy_combine(td_device *d, float *lse, float *losses,
+                                    const float *lse_parts, const float *target_logit, int64_t n,
+                                    int64_t parts) {
+  double t0 = td_now_seconds();
+  IN(d)->ops->cross_entropy_combine(IN(d), lse, losses, lse_parts, target_logit, n, parts);
+  kernel_done(d, t0, "cross_entropy_combine");
+}
+static double p_masked_sum(td_device *d, const float *x, const float *mask, int64_t n) {
+  double t0 = td_now_seconds();
+  double s = IN(d)->ops->masked_sum(IN(d), x, mask, n);
+  kernel_done(d, t0, "masked_sum");
+  return s;
+}
 static void p_cross_entropy_slice(td_device *d, float *lse, float *target_logit,
                                   const float *logits, const int32_t *targets, int64_t n,
                                   int64_t vocab, int64_t vocab_start) {
@@ -253,6 +266,7 @@ td_device *td_profile_device_open(td_device *inner) {
   snprintf(p->name, sizeof p->name, "profile(%s)", inner->ops->name);
   td_device_ops *o = &p->ops;
   o->name = p->name;
+  o->caps = inner->ops->caps;
   o->alloc = p_alloc, o->free = p_free, o->synchronize = p_synchronize;
   o->memory_stats = inner->ops->memory_stats ? p_memory_stats : NULL;
   o->copy_h2d = p_copy_h2d, o->copy_d2h = p_copy_d2h, o->copy_d2d = p_copy_d2d, o->fill = p_fill;
@@ -264,6 +278,7 @@ td_device *td_profile_device_open(td_device *inner) {
   o->embedding_forward = p_embedding_forward, o->embedding_backward = p_embedding_backward;
   o->cross_entropy_forward = p_cross_entropy_forward;
   o->cross_entropy_slice = p_cross_entropy_slice;
+  o->cross_entropy_combine = p_cross_entropy_combine, o->masked_sum = p_masked_sum;
   o->cross_entropy_backward = p_cross_entropy_backward;
   o->adamw = p_adamw, o->cast = p_cast, o->scale = p_scale, o->sum_squares = p_sum_squares;
   o->count_zeros = p_count_zeros;

@@ -20,6 +20,7 @@
 #include "base/mem.h"
 #include "base/memory_limit.h"
 #include "comm/comm.h"
+#include "comm/device_comm.h"
 #include "model/gpt_config.h"
 #include "model/gpt_impl.h"
 #include "model/linear.h"
@@ -124,16 +125,16 @@ static const float *bias_dy(const td_gpt *m, const float *dy, const void *dy_c) 
 
 /* ---------------------------------------------------------- tensor parallel */
 
-/* The TP group's collectives, timed (td_gpt_take_comm_seconds). */
+/* The TP group's collectives on device buffers, timed (td_gpt_take_comm_seconds). */
 static void tp_sum(td_gpt *m, float *x, int64_t n) {
   double t0 = td_now_seconds();
-  td_comm_all_reduce(m->lay.tp_comm, x, x, n, TD_F32, TD_OP_SUM);
+  td_dcomm_all_reduce(m->lay.tp_comm, m->dev, x, x, n, TD_F32, TD_OP_SUM);
   m->comm_seconds += td_now_seconds() - t0;
 }
 
 static void tp_gather(td_gpt *m, const void *x, void *all, int64_t n, td_dtype dt) {
   double t0 = td_now_seconds();
-  td_comm_all_gather(m->lay.tp_comm, x, all, n, dt);
+  td_dcomm_all_gather(m->lay.tp_comm, m->dev, x, all, n, dt);
   m->comm_seconds += td_now_seconds() - t0;
 }
 
@@ -379,27 +380,18 @@ static const float *last_hidden(const td_gpt *m) {
 }
 
 /* Vocabulary-parallel cross-entropy: each rank's log-sum-exp over its slice and
- * the target logits it holds, gathered over the TP group and combined on the
- * host (N numbers per rank): lse = logsumexp_r(lse_r), loss = lse - target logit. */
+ * the target logits it holds; the lse's gathered over the TP group ([tp, N]) and
+ * the target logits summed, then combined on the device: lse = logsumexp_r(lse_r),
+ * loss = lse - target logit. */
 static void vocab_parallel_cross_entropy(td_gpt *m) {
   const td_device_ops *ops = OPS(m);
   int64_t N = m->N, tp = m->lay.tp_size;
-  float *lse_all = m->h_ce, *tl = lse_all + tp * N, *lse = tl + N;
-  ops->cross_entropy_slice(m->dev, m->ce_lse, m->losses, m->logits, m->targets, N, m->V,
+  float *mine = m->ce_parts + m->lay.tp_rank * N;
+  ops->cross_entropy_slice(m->dev, mine, m->losses, m->logits, m->targets, N, m->V,
                            m->vocab_start);
-  ops->copy_d2h(m->dev, lse, m->ce_lse, (size_t)N * sizeof(float));
-  ops->copy_d2h(m->dev, tl, m->losses, (size_t)N * sizeof(float));
-  tp_gather(m, lse, lse_all, N, TD_F32);
-  tp_sum(m, tl, N);
-  for (int64_t r = 0; r < N; r++) {
-    double mx = -INFINITY, sum = 0;
-    for (int64_t p = 0; p < tp; p++) mx = fmax(mx, lse_all[p * N + r]);
-    for (int64_t p = 0; p < tp; p++) sum += exp(lse_all[p * N + r] - mx);
-    lse[r] = (float)(mx + log(sum));
-    tl[r] = lse[r] - tl[r]; /* the loss */
-  }
-  ops->copy_h2d(m->dev, m->ce_lse, lse, (size_t)N * sizeof(float));
-  ops->copy_h2d(m->dev, m->losses, tl, (size_t)N * sizeof(float));
+  tp_gather(m, mine, m->ce_parts, N, TD_F32);
+  tp_sum(m, m->losses, N);
+  ops->cross_entropy_combine(m->dev, m->ce_lse, m->losses, m->ce_parts, m->losses, N, tp);
 }
 
 /* lnf = layernorm(x)                      [N, C] md
@@ -517,14 +509,10 @@ double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
   if (m->lay.has_head) head_forward_unit(m);
   m->pending_backward = 1;
 
-  double sum = 0, msum = 0;
-  if (m->lay.has_head) ops->copy_d2h(m->dev, m->h_losses, m->losses, (size_t)m->N * sizeof(float));
-  for (int64_t i = 0; i < m->N; i++) {
-    if (m->lay.has_head) sum += (double)m->h_losses[i] * loss_mask[i];
-    msum += loss_mask[i];
-  }
+  double msum = 0;
+  for (int64_t i = 0; i < m->N; i++) msum += loss_mask[i]; /* the caller's host mask */
   if (mask_sum) *mask_sum = msum;
-  return sum;
+  return m->lay.has_head ? ops->masked_sum(m->dev, m->losses, m->mask, m->N) : 0.0;
 }
 
 float *td_gpt_stage_input(td_gpt *m) { return m->emb; }
@@ -684,6 +672,7 @@ static void carve_rest(td_gpt *m, bump *b) {
   m->lnf = take(b, m->NS * C, m->md);
   m->logits = m->lay.has_head ? take(b, N * V, TD_F32) : NULL; /* the head's stage only */
   m->losses = take(b, N, TD_F32), m->ce_lse = take(b, N, TD_F32);
+  m->ce_parts = m->lay.tp_size > 1 ? take(b, m->lay.tp_size * N, TD_F32) : NULL;
   m->mask = take(b, N, TD_F32), m->dloss = take(b, N, TD_F32);
   m->hidden = take(b, N * C, TD_F32);
   m->dres = take(b, m->NS * C, TD_F32), m->dln = take(b, N * C, TD_F32);
@@ -802,7 +791,7 @@ static void set_sizes(td_gpt *m, int64_t micro_batch) {
   m->n_layers = m->lay.layer_end - m->lay.layer_begin;
 }
 
-/* The activation arena (carved twice: to measure, then for real) and host staging. */
+/* The activation arena (carved twice: to measure, then for real). */
 static void alloc_activations(td_gpt *m) {
   m->acts = td_calloc((size_t)(m->n_layers ? m->n_layers : 1) * sizeof *m->acts);
   bump measure = {NULL, 0};
@@ -812,8 +801,6 @@ static void alloc_activations(td_gpt *m) {
   bump real = {m->arena, 0};
   carve(m, &real);
   upload_positions(m);
-  m->h_losses = td_malloc((size_t)m->N * sizeof(float));
-  m->h_ce = td_malloc((size_t)(m->lay.tp_size + 2) * (size_t)m->N * sizeof(float));
 }
 
 /* ------------------------------------------------------------------ plan */
@@ -868,10 +855,11 @@ uint64_t td_gpt_memory_total(const td_gpt_memory *m) {
                     m->host);
 }
 
-/* Whether dev's buffers are host memory (the CPU backend, or a profiler
- * wrapping it): then they count against the host's memory. A GPU's own memory
- * is not checked here (the device API has no query for it yet). */
-static int device_is_host(const td_device *dev) { return strstr(dev->ops->name, "cpu") != NULL; }
+/* Whether dev's buffers come out of the host's RAM (the CPU backend, a profiler
+ * wrapping it, the sealed test device): then they count against the host's
+ * memory. A GPU's own memory is not checked here (the device API has no query
+ * for it yet). */
+static int device_is_host(const td_device *dev) { return td_device_has(dev, TD_DEVICE_HOST_RAM); }
 
 /* Refuse (td_fail) a model beyond the limits or the memory, before allocating. */
 static uint64_t check_create(const td_device *dev, const td_gpt_config *cfg,
@@ -951,8 +939,6 @@ void td_gpt_destroy(td_gpt *m) {
   const td_device_ops *ops = OPS(m);
   ops->free(m->dev, m->arena);
   td_free(m->acts);
-  td_free(m->h_losses);
-  td_free(m->h_ce);
   if (!m->replica_of) { /* a replica shares these with its model */
     if (m->params) ops->free(m->dev, m->params);
     if (m->grads) ops->free(m->dev, m->grads);

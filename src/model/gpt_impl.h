@@ -72,7 +72,7 @@ struct td_gpt {
   void *lnf;                         /* NS x C  md */
   float *logits;                     /* N x V   (dlogits in backward, in place) */
   float *losses, *ce_lse, *mask, *dloss; /* N */
-  float *h_ce;     /* host: (tp + 2) x N, the vocabulary-parallel cross-entropy's staging */
+  float *ce_parts;  /* tp x N: the TP ranks' lse's (vocabulary-parallel cross-entropy) */
   float *hidden;                     /* N x C   linear output before dropout + residual */
   /* backward scratch */
   float *dres;   /* NS x C  gradient of the residual stream */
@@ -84,7 +84,6 @@ struct td_gpt {
   void *glogits; /* N x V   bf16 dlogits (TD_BF16 compute only) */
   uint16_t *half;     /* half_numel fp16 scratch of the fp16 rounding (TD_F16 only) */
   int64_t half_numel; /* N x max(C, 3A, F) */
-  float *h_losses; /* N, host */
   /* sequence parallelism only (NULL otherwise) */
   float *full;  /* N x C   fp32: the embedding's partial lookup, all-gathered gradients */
   void *gath;   /* N x C   md: an all-gathered LayerNorm output */

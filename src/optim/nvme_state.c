@@ -145,7 +145,7 @@ td_nvme_state *td_nvme_state_open(td_device *dev, const char *dir, const char *s
   td_nvme_state *s = td_malloc(sizeof *s);
   *s = (td_nvme_state){.dev = dev, .path = path, .fd = fd, .numel = numel,
                        .chunk = chunk > 0 ? chunk : 1,
-                       .staged = strstr(dev->ops->name, "cpu") == NULL,
+                       .staged = !td_device_has(dev, TD_DEVICE_HOST_MEMORY),
                        .fail_after = fail ? atol(fail) : 0};
   alloc_sets(s);
   return s;

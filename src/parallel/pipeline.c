@@ -7,7 +7,7 @@ static int last_stage(const td_pipeline *p) { return p->stage == p->stages - 1; 
 
 static void wait_sends(td_pipeline *p, int r) {
   for (int k = 0; k < 2; k++)
-    if (p->sending[r][k]) td_comm_wait(&p->sends[r][k]), p->sending[r][k] = 0;
+    if (p->sending[r][k]) td_dcomm_wait(&p->sends[r][k]), p->sending[r][k] = 0;
 }
 
 static void wait_all_sends(td_pipeline *p) {
@@ -20,13 +20,13 @@ static double stage_forward(td_pipeline *p, const td_pipeline_batch *b, int64_t 
   int r = (int)(m % p->n_replicas);
   td_gpt *g = p->replicas[r];
   wait_sends(p, r);
-  if (!first_stage(p)) td_comm_recv(p->pp, td_gpt_stage_input(g), n, TD_F32, p->stage - 1, (int)m);
+  if (!first_stage(p)) td_dcomm_recv(p->pp, td_gpt_device(g), td_gpt_stage_input(g), n, TD_F32, p->stage - 1, (int)m);
   td_timers_start(p->timers, TD_TIMER_FORWARD_COMPUTE);
   uint64_t seed = training ? b->seed(b->ctx, m) : 0;
   double loss = td_gpt_forward(g, b->tokens + o, b->targets + o, b->mask + o, seed, training, ms);
   td_timers_stop(p->timers, TD_TIMER_FORWARD_COMPUTE);
   if (!last_stage(p)) {
-    td_comm_isend(p->pp, td_gpt_stage_output(g), n, TD_F32, p->stage + 1, (int)m, &p->sends[r][0]);
+    td_dcomm_isend(p->pp, td_gpt_device(g), td_gpt_stage_output(g), n, TD_F32, p->stage + 1, (int)m, &p->sends[r][0]);
     p->sending[r][0] = 1;
   }
   return loss;
@@ -38,13 +38,13 @@ static void stage_backward(td_pipeline *p, int64_t m, int64_t M, float dloss_sca
   td_gpt *g = p->replicas[r];
   wait_sends(p, r);
   if (!last_stage(p))
-    td_comm_recv(p->pp, td_gpt_stage_output_grad(g), n, TD_F32, p->stage + 1, (int)m);
+    td_dcomm_recv(p->pp, td_gpt_device(g), td_gpt_stage_output_grad(g), n, TD_F32, p->stage + 1, (int)m);
   td_zero_set_reduce(p->zero, m == M - 1); /* stage 0/1 reduce in the last backward */
   td_timers_start(p->timers, TD_TIMER_BACKWARD_COMPUTE);
   td_gpt_backward(g, dloss_scale);
   td_timers_stop(p->timers, TD_TIMER_BACKWARD_COMPUTE);
   if (!first_stage(p)) {
-    td_comm_isend(p->pp, td_gpt_stage_input_grad(g), n, TD_F32, p->stage - 1, (int)m,
+    td_dcomm_isend(p->pp, td_gpt_device(g), td_gpt_stage_input_grad(g), n, TD_F32, p->stage - 1, (int)m,
                   &p->sends[r][1]);
     p->sending[r][1] = 1;
   }

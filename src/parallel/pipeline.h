@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "comm/device_comm.h"
 #include "model/gpt.h"
 #include "parallel/zero.h"
 #include "train/timers.h"
@@ -47,7 +48,7 @@ struct td_pipeline {
   int n_replicas;
   td_comm *pp;       /* the pipeline group (NULL: one stage) */
   int stage, stages;
-  td_comm_request (*sends)[2]; /* per replica: its output's and its input gradient's send */
+  td_dcomm_request (*sends)[2]; /* per replica: its output's and its input gradient's send */
   int (*sending)[2];
   td_timers *timers;
   td_zero *zero;

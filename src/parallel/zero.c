@@ -5,6 +5,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/mem.h"
+#include "comm/device_comm.h"
 
 enum { MAX_IN_FLIGHT = 2, SLOTS = 3 };
 
@@ -14,7 +15,7 @@ typedef enum { RED_IDLE = 0, RED_QUEUED, RED_EXCHANGE, RED_GATHER } red_phase;
 
 typedef struct {
   red_phase phase;
-  td_comm_request req;
+  td_dcomm_request req;
   float *recv; /* DP x piece: every rank's copy of this rank's piece */
 } unit_reduction;
 
@@ -30,7 +31,7 @@ typedef struct {
   int unit;       /* -1: empty */
   int refs;       /* params_needed without params_done */
   int in_flight;  /* its all-gather was started and not yet waited for */
-  td_comm_request req;
+  td_dcomm_request req;
 } slot;
 
 /* MPI wants every rank to start the collectives of a communicator in one
@@ -115,7 +116,7 @@ static float *unit_grads(td_zero *z, int u) {
 static void start_exchange(td_zero *z, int u) {
   unit_reduction *r = &z->red[u];
   r->recv = transient_alloc(z, U(z, u)->numel, sizeof(float));
-  td_comm_iall_to_all(z->comm[COMM_EXCHANGE], unit_grads(z, u), r->recv, z->piece[u], TD_F32,
+  td_dcomm_iall_to_all(z->comm[COMM_EXCHANGE], z->dev, unit_grads(z, u), r->recv, z->piece[u], TD_F32,
                       &r->req);
   r->phase = RED_EXCHANGE;
   z->in_flight++;
@@ -156,7 +157,7 @@ static void exchanged(td_zero *z, int u) {
   OPS(z)->copy_d2d(z->dev, mine, r->recv, (size_t)p * sizeof(float));
   transient_free(z, r->recv, U(z, u)->numel, sizeof(float));
   r->recv = NULL;
-  td_comm_iall_gather(z->comm[COMM_GRAD_GATHER], mine, td_gpt_grads(z->model) + U(z, u)->offset,
+  td_dcomm_iall_gather(z->comm[COMM_GRAD_GATHER], z->dev, mine, td_gpt_grads(z->model) + U(z, u)->offset,
                       p, TD_F32, &r->req);
   r->phase = RED_GATHER;
 }
@@ -166,8 +167,8 @@ static void exchanged(td_zero *z, int u) {
 static int advance(td_zero *z, int u, int block) {
   unit_reduction *r = &z->red[u];
   if (block)
-    td_comm_wait(&r->req);
-  else if (!td_comm_test(&r->req))
+    td_dcomm_wait(&r->req);
+  else if (!td_dcomm_test(&r->req))
     return 0;
   if (r->phase == RED_EXCHANGE) {
     exchanged(z, u);
@@ -326,7 +327,7 @@ static void start_gather(td_zero *z, int i, int u) {
   float *mine = s->params + z->dp_rank * p;
   OPS(z)->copy_d2d(z->dev, mine, z->param_shard + z->shard_off[u], (size_t)p * sizeof(float));
   if (z->dp_size > 1)
-    td_comm_iall_gather(z->comm[COMM_PARAM_GATHER], mine, s->params, p, TD_F32, &s->req);
+    td_dcomm_iall_gather(z->comm[COMM_PARAM_GATHER], z->dev, mine, s->params, p, TD_F32, &s->req);
 }
 
 /* Wait for slot i's gather, cast its weights. */
@@ -334,7 +335,7 @@ static void land(td_zero *z, int i) {
   slot *s = &z->slots[i];
   if (!s->in_flight) return;
   double t0 = td_now_seconds();
-  if (z->dp_size > 1) td_comm_wait(&s->req);
+  if (z->dp_size > 1) td_dcomm_wait(&s->req);
   z->comm_seconds += td_now_seconds() - t0;
   s->in_flight = 0;
   if (s->weights) td_gpt_cast_unit_weights(z->model, s->weights, s->params, U(z, s->unit)->numel);
@@ -567,7 +568,7 @@ static void gather_params(td_zero *z) {
   for (int u = 0; u < z->n_units; u++) {
     int64_t p = z->piece[u];
     float *unit = flat + U(z, u)->offset;
-    td_comm_all_gather(z->dp, unit + z->dp_rank * p, unit, p, TD_F32);
+    td_dcomm_all_gather(z->dp, z->dev, unit + z->dp_rank * p, unit, p, TD_F32);
   }
 }
 
@@ -599,7 +600,7 @@ void td_zero_reduce_sequence_parallel_grads(td_zero *z, td_comm *tp) {
       int64_t e = t->offset + t->numel < hi ? t->offset + t->numel : hi;
       if (b >= e || t->split_dim >= 0) continue;
       float *x = z->grad_shard + z->shard_off[u] + (b - lo);
-      td_comm_all_reduce(tp, x, x, e - b, TD_F32, TD_OP_SUM);
+      td_dcomm_all_reduce(tp, z->dev, x, x, e - b, TD_F32, TD_OP_SUM);
     }
   }
 }
@@ -655,7 +656,7 @@ void td_zero_gather_full(td_zero *z, td_adamw *o, int which, float *full) {
     float *dst = full ? full + U(z, u)->offset : NULL;
     const float *src = shard + z->shard_off[u];
     if (z->dp_size > 1)
-      td_comm_gather(z->dp, src, dst, z->piece[u], TD_F32, 0);
+      td_dcomm_gather(z->dp, z->dev, src, dst, z->piece[u], TD_F32, 0);
     else
       OPS(z)->copy_d2d(z->dev, dst, src, (size_t)z->piece[u] * sizeof(float));
   }

@@ -76,7 +76,8 @@ static const char *const k_wd_styles[] = {"constant", "linear", "cosine", NULL};
 static const char *const k_attention_backends[] = {"flash", "fused", "unfused", "local", "auto", NULL};
 static const char *const k_rerun_modes[] = {"disabled", "validate_results", "report_stats", NULL};
 static const char *const k_recompute_methods[] = {"uniform", "block", NULL};
-static const char *const k_devices[] = {"auto", "cpu", "cuda", NULL}; /* td_args.device */
+/* td_args.device; "sealed" is a test device (docs/device.md) */
+static const char *const k_devices[] = {"auto", "cpu", "cuda", "sealed", NULL};
 static const char *const k_data_impls[] = {"mmap", "infer", "lazy", "cached", NULL};
 
 #define F(field) offsetof(td_args, field)
@@ -159,7 +160,8 @@ static const flag k_flags[] = {
     {.name = "seed", INT(seed), .def = "1234", .c = C_NONNEG, .g = G_TRAIN, .meta = "N",
      .help = "seed of initialisation, dropout and data order"},
     {.name = "device", CHOICE(device), .defdoc = "$TRIDENT_DEVICE, else auto", .choices = k_devices, .g = G_TRAIN, .meta = "D",
-     .help = "where the model runs: cpu, cuda, or auto (cuda when built in and a GPU is visible)"},
+     .help = "where the model runs: cpu, cuda, or auto (cuda when built in and a GPU is visible); "
+             "sealed: the CPU with device memory the host cannot touch (a test device)"},
     {.name = "optimizer", CHOICE(optimizer), .def = "adam", .choices = k_optimizers, .g = G_TRAIN, .meta = "NAME",
      .help = "Adam with decoupled weight decay (AdamW), fp32 state"},
     {.name = "weight-decay", FLOAT(weight_decay), .def = "0.01", .c = C_NONNEG, .g = G_TRAIN, .meta = "W",

@@ -1,11 +1,10 @@
 /* The device a model command (trident train, trident generate) runs on.
  *
- * The name comes from --device or $TRIDENT_DEVICE: cpu, cuda or auto. The CUDA
- * backend runs every op of the device interface (tests/test_device_cuda.c), but
- * the model and trainer code around it has not run on a GPU yet and still hands
- * device buffers to the host in places (docs/device.md, "CUDA: not yet done"),
- * so for these commands "auto" means the CPU and "cuda" is refused with the
- * reason; TRIDENT_CUDA_MODEL=1 lifts both (for the session porting them). */
+ * The name comes from --device or $TRIDENT_DEVICE: cpu, cuda, auto, or the
+ * sealed test device. Everything above the interface moves device memory only
+ * through ops (tests/cli_train_sealed.sh), so the model runs on any backend;
+ * CUDA has not been validated on a GPU yet, so "auto" means the CPU for these
+ * commands and "cuda" runs with a note (docs/device.md). */
 #ifndef TD_TRAIN_MODEL_DEVICE_H
 #define TD_TRAIN_MODEL_DEVICE_H
 

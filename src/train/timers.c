@@ -21,19 +21,29 @@ static const struct {
     [TD_TIMER_OPTIMIZER] = {"optimizer", 1},
 };
 
-void td_timers_init(td_timers *t, int level) {
+void td_timers_init(td_timers *t, int level, td_device *dev) {
   memset(t, 0, sizeof *t);
   t->level = level;
+  t->dev = dev;
+}
+
+/* As Megatron's timers (torch.cuda.synchronize at start and stop): a device that
+ * runs ops asynchronously has finished the timed work when the clock is read. */
+static void wait_device(const td_timers *t) {
+  if (t->dev) t->dev->ops->synchronize(t->dev);
 }
 
 static int active(const td_timers *t, td_timer_id id) { return k_timers[id].level <= t->level; }
 
 void td_timers_start(td_timers *t, td_timer_id id) {
-  if (active(t, id)) t->started[id] = td_now_seconds();
+  if (!active(t, id)) return;
+  wait_device(t);
+  t->started[id] = td_now_seconds();
 }
 
 void td_timers_stop(td_timers *t, td_timer_id id) {
   if (!active(t, id) || t->started[id] == 0) return;
+  wait_device(t);
   t->elapsed[id] += td_now_seconds() - t->started[id];
   t->started[id] = 0;
   t->ran[id] = 1;

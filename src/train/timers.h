@@ -19,6 +19,7 @@
 #include <stddef.h>
 
 #include "comm/comm.h"
+#include "device/device.h"
 
 /* In Megatron's printing order (training.py's timers_to_log). */
 typedef enum {
@@ -40,9 +41,10 @@ typedef struct {
   double elapsed[TD_TIMERS];   /* seconds since the last td_timers_format */
   double started[TD_TIMERS];   /* td_now_seconds() of a running timer, else 0 */
   int ran[TD_TIMERS];          /* stopped at least once since the last format */
+  td_device *dev;              /* synchronized at each start and stop (NULL: none) */
 } td_timers;
 
-void td_timers_init(td_timers *t, int level);
+void td_timers_init(td_timers *t, int level, td_device *dev);
 /* Start / stop one timer (nothing when its level is above t->level). */
 void td_timers_start(td_timers *t, td_timer_id id);
 void td_timers_stop(td_timers *t, td_timer_id id);

@@ -17,6 +17,7 @@
 #include "base/mem.h"
 #include "base/memory_limit.h"
 #include "comm/comm.h"
+#include "comm/device_comm.h"
 #include "comm/topology.h"
 #include "data/bpe_tokenizer.h"
 #include "data/gpt_dataset.h"
@@ -475,7 +476,7 @@ static void sync_tied_embeddings(trainer *t) {
   if (t->topo.layout.pp == 1 || t->cfg.untie_embeddings || !g) return;
   const td_gpt_tensor *v = td_gpt_find_tensor(t->model, "embedding.word_embeddings.weight");
   float *grad = td_gpt_grads(t->model) + v->offset;
-  td_comm_all_reduce(g, grad, grad, v->numel, TD_F32, TD_OP_SUM);
+  td_dcomm_all_reduce(g, t->dev, grad, grad, v->numel, TD_F32, TD_OP_SUM);
 }
 
 /* Megatron's --check-for-nan-in-loss-and-grad (on by default): a NaN or Inf in
@@ -1130,11 +1131,11 @@ int td_train(td_args *a) {
   td_gpt_layout lay = model_layout(&t);
   char merr[2048]; /* the whole run's memory, before any of it is allocated */
   td_train_place place = {t.topo.layout.pp, t.topo.coord.pp, t.dp_size, t.zero_stage,
-                          strstr(t.dev->ops->name, "cpu") != NULL};
+                          td_device_has(t.dev, TD_DEVICE_HOST_RAM)};
   if (td_train_check_memory(a, &t.cfg, &lay, t.compute, &place, td_comm_local_size(), merr, sizeof merr))
     td_fail("%s", merr);
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);
-  td_timers_init(&t.timers, a->timing_log_level);
+  td_timers_init(&t.timers, a->timing_log_level, t.dev);
   setup_zero_and_pipeline(&t);
   td_zero_init_params(t.zero, (uint64_t)a->seed);
   setup_counted(&t);

@@ -50,6 +50,7 @@ const td_device_ops *td_cpu_device_ops(void) {
 #pragma omp critical(td_cpu_ops_init)
     if (!ready) {
       ops.name = "cpu";
+      ops.caps = TD_DEVICE_HOST_MEMORY | TD_DEVICE_HOST_RAM;
       ops.alloc = cpu_alloc;
       ops.free = cpu_free;
       ops.copy_h2d = cpu_copy;

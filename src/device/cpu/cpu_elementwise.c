@@ -343,6 +343,27 @@ static void cpu_cross_entropy_slice(td_device *d, float *lse, float *target_logi
   }
 }
 
+static void cpu_cross_entropy_combine(td_device *d, float *lse, float *losses,
+                                      const float *lse_parts, const float *target_logit,
+                                      int64_t n, int64_t parts) {
+  (void)d;
+  for (int64_t r = 0; r < n; r++) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t p = 0; p < parts; p++) mx = fmax(mx, lse_parts[p * n + r]);
+    for (int64_t p = 0; p < parts; p++) sum += exp(lse_parts[p * n + r] - mx);
+    lse[r] = (float)(mx + log(sum));
+    losses[r] = lse[r] - target_logit[r];
+  }
+}
+
+/* Sequential on purpose: n is a micro-batch's tokens, and the order fixes the bits. */
+static double cpu_masked_sum(td_device *d, const float *x, const float *mask, int64_t n) {
+  (void)d;
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) s += (double)x[i] * mask[i];
+  return s;
+}
+
 /* dlogits[r, j] = (exp(logits[r, j] - lse[r]) - [j + vocab_start == targets[r]]) dloss[r]
  * (dlogits may alias logits: the target term is applied after the row). Targets
  * are the model's, checked against the vocabulary at its input. */
@@ -435,6 +456,8 @@ void td_cpu_register_elementwise(td_device_ops *ops) {
   ops->embedding_backward = cpu_embedding_backward;
   ops->cross_entropy_forward = cpu_cross_entropy_forward;
   ops->cross_entropy_slice = cpu_cross_entropy_slice;
+  ops->cross_entropy_combine = cpu_cross_entropy_combine;
+  ops->masked_sum = cpu_masked_sum;
   ops->cross_entropy_backward = cpu_cross_entropy_backward;
   ops->adamw = cpu_adamw;
   ops->cast = cpu_cast;

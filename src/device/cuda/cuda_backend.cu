@@ -245,6 +245,7 @@ extern "C" const td_device_ops *td_cuda_device_ops(void) {
   static int ready;
   if (!ready) { /* device.c's registry calls this from one thread at start-up */
     ops.name = "cuda";
+    ops.caps = 0; /* device memory: the host reaches it through copies only */
     td_cuda_register_memory(&ops);
     td_cuda_register_gemm(&ops);
     td_cuda_register_elementwise(&ops);

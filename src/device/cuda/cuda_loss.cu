@@ -128,7 +128,53 @@ static void cu_cross_entropy_backward(td_device *d, float *dlogits, const float 
   TD_CUDA_LAUNCHED();
 }
 
+/* The vocabulary-parallel combine (device.h): a thread per row, in double. */
+__global__ void td_xent_combine_kernel(float *lse, float *losses, const float *parts,
+                                       const float *target_logit, int64_t n, int64_t nparts) {
+  TD_GRID_STRIDE(r, n) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t p = 0; p < nparts; p++) mx = fmax(mx, (double)parts[p * n + r]);
+    for (int64_t p = 0; p < nparts; p++) sum += exp((double)parts[p * n + r] - mx);
+    float l = (float)(mx + log(sum));
+    lse[r] = l;
+    losses[r] = l - target_logit[r];
+  }
+}
+
+static void cu_cross_entropy_combine(td_device *d, float *lse, float *losses,
+                                     const float *lse_parts, const float *target_logit, int64_t n,
+                                     int64_t parts) {
+  td_cuda *c = td_cuda_enter(d);
+  if (n <= 0) return;
+  td_xent_combine_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(
+      lse, losses, lse_parts, target_logit, n, parts);
+  TD_CUDA_LAUNCHED();
+}
+
+/* *out = sum of x[i] * mask[i] in double: one block, each thread a fixed stride,
+ * then td_block_sum's fixed tree (a micro-batch's tokens: one block is enough). */
+__global__ void td_masked_sum_kernel(double *out, const float *x, const float *mask, int64_t n) {
+  __shared__ double red[33];
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += (double)x[i] * mask[i];
+  s = td_block_sum(s, red);
+  if (threadIdx.x == 0) *out = s;
+}
+
+static double cu_masked_sum(td_device *d, const float *x, const float *mask, int64_t n) {
+  td_cuda *c = td_cuda_enter(d);
+  if (n <= 0) return 0.0;
+  td_masked_sum_kernel<<<1, 1024, 0, c->stream>>>((double *)c->reduce, x, mask, n);
+  TD_CUDA_LAUNCHED();
+  TD_CUDA_OK(cudaMemcpyAsync(c->host_result, c->reduce, sizeof(double), cudaMemcpyDeviceToHost,
+                             c->stream));
+  td_cuda_sync(c);
+  return *(volatile double *)c->host_result;
+}
+
 void td_cuda_register_loss(td_device_ops *ops) {
+  ops->cross_entropy_combine = cu_cross_entropy_combine;
+  ops->masked_sum = cu_masked_sum;
   ops->cross_entropy_forward = cu_cross_entropy_forward;
   ops->cross_entropy_slice = cu_cross_entropy_slice;
   ops->cross_entropy_backward = cu_cross_entropy_backward;
