@@ -61,7 +61,7 @@ for r in $(seq 1 "$rounds"); do
         --vocab 50257 --steps $((steps + warmup)) --warmup "$warmup" --dtype "$dtype" \
         --threads "$threads" | sed -n 's/^RESULT median over [0-9]* steps.*: \([0-9.]*\) ms\/step.*/\1/p')
   [ $wait_idle = 1 ] && wait_for_idle
-  t=$("$trident" bench train --dtype "$dtype" --seq-len "$seq" --micro-batch "$mb" \
+  t=$("$trident" bench train --device cpu --dtype "$dtype" --seq-len "$seq" --micro-batch "$mb" \
         --threads "$threads" --steps "$steps" --warmup "$warmup" --json |
       sed -n 's/.*"event": "summary".*"median_step_ms": \([0-9.]*\),.*/\1/p')
   [ -n "$p" ] && [ -n "$t" ] || { echo "compare_torch.sh: a run printed no result" >&2; exit 1; }

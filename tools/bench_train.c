@@ -30,6 +30,8 @@ typedef struct {
   td_dtype dtype;
   int steps, warmup, threads, json, top;
   int erf_gelu;
+  const char *device; /* cpu, cuda, auto, sealed */
+  int breakdown;      /* time every op (-1: where the device's ops are synchronous) */
 } opts;
 
 /* ------------------------------------------------------------------ options */
@@ -38,7 +40,8 @@ static void usage(FILE *f) {
   fprintf(
       f,
       "usage: trident bench train [--dtype fp32|bf16] [--seq-len T] [--micro-batch B]\n"
-      "                           [--steps N] [--warmup W] [--threads P] [--json] ...\n"
+      "                           [--steps N] [--warmup W] [--threads P] [--json]\n"
+      "                           [--device cpu|cuda|auto] [--breakdown 0|1] ...\n"
       "  Training steps of GPT-2 124M on random tokens through trident's model and AdamW:\n"
       "  step time, tokens/s, model TFLOP/s, MFU against the best matmul rate of the dtype\n"
       "  (measured first), and the time per kernel and phase.\n"
@@ -53,6 +56,10 @@ static void usage(FILE *f) {
       "                     multiple of 128 as Megatron does)\n"
       "  --erf-gelu         exact GELU (Megatron's default) instead of tanh (GPT-2's, the peer's)\n"
       "  --top K            kernels listed in the breakdown (default 12)\n"
+      "  --device D         cpu, cuda or auto (default: $TRIDENT_DEVICE, else auto: cuda\n"
+      "                     when this trident has the CUDA backend and a GPU is visible)\n"
+      "  --breakdown 0|1    time every op (it waits for the device after each one, so on\n"
+      "                     a GPU the step slows; default 1 on the CPU, 0 on a GPU)\n"
       "  --json             one JSON object per line\n");
 }
 
@@ -74,7 +81,10 @@ static opts parse(int argc, char **argv) {
             .dtype = TD_F32,
             .steps = 6,
             .warmup = 2,
-            .top = 12};
+            .top = 12,
+            .breakdown = -1};
+  const char *env = getenv("TRIDENT_DEVICE");
+  o.device = env && *env ? env : "auto";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -109,6 +119,11 @@ static opts parse(int argc, char **argv) {
       o.vocab = parse_int(a, v, 2), i++;
     } else if (!strcmp(a, "--top")) {
       o.top = (int)parse_int(a, v, 0), i++;
+    } else if (!strcmp(a, "--device")) {
+      o.device = v, i++;
+    } else if (!strcmp(a, "--breakdown")) {
+      if (strcmp(v, "0") && strcmp(v, "1")) td_fail("--breakdown '%s': expected 0 or 1", v);
+      o.breakdown = v[0] == '1', i++;
     } else {
       td_fail("unknown flag '%s' for 'trident bench train' (see --help)", a);
     }
@@ -201,7 +216,8 @@ static double gemm_ceiling(td_device *dev, const opts *o, int64_t N, int64_t C, 
 
 typedef struct {
   const opts *o;
-  td_device *prof; /* profiling wrapper around the CPU device; the model runs on it */
+  td_device *dev;  /* the model's device: the profiling wrapper when o->breakdown */
+  td_device *prof; /* that wrapper, or NULL */
   td_gpt *model;
   td_adamw opt;
   int32_t *tokens, *targets;
@@ -217,7 +233,7 @@ static void setup_optimizer(bench *b) {
                          .grad_offset = v->offset, .numel = v->numel,
                          .weight_decay = v->weight_decay};
   }
-  td_adamw_init(&b->opt, b->prof, td_gpt_flat_numel(b->model), r, n, 0.9f, 0.95f, 1e-8f, 0.1f);
+  td_adamw_init(&b->opt, b->dev, td_gpt_flat_numel(b->model), r, n, 0.9f, 0.95f, 1e-8f, 0.1f);
   td_free(r);
 }
 
@@ -237,22 +253,26 @@ typedef struct {
   double seconds, loss, grad_norm;
 } step_result;
 
+static void region(bench *b, const char *name) {
+  if (b->prof) td_profile_set_region(b->prof, name);
+}
+
 /* One training step as trident train's train_step runs it (one micro-batch). */
 static step_result train_step(bench *b, int64_t step) {
   const double clip_grad = 1.0, lr = 6e-4;
-  td_device *dev = b->prof;
+  td_device *dev = b->dev;
   step_result r;
   fill_tokens(b, step);
   double t0 = td_now_seconds();
-  td_profile_set_region(dev, "optimizer");
+  region(b, "optimizer");
   td_gpt_zero_grads(b->model);
-  td_profile_set_region(dev, "forward");
+  region(b, "forward");
   double ms;
   double loss_sum = td_gpt_forward(b->model, b->tokens, b->targets, b->mask,
                                    td_gpt_dropout_seed(1234, step, 0), 1, &ms);
-  td_profile_set_region(dev, "backward");
+  region(b, "backward");
   td_gpt_backward(b->model, (float)(1.0 / ms));
-  td_profile_set_region(dev, "optimizer");
+  region(b, "optimizer");
   double sumsq = dev->ops->sum_squares(dev, td_gpt_grads(b->model), td_gpt_flat_numel(b->model));
   r.grad_norm = sqrt(sumsq);
   double clip = r.grad_norm > clip_grad ? clip_grad / (r.grad_norm + 1e-6) : 1.0;
@@ -377,7 +397,10 @@ static void print_summary(const bench *b, const summary *s) {
 int td_bench_train(int argc, char **argv) {
   opts o = parse(argc, argv);
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  td_device *cpu = td_device_open("cpu");
+  td_device *raw = td_device_open(o.device);
+  if (o.breakdown < 0) o.breakdown = td_device_has(raw, TD_DEVICE_HOST_MEMORY);
+  char devname[320];
+  td_device_describe(raw, devname, sizeof devname);
   td_gpt_config cfg = {.num_layers = o.layers,
                        .hidden = o.hidden,
                        .heads = o.heads,
@@ -393,28 +416,29 @@ int td_bench_train(int argc, char **argv) {
     printf(
         "{\"event\": \"config\", \"layers\": %lld, \"hidden\": %lld, \"heads\": %lld, "
         "\"seq_len\": %lld, \"micro_batch\": %lld, \"vocab\": %lld, \"padded_vocab\": %lld, "
-        "\"dtype\": \"%s\", \"threads\": %d, \"gelu\": \"%s\"}\n",
+        "\"dtype\": \"%s\", \"threads\": %d, \"gelu\": \"%s\", \"device\": \"%s\"}\n",
         (long long)o.layers, (long long)o.hidden, (long long)o.heads, (long long)o.seq,
         (long long)o.micro_batch, (long long)o.vocab, (long long)cfg.vocab_size,
-        td_dtype_name(o.dtype), omp_get_max_threads(), o.erf_gelu ? "erf" : "tanh");
+        td_dtype_name(o.dtype), omp_get_max_threads(), o.erf_gelu ? "erf" : "tanh", devname);
   else
     printf(
         "trident bench train: GPT %lld layers, hidden %lld, %lld heads, vocab %lld (padded "
-        "%lld), seq %lld, micro-batch %lld, %s, %d threads, %s GELU\n",
+        "%lld), seq %lld, micro-batch %lld, %s, %d threads, %s GELU, device %s\n",
         (long long)o.layers, (long long)o.hidden, (long long)o.heads, (long long)o.vocab,
         (long long)cfg.vocab_size, (long long)o.seq, (long long)o.micro_batch,
-        td_dtype_name(o.dtype), omp_get_max_threads(), o.erf_gelu ? "erf" : "tanh");
+        td_dtype_name(o.dtype), omp_get_max_threads(), o.erf_gelu ? "erf" : "tanh", devname);
   fflush(stdout);
 
   summary s = {.tokens = N};
-  s.gemm_gflops = gemm_ceiling(cpu, &o, N, cfg.hidden, cfg.ffn_hidden, cfg.vocab_size);
+  s.gemm_gflops = gemm_ceiling(raw, &o, N, cfg.hidden, cfg.ffn_hidden, cfg.vocab_size);
   s.flops_per_step = td_gpt_flops_per_iteration(o.micro_batch, o.seq, o.layers, o.hidden,
                                                 cfg.ffn_hidden, cfg.vocab_size);
 
   bench b = {.o = &o};
-  b.prof = td_profile_device_open(cpu);
+  b.prof = o.breakdown ? td_profile_device_open(raw) : NULL;
+  b.dev = b.prof ? b.prof : raw;
   td_gpt_layout lay = td_gpt_layout_single(&cfg);
-  b.model = td_gpt_create(b.prof, &cfg, &lay, o.micro_batch, o.dtype);
+  b.model = td_gpt_create(b.dev, &cfg, &lay, o.micro_batch, o.dtype);
   td_gpt_init_params(b.model, 1234);
   setup_optimizer(&b);
   b.tokens = td_malloc((size_t)N * sizeof(int32_t));
@@ -425,7 +449,7 @@ int td_bench_train(int argc, char **argv) {
   double *times = td_malloc(sizeof *times * (size_t)o.steps), measured = 0;
   for (int i = 0; i < o.warmup + o.steps; i++) {
     int warm = i < o.warmup;
-    if (i == o.warmup) td_profile_reset(b.prof);
+    if (i == o.warmup && b.prof) td_profile_reset(b.prof);
     step_result r = train_step(&b, i);
     if (!warm) times[i - o.warmup] = r.seconds, measured += r.seconds;
     double tflops = s.flops_per_step / r.seconds / 1e12;
@@ -444,14 +468,16 @@ int td_bench_train(int argc, char **argv) {
   }
   s.step_seconds = td_bench_median(times, o.steps);
   print_summary(&b, &s);
-  print_phases(&b, &s, measured);
-  print_top_ops(&b);
+  if (b.prof) {
+    print_phases(&b, &s, measured);
+    print_top_ops(&b);
+  }
   fflush(stdout);
 
   td_free(times), td_free(b.tokens), td_free(b.targets), td_free(b.mask);
   td_adamw_free(&b.opt);
   td_gpt_destroy(b.model);
-  td_profile_device_close(b.prof);
-  td_device_close(cpu);
+  if (b.prof) td_profile_device_close(b.prof);
+  td_device_close(raw);
   return 0;
 }

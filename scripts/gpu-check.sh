@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# One command for a machine with an NVIDIA GPU (issue #11): build trident with
+# the CUDA backend in build-cuda/, run the GPU tests, benchmark, print a summary.
+#   1. build: cmake -DTRIDENT_CUDA=ON (sm_80, sm_90 and PTX), warnings as errors;
+#   2. tests: test_device_cuda (every op against the CPU backend, odd sizes,
+#      determinism), test_rng_hostdev, cli_train_cuda.sh (CPU vs GPU training on
+#      the demo model, checkpoints across devices, two ranks sharing the GPU,
+#      generate), cli_train_sealed.sh (the device-clean proof the GPU path
+#      rests on) and the CPU kernel tests;
+#   3. benchmarks: `trident bench kernels --device cuda`, and `trident bench
+#      train --device cuda` on GPT-2 124M, seq 1024, micro-batch 16, bf16, next to
+#      PyTorch on the same GPU (bench/gpu/peer_torch_gpu.py) when a CUDA PyTorch
+#      is importable.
+# Logs go to $OUT (default out/gpu-check/); the summary is printed last. Exit 0
+# when every test passed, 1 when one failed, 2 when there is no GPU to check.
+# Needs what `make build` needs (scripts/install-deps.sh) plus the CUDA toolkit.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-out/gpu-check}
+build=${BUILD:-build-cuda}
+mkdir -p "$out"
+summary=()
+note() { summary+=("$*"); echo "gpu-check: $*"; }
+
+gpus=$(nvidia-smi -L 2>&1) || { echo "gpu-check: no NVIDIA GPU visible (nvidia-smi -L: $gpus)"; exit 2; }
+note "GPU: $(echo "$gpus" | head -1)"
+command -v nvcc >/dev/null || export PATH=$PATH:/usr/local/cuda/bin
+
+# 1. build
+if ! { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIDENT_CUDA=ON &&
+  cmake --build "$build" -j "$(nproc)"; } >"$out/build.log" 2>&1; then
+  tail -30 "$out/build.log"
+  note "build FAILED (see $out/build.log)"
+  printf '%s\n' "" "== gpu-check summary ==" "${summary[@]}"
+  exit 1
+fi
+note "build: $build/trident with the CUDA backend"
+bin=$build/trident
+
+# 2. tests
+(cd "$build" && ctest --output-on-failure --timeout 1800 \
+  -R '^(test_device_cuda|test_rng_hostdev|cli_train_cuda|cli_train_sealed|test_kernel_.*)$') \
+  >"$out/tests.log" 2>&1
+rc_tests=$?
+note "tests: $(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1)"
+grep -E '^ *[0-9]+/[0-9]+ Test' "$out/tests.log" | sed 's/^/  /'
+grep -E '^(ok|FAIL|SKIP)' "$out/tests.log" >"$out/checks.txt" || true
+[ $rc_tests = 0 ] || note "FAILED checks: $(grep -c '^FAIL\|  FAIL' "$out/tests.log") (see $out/tests.log)"
+if grep -qE '(test_device_cuda|cli_train_cuda) .*Skipped' "$out/tests.log"; then
+  note "the GPU tests were SKIPPED: trident saw no usable GPU (see $out/tests.log)"
+  rc_tests=1
+fi
+
+# 3. benchmarks
+"$bin" bench kernels --device cuda >"$out/bench_kernels.txt" 2>&1 ||
+  note "bench kernels FAILED (see $out/bench_kernels.txt)"
+"$bin" bench train --device cuda --dtype bf16 --seq-len 1024 --micro-batch 16 --steps 10 \
+  --warmup 3 --json >"$out/bench_train.jsonl" 2>"$out/bench_train.err"
+t_ms=$(sed -n 's/.*"event": "summary".*"median_step_ms": \([0-9.]*\),.*/\1/p' "$out/bench_train.jsonl")
+t_tok=$(sed -n 's/.*"event": "summary".*"tokens_per_s": \([0-9.]*\),.*/\1/p' "$out/bench_train.jsonl")
+if [ -n "$t_ms" ]; then
+  note "trident bench train, GPT-2 124M bf16 seq 1024 mbs 16: $t_ms ms/step, $t_tok tokens/s"
+else
+  note "trident bench train FAILED: $(tail -3 "$out/bench_train.err")"
+fi
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  for c in 1 0; do
+    python3 bench/gpu/peer_torch_gpu.py --mbs 16 --seq 1024 --compile $c >"$out/peer_compile$c.json" \
+      2>"$out/peer_compile$c.err" || true
+    p_ms=$(sed -n 's/.*"median_ms": \([0-9.]*\),.*/\1/p' "$out/peer_compile$c.json")
+    p_tok=$(sed -n 's/.*"tokens_per_s": \([0-9]*\),.*/\1/p' "$out/peer_compile$c.json")
+    if [ -n "$p_ms" ]; then
+      ratio=$([ -n "$t_ms" ] && awk -v t="$t_ms" -v p="$p_ms" 'BEGIN { printf "; trident/PyTorch time %.2fx", t / p }')
+      note "PyTorch (torch.compile=$c), same shapes: $p_ms ms/step, $p_tok tokens/s$ratio"
+    else
+      note "PyTorch (torch.compile=$c) FAILED: $(tail -2 "$out/peer_compile$c.err")"
+    fi
+  done
+else
+  note "PyTorch with CUDA not importable: no peer numbers"
+fi
+
+printf '%s\n' "" "== gpu-check summary ==" "${summary[@]}"
+[ $rc_tests = 0 ]
