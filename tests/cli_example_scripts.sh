@@ -4,7 +4,7 @@
 # and every line changed, only sizes, paths and the launcher), run end to end at
 # tiny sizes on a dataset preprocessed here from data/corpus/kjv.jsonl:
 #  - Megatron-DeepSpeed rebase/ds_pretrain_gpt_125M.sh (TP 2 x PP 2, ZeRO-1, fp16,
-#    DeepSpeed config from its template): exit 0, Megatron's log lines,
+#    DeepSpeed config from its template): exit 0, Megatron-DeepSpeed's log lines,
 #    validation every eval_interval and at the end, its checkpoint directory.
 #  - Megatron-DeepSpeed MoE/ds_pretrain_gpt_125M_dense_cl.sh: curriculum
 #    learning (ds_config curriculum_learning.enabled) is not built, so trident
@@ -51,6 +51,11 @@ logline() {
   printf '%s iteration +%s/ +%s \\| consumed samples: +%s \\| elapsed time per iteration \\(ms\\): [0-9.]+ \\| learning rate: %s \\| global batch size: +%s \\|( lm loss: %s \\|)? loss scale: [0-9.]+ \\|( grad norm: [0-9.]+ \\|)? number of skipped iterations: +[0-9]+ \\| number of nan iterations: +[0-9]+ \\|$' \
     "$date" "$1" "$2" "$3" "$e" "$4" "$e"
 }
+# mdsline IT OF SAMPLES GBS SEQ: Megatron-DeepSpeed's line (run with --deepspeed)
+mdsline() {
+  printf '^ iteration +%s/ +%s \\| consumed samples: +%s \\| consumed tokens: +%s \\| elapsed time per iteration \\(ms\\): [0-9.]+ \\| learning rate: [0-9]\\.[0-9]{3}E[-+][0-9]{2} \\| global batch size: +%s \\|( lm loss: %s \\|)? loss scale: [0-9.]+ \\|( grad norm: [0-9.]+ \\|)? actual seqlen: +%s \\| number of skipped iterations: +[0-9]+ \\| number of nan iterations: +[0-9]+ \\| samples per second: [0-9.]+ \\| TFLOPs: [0-9.]+ \\|$' \
+    "$1" "$2" "$3" "$(($3 * $5))" "$4" "$e" "$5"
+}
 
 # 1. Megatron-DeepSpeed rebase/ds_pretrain_gpt_125M.sh on 4 ranks (TP 2 x PP 2).
 d=$tmp/ds125m
@@ -63,9 +68,9 @@ log=$(ls "$d"/output/log/*.log 2>/dev/null | head -1)
 log=${log:-/dev/null}
 # --train-tokens 10240 = 20 iterations of 8 x 64 tokens; --train-samples 320 sets
 # the 40 in the line (Megatron-DeepSpeed: train_iters from train_samples).
-grep -qE "$(logline 10 40 80 8)" "$log" && grep -qE "$(logline 20 40 160 8)" "$log" &&
-  [ "$(grep -c '] iteration ' "$log")" -eq 2 ] &&
-  ok "ds_pretrain_gpt_125M.sh: Megatron's log lines at iterations 10 and 20 (--train-tokens stops at 20)" ||
+grep -qE "$(mdsline 10 40 80 8 64)" "$log" && grep -qE "$(mdsline 20 40 160 8 64)" "$log" &&
+  [ "$(grep -c '^ iteration ' "$log")" -eq 2 ] &&
+  ok "ds_pretrain_gpt_125M.sh: Megatron-DeepSpeed's log lines at iterations 10 and 20 (--train-tokens stops at 20)" ||
   fail "ds_pretrain_gpt_125M.sh: log lines: $(grep ' iteration ' "$log")"
 for it in 10 20; do
   grep -qE "^ validation loss at iteration $it \| lm loss value: $e \| lm loss PPL: $e \| \$" "$log" ||
@@ -137,11 +142,11 @@ grep -q ' > ZeRO stage 2: Adam state and gradients sharded over 2 data-parallel 
   grep -q ' > data-parallel gradient reduce-scatter: ' "$log" &&
   ok "ds_pretrain_gpt_1.3B.sh: $(grep -o ' > ZeRO stage 2:.*' "$log" | sed 's/^ > //')" ||
   fail "ds_pretrain_gpt_1.3B.sh: no ZeRO stage 2 summary: $(grep '^ > ' "$log")"
-grep -qE "$(logline 10 40 80 8)" "$log" && grep -qE "$(logline 20 40 160 8)" "$log" &&
-  [ "$(grep -c '] iteration ' "$log")" -eq 2 ] &&
-  ok "ds_pretrain_gpt_1.3B.sh: Megatron's log lines at iterations 10 and 20" ||
+grep -qE "$(mdsline 10 40 80 8 64)" "$log" && grep -qE "$(mdsline 20 40 160 8 64)" "$log" &&
+  [ "$(grep -c '^ iteration ' "$log")" -eq 2 ] &&
+  ok "ds_pretrain_gpt_1.3B.sh: Megatron-DeepSpeed's log lines at iterations 10 and 20" ||
   fail "ds_pretrain_gpt_1.3B.sh: log lines: $(grep ' iteration ' "$log")"
-losses=$(sed -nE 's/.*\] iteration .*\| lm loss: ([0-9.E+-]+) \|.*/\1/p' "$log" | tr '\n' ' ')
+losses=$(sed -nE 's/^ iteration .*\| lm loss: ([0-9.E+-]+) \|.*/\1/p' "$log" | tr '\n' ' ')
 echo "$losses" | awk '{ exit !(NF >= 2 && $NF + 0 < $1 + 0) }' &&
   ok "ds_pretrain_gpt_1.3B.sh: lm loss falls ($(echo $losses | sed 's/ / -> /g'))" ||
   fail "ds_pretrain_gpt_1.3B.sh: lm loss does not fall: '$losses'"

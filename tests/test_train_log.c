@@ -107,7 +107,46 @@ static void test_flops(void) {
   CHECK(f == 6537477095424.0, "GPT-2 124M: %.1f FLOPs per iteration", f);
 }
 
+/* Run as Megatron-DeepSpeed (--deepspeed): that fork's line, written out from
+ * its training_log's format specifiers. */
+static void test_megatron_deepspeed_line(void) {
+  td_train_log l = sample_line();
+  l.deepspeed = 1, l.consumed_tokens = 6400 * 256, l.seq_length = 256;
+  l.mds_flops_per_iteration = 2.56e13, l.loss_scale = 1.0;
+  td_log_interval w = {.loss_sum = 512.3456, .advanced = 100};
+  char buf[1024];
+  int n = td_format_train_log(buf, sizeof buf, &l, &w);
+  const char *want =
+      " iteration      100/    1000 | consumed samples:         6400 | consumed tokens:      1638400 |"
+      " elapsed time per iteration (ms): 128.0 | learning rate: 6.000E-05 |"
+      " global batch size:    64 | lm loss: 5.123456E+00 | loss scale: 1.0 | grad norm: 1.234 |"
+      " actual seqlen:   256 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+      " samples per second: 500.000 | TFLOPs: 200.00 |";
+  CHECK(!strcmp(buf, want) && n == (int)strlen(want), "Megatron-DeepSpeed's line:\n%s\n%s", buf,
+        want);
+}
+
+/* throughput_calculator's count, term by term as Megatron-DeepSpeed writes it
+ * (multi-head attention: gqa 1; GELU MLP: ffn_multiplier 2). */
+static void test_mds_flops(void) {
+  const double B = 8, s = 1024, L = 12, h = 768, heads = 12, f = 3072, V = 50304;
+  double pre_post = B * L * (1 + 2 / 1 + 1) * h * h * s;
+  double mha = B * L * 2 * (h / heads) * heads * s * s;
+  double ffn = B * L * 2 * f * h * s, logit = B * V * h * s;
+  double fwd = pre_post + mha + ffn + logit;
+  double want[3] = {2 * 3 * fwd, 2 * 4 * fwd, 2 * (3 * fwd + mha)};
+  double got[3] = {td_mds_flops_per_iteration(8, 1024, 12, 768, 3072, 50304, 0, 0),
+                   td_mds_flops_per_iteration(8, 1024, 12, 768, 3072, 50304, 1, 0),
+                   td_mds_flops_per_iteration(8, 1024, 12, 768, 3072, 50304, 0, 1)};
+  for (int i = 0; i < 3; i++)
+    CHECK(fabs(got[i] - want[i]) <= 1e-12 * want[i],
+          "Megatron-DeepSpeed FLOPs (recompute %s): %.6e vs %.6e",
+          i == 0 ? "none" : i == 1 ? "full" : "selective", got[i], want[i]);
+}
+
 int main(void) {
+  test_megatron_deepspeed_line();
+  test_mds_flops();
   test_full_line();
   test_zeros_and_params_norm();
   test_skips_and_options();

@@ -27,11 +27,41 @@ static void append(char *buf, size_t n, int *len, const char *fmt, ...) {
   *len += k > 0 ? k : 0;
 }
 
+/* The norms, shared by both lines. */
+static void norms(char *buf, size_t n, int *len, const td_train_log *l) {
+  if (l->has_grad_norm) append(buf, n, len, " grad norm: %.3f |", l->grad_norm);
+  if (l->has_num_zeros) append(buf, n, len, " num zeros: %.1f |", l->num_zeros);
+  if (l->has_params_norm) append(buf, n, len, " params norm: %.3f |", l->params_norm);
+}
+
+/* Megatron-DeepSpeed's line (train_log.h). */
+static int format_mds(char *buf, size_t n, const td_train_log *l, const td_log_interval *w,
+                      double sec_per_iter, double loss) {
+  int len = 0;
+  append(buf, n, &len, " iteration %8lld/%8lld | consumed samples: %12lld | consumed tokens: %12lld |",
+         (long long)l->iteration, (long long)l->train_iters, (long long)l->consumed_samples,
+         (long long)l->consumed_tokens);
+  append(buf, n, &len, " elapsed time per iteration (ms): %.1f |", sec_per_iter * 1000.0);
+  append(buf, n, &len, " learning rate: %.3E | global batch size: %5lld |", l->learning_rate,
+         (long long)l->global_batch_size);
+  if (loss > 0.0) append(buf, n, &len, " lm loss: %.6E |", loss);
+  append(buf, n, &len, " loss scale: %.1f |", l->loss_scale);
+  norms(buf, n, &len, l);
+  append(buf, n, &len, " actual seqlen: %5lld |", (long long)l->seq_length);
+  append(buf, n, &len, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
+         (long long)w->skipped, (long long)w->nan);
+  append(buf, n, &len, " samples per second: %.3f |", (double)l->global_batch_size / sec_per_iter);
+  append(buf, n, &len, " TFLOPs: %.2f |",
+         l->mds_flops_per_iteration / (sec_per_iter * l->world_size * 1e12));
+  return len;
+}
+
 int td_format_train_log(char *buf, size_t n, const td_train_log *l, const td_log_interval *w) {
   int len = 0;
   int64_t iters = w->advanced + w->skipped;
   double sec_per_iter = l->interval_seconds / (double)(iters > 0 ? iters : 1);
   double loss = w->loss_sum / (double)(w->advanced > 0 ? w->advanced : 1);
+  if (l->deepspeed) return format_mds(buf, n, l, w, sec_per_iter, loss);
   char when[32];
   strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &l->when);
   append(buf, n, &len, " [%s] iteration %8lld/%8lld | consumed samples: %12lld |", when,
@@ -44,9 +74,7 @@ int td_format_train_log(char *buf, size_t n, const td_train_log *l, const td_log
          (long long)l->global_batch_size);
   if (loss > 0.0) append(buf, n, &len, " lm loss: %.6E |", loss); /* as Megatron: avg > 0 */
   append(buf, n, &len, " loss scale: %.1f |", l->loss_scale);
-  if (l->has_grad_norm) append(buf, n, &len, " grad norm: %.3f |", l->grad_norm);
-  if (l->has_num_zeros) append(buf, n, &len, " num zeros: %.1f |", l->num_zeros);
-  if (l->has_params_norm) append(buf, n, &len, " params norm: %.3f |", l->params_norm);
+  norms(buf, n, &len, l);
   append(buf, n, &len, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
          (long long)w->skipped, (long long)w->nan);
   return len;
@@ -78,4 +106,16 @@ double td_gpt_flops_per_iteration(int64_t batch_size, int64_t seq_length, int64_
                  + h * h);       /* output projection */
   double logits = 3 * 2 * h * V;
   return B * s * (L * (mlp + attn) + logits);
+}
+
+double td_mds_flops_per_iteration(int64_t batch_size, int64_t seq_length, int64_t num_layers,
+                                  int64_t hidden_size, int64_t ffn_hidden_size,
+                                  int64_t padded_vocab_size, int full_recompute,
+                                  int selective_recompute) {
+  double B = (double)batch_size, s = (double)seq_length, L = (double)num_layers;
+  double h = (double)hidden_size, f = (double)ffn_hidden_size, V = (double)padded_vocab_size;
+  double attention = B * L * 2 * h * s * s;
+  double fwd = B * L * (4 * h * h * s + 2 * f * h * s) + attention + B * V * h * s;
+  double macs = 3 * fwd + (full_recompute ? fwd : 0) + (selective_recompute ? attention : 0);
+  return 2 * macs;
 }

@@ -12,7 +12,19 @@
  * norm when they were computed (their flags); lm loss only when its mean
  * is > 0 (a NaN mean, or an interval of only skipped iterations, is left out, as Megatron does); loss scale always (1.0
  * without fp16). Iteration time and loss are averaged over the interval:
- * time over all its iterations, loss over the ones not skipped. */
+ * time over all its iterations, loss over the ones not skipped.
+ *
+ * Run as Megatron-DeepSpeed (--deepspeed), the line is that fork's
+ * (megatron/training.py training_log): no timestamp, consumed tokens after
+ * consumed samples, the learning rate as %.3E, no throughput field, then after
+ * the norms " actual seqlen: %5d |", the skipped and nan counts, " samples per
+ * second: %.3f |" (global batch over the mean iteration time) and " TFLOPs: %.2f
+ * |" (td_mds_flops_per_iteration over the time and the world size):
+ *  " iteration      100/    1000 | consumed samples:         6400 | consumed tokens:
+ *   1638400 | elapsed time per iteration (ms): 1234.5 | learning rate: 6.000E-05 |
+ *   global batch size:    64 | lm loss: 5.123456E+00 | loss scale: 1.0 | grad norm:
+ *   1.234 | actual seqlen:   256 | number of skipped iterations:   0 | number of nan
+ *   iterations:   0 | samples per second: 51.843 | TFLOPs: 0.12 |" */
 #ifndef TD_TRAIN_TRAIN_LOG_H
 #define TD_TRAIN_TRAIN_LOG_H
 
@@ -43,6 +55,10 @@ typedef struct {
   double grad_norm;
   int has_num_zeros, has_params_norm; /* --log-num-zeros-in-grad, --log-params-norm */
   double num_zeros, params_norm;
+  int deepspeed;           /* Megatron-DeepSpeed's line (above) */
+  int64_t consumed_tokens; /* its fields: tokens so far, the sequence length, */
+  int64_t seq_length;
+  double mds_flops_per_iteration; /* and its FLOP count (td_mds_flops_per_iteration) */
 } td_train_log;
 
 /* Format the line (without newline) into buf; returns what snprintf returns. */
@@ -64,5 +80,16 @@ int td_format_validation(char *buf, size_t n, const char *prefix, double lm_loss
 double td_gpt_flops_per_iteration(int64_t batch_size, int64_t seq_length, int64_t num_layers,
                                   int64_t hidden_size, int64_t ffn_hidden_size,
                                   int64_t padded_vocab_size);
+
+/* Megatron-DeepSpeed's count (megatron/utils.py throughput_calculator) for a GPT
+ * with multi-head attention and a GELU MLP: multiply-adds of the forward pass
+ *   B L (4 h^2 s + 2 h s^2 + 2 f h s) + B V h s
+ * (attention's two batched GEMMs counted whole, not causal half), times 3 for
+ * forward and backward, plus one more forward under full recomputation (one
+ * more of attention's GEMMs under selective), times 2 FLOPs per multiply-add. */
+double td_mds_flops_per_iteration(int64_t batch_size, int64_t seq_length, int64_t num_layers,
+                                  int64_t hidden_size, int64_t ffn_hidden_size,
+                                  int64_t padded_vocab_size, int full_recompute,
+                                  int selective_recompute);
 
 #endif

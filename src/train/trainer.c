@@ -946,7 +946,14 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
                     .loss_scale = t->scaler.scale, .has_grad_norm = a->clip_grad > 0 && !r->skipped,
                     .grad_norm = r->grad_norm, .has_num_zeros = r->num_zeros >= 0,
                     .num_zeros = r->num_zeros, .has_params_norm = r->params_norm >= 0,
-                    .params_norm = r->params_norm};
+                    .params_norm = r->params_norm, .deepspeed = a->deepspeed,
+                    .consumed_tokens = t->consumed_train * a->seq_length,
+                    .seq_length = a->seq_length,
+                    .mds_flops_per_iteration = td_mds_flops_per_iteration(
+                        t->cur_batch, a->seq_length, a->num_layers, a->hidden_size,
+                        a->ffn_hidden_size, t->cfg.vocab_size,
+                        a->recompute_granularity == TD_GRANULARITY_FULL,
+                        a->recompute_granularity == TD_GRANULARITY_SELECTIVE)};
   localtime_r(&now, &l.when);
   char buf[1024];
   td_format_train_log(buf, sizeof buf, &l, w);
