@@ -6,9 +6,10 @@
 #  - Megatron-DeepSpeed rebase/ds_pretrain_gpt_125M.sh (TP 2 x PP 2, ZeRO-1, fp16,
 #    DeepSpeed config from its template): exit 0, Megatron-DeepSpeed's log lines,
 #    validation every eval_interval and at the end, its checkpoint directory.
-#  - Megatron-DeepSpeed MoE/ds_pretrain_gpt_125M_dense_cl.sh: curriculum
-#    learning (ds_config curriculum_learning.enabled) is not built, so trident
-#    stops at start-up with one error naming it and trains nothing.
+#  - Megatron-DeepSpeed MoE/ds_pretrain_gpt_125M_dense_cl.sh: seqlen curriculum
+#    learning (ds_config curriculum_learning) on 2 ranks with fp16 and full
+#    recomputation: 60 iterations on the curriculum's 8-token samples, the
+#    curriculum fields in Megatron-DeepSpeed's log line, validation.
 #  - Megatron-LM gpt3/train_gpt3_175b_distributed.sh: --rampup-batch-size with
 #    --train-iters, which Megatron-LM's own validate_args refuses ("expected no
 #    batch-size rampup for iteration-based training"); trident refuses it too.
@@ -101,20 +102,30 @@ done
   fail "ds_pretrain_gpt_125M.sh: optimizer/ tag counts:$got"
 grep -q '^trident: error' "$log" && fail "ds_pretrain_gpt_125M.sh: errors: $(grep error "$log")"
 
-# 2. Megatron-DeepSpeed MoE/ds_pretrain_gpt_125M_dense_cl.sh: curriculum learning.
-# The script ends with `set +x`, so its own exit status is always 0; the run's
-# log says what happened.
+# 2. Megatron-DeepSpeed MoE/ds_pretrain_gpt_125M_dense_cl.sh: seqlen curriculum
+# learning on 2 ranks, fp16, full recomputation. The script ends with `set +x`, so
+# its own exit status is always 0; the run's log says what happened. Its
+# curriculum (fixed_linear from 8 to 64 tokens over 60e9 / (8 x 36) steps) stays
+# at 8 tokens for the 60 iterations --train-iters allows (3 x --train-tokens
+# worth at full length): 8 x 8 = 64 tokens an iteration.
 d=$tmp/dscl
 stage "$d" moe_ds_config_gpt_TEMPLATE.json pile_text_document
 (cd "$d" && timeout -k 5 120 bash "$scripts/ds_pretrain_gpt_125M_dense_cl.sh" >"$d/script.out" 2>&1)
 log=$(ls "$d"/log/*.log 2>/dev/null | head -1)
 log=${log:-/dev/null}
-errs=$(grep '^trident: error: ' "$log" | grep -v 'failed (exit code' | sort -u)
-[ "$(echo "$errs" | grep -c .)" -eq 1 ] &&
-  echo "$errs" | grep -q 'curriculum_learning.enabled: curriculum learning is not yet implemented' &&
-  ! grep -q ' iteration ' "$log" &&
-  ok "ds_pretrain_gpt_125M_dense_cl.sh: stops at start-up with one error, the missing feature (curriculum learning)" ||
+errs=$(grep '^trident: error: ' "$log" | sort -u)
+cl_line() {
+  printf '^ iteration +%s/ +60 \\| consumed samples: +%s \\| consumed tokens: +%s \\| .* curriculum seqlen: +8 \\| actual seqlen: +8 \\| number of skipped' \
+    "$1" "$(($1 * 8))" "$(($1 * 64))"
+}
+[ -z "$errs" ] && grep -qE "$(cl_line 10)" "$log" && grep -qE "$(cl_line 60)" "$log" &&
+  [ "$(grep -c '^ iteration ' "$log")" -eq 6 ] &&
+  grep -q ' > curriculum learning (DeepSpeed.s, seqlen, fixed_linear): tokens per sample from 8 to 64' "$log" &&
+  ok "ds_pretrain_gpt_125M_dense_cl.sh: trains 60 iterations on 8-token curriculum samples ($(grep -oE 'consumed tokens: +[0-9]+' "$log" | tail -1))" ||
   fail "ds_pretrain_gpt_125M_dense_cl.sh: errors: $errs; $(grep ' iteration ' "$log" | head -2)"
+[ "$(grep -c 'validation loss at iteration' "$log")" -ge 6 ] &&
+  ok "ds_pretrain_gpt_125M_dense_cl.sh: validation every 10 iterations (on whole 64-token samples)" ||
+  fail "ds_pretrain_gpt_125M_dense_cl.sh: validation lines: $(grep -c 'validation loss' "$log")"
 
 # 3. Megatron-LM gpt3/train_gpt3_175b_distributed.sh on 2 ranks (TP 2).
 d=$tmp/gpt175b

@@ -138,7 +138,7 @@ static void test_errors_collected(void) {
       " \"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\"},\n"
       " \"steps_per_print\": 10, \"steps_per_print\": 20}";
   static const char *const want[] = {
-      "10 errors:",
+      "12 errors:",
       "zero_optimization.stage4: unknown key (did you mean zero_optimization.stage?)",
       "zero_optimization.stage: expects 0, 1, 2 or 3; got 5",
       "fp16.enabled: expects true or false; got \"yes\"",
@@ -147,7 +147,9 @@ static void test_errors_collected(void) {
       "optimizer.type Lamb: not yet implemented",
       "scheduler.params.cos_min_ratio: not a parameter of WarmupDecayLR",
       "scheduler.params.total_num_steps: WarmupDecayLR needs it",
-      "curriculum_learning.enabled: curriculum learning is not yet implemented",
+      "curriculum_learning: enabled needs \"min_difficulty\" (DeepSpeed asserts it)",
+      "curriculum_learning: enabled needs \"max_difficulty\"",
+      "curriculum_learning: enabled needs \"schedule_type\"",
       "steps_per_print: duplicate key",
       NULL};
   char err[4096];
@@ -607,7 +609,59 @@ static void test_recompute_flags(void) {
   td_args_free(&a);
 }
 
+/* curriculum_learning: parsed into DeepSpeed's scheduler, with its assertions. */
+static void test_curriculum_config(void) {
+  char err[4096];
+  td_ds_config *c = td_ds_config_parse(
+      "{\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", "
+      "\"min_difficulty\": 8, \"max_difficulty\": 64, \"schedule_type\": \"fixed_discrete\", "
+      "\"schedule_config\": {\"difficulty\": [8, 32, 64], \"max_step\": [10, 20]}}}",
+      "cl.json", err, sizeof err);
+  td_curriculum cl;
+  CHECK(c && td_ds_config_curriculum(c, &cl) && cl.schedule == TD_CURRICULUM_FIXED_DISCRETE &&
+            cl.n_difficulty == 3 && cl.difficulty[1] == 32 && cl.n_max_step == 2 &&
+            cl.max_step[1] == 20 && cl.min_difficulty == 8 && cl.current == 8 &&
+            td_curriculum_difficulty(&cl, 15) == 32,
+        "a fixed_discrete curriculum is read: %s", c ? "" : err);
+  td_ds_config_free(c);
+  c = td_ds_config_parse("{\"curriculum_learning\": {\"enabled\": false, \"min_difficulty\": 8}}",
+                         "off.json", err, sizeof err);
+  CHECK(c && !td_ds_config_curriculum(c, &cl), "enabled false: no curriculum");
+  td_ds_config_free(c);
+  static const struct {
+    const char *text, *want;
+  } bad[] = {
+      {"{\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", "
+       "\"min_difficulty\": 8, \"max_difficulty\": 64, \"schedule_type\": \"fixed_discrete\", "
+       "\"schedule_config\": {\"difficulty\": [8, 64], \"max_step\": [10, 20]}}}",
+       "fixed_discrete needs one more difficulty than max_step"},
+      {"{\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", "
+       "\"min_difficulty\": 8, \"max_difficulty\": 64, \"schedule_type\": \"fixed_root\", "
+       "\"schedule_config\": {\"total_curriculum_step\": 10, \"difficulty_step\": 8}}}",
+       "fixed_root needs \"total_curriculum_step\", \"difficulty_step\" and \"root_degree\""},
+      {"{\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", "
+       "\"min_difficulty\": 8, \"max_difficulty\": 64, \"schedule_type\": \"fixed_discrete\", "
+       "\"schedule_config\": {\"difficulty\": [8, \"x\", 64], \"max_step\": [10, 20]}}}",
+       "curriculum_learning.schedule_config.difficulty: expects a list of 1 to 64 integers"},
+      {"{\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"vocab\", "
+       "\"min_difficulty\": 8, \"max_difficulty\": 64, \"schedule_type\": \"fixed_linear\", "
+       "\"schedule_config\": {\"total_curriculum_step\": 10, \"difficulty_step\": 8}}}",
+       "curriculum_learning.curriculum_type: expects one of \"seqlen\""},
+      {"{\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", "
+       "\"min_difficulty\": 80, \"max_difficulty\": 64, \"schedule_type\": \"fixed_linear\", "
+       "\"schedule_config\": {\"total_curriculum_step\": 10, \"difficulty_step\": 8}}}",
+       "min_difficulty 80 is above max_difficulty 64"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    err[0] = 0;
+    td_ds_config *b = td_ds_config_parse(bad[i].text, "cl.json", err, sizeof err);
+    CHECK(!b && strstr(err, bad[i].want), "refused: %s (got: %s)", bad[i].want, err);
+    td_ds_config_free(b);
+  }
+}
+
 int main(void) {
+  test_curriculum_config();
   test_parse_example();
   test_parse_values();
   test_errors_collected();

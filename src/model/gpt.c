@@ -731,6 +731,19 @@ static void upload_positions(td_gpt *m) {
   td_free(host);
 }
 
+void td_gpt_set_seq_length(td_gpt *m, int64_t T) {
+  if (T == m->T) return;
+  TD_CHECK(T >= 1 && T <= m->cfg.seq_len, "sequence length %lld outside [1, %lld]", (long long)T,
+           (long long)m->cfg.seq_len);
+  TD_CHECK(!m->sp || T % m->lay.tp_size == 0,
+           "sequence length %lld with sequence parallelism over %d ranks", (long long)T,
+           m->lay.tp_size);
+  m->T = T, m->N = m->B * T;
+  m->NS = m->sp ? m->N / m->lay.tp_size : m->N;
+  m->ns0 = m->sp ? m->NS * m->lay.tp_rank : 0;
+  upload_positions(m);
+}
+
 /* ------------------------------------------------------------------ create */
 
 static void check_config(const td_gpt_config *c, const td_gpt_layout *lay, int64_t micro_batch,

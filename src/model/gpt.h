@@ -180,8 +180,15 @@ void td_gpt_zero_grads(td_gpt *m);
  * Call after every change of the parameters: optimizer step, checkpoint load. */
 void td_gpt_cast_weights(td_gpt *m);
 
+/* The sequence length of the next micro-batches, T in [1, config seq_len] (a
+ * multiple of the TP size under sequence parallelism): Megatron-DeepSpeed's
+ * seqlen curriculum trains on each sample's first T tokens. The activation
+ * arena keeps its size; positions restart at 0 every T tokens. */
+void td_gpt_set_seq_length(td_gpt *m, int64_t T);
+
 /* Forward one micro-batch. tokens, targets: [micro_batch, seq_len] int32 and
- * loss_mask: [micro_batch, seq_len] float, host memory. training = 0 disables
+ * loss_mask: [micro_batch, seq_len] float, host memory (seq_len: the one set by
+ * td_gpt_set_seq_length, else the config's). training = 0 disables
  * dropout. Returns sum_t loss_t * mask_t (double) and sets *mask_sum = sum_t mask_t. */
 double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
                       const float *loss_mask, uint64_t dropout_seed, int training,

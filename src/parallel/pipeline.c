@@ -112,3 +112,7 @@ double td_pipeline_take_tp_seconds(td_pipeline *p) {
   for (int r = 0; r < p->n_replicas; r++) s += td_gpt_take_comm_seconds(p->replicas[r]);
   return s;
 }
+
+void td_pipeline_set_seq_length(td_pipeline *p, int64_t T) {
+  for (int r = 0; r < p->n_replicas; r++) td_gpt_set_seq_length(p->replicas[r], T);
+}

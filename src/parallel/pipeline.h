@@ -68,6 +68,10 @@ td_pipeline_schedule td_pipeline_select(int stages);
 double td_pipeline_forward_only(td_pipeline *p, const td_pipeline_batch *b, int64_t M,
                                 double *mask_sum);
 
+/* The sequence length of the next micro-batches, on every arena
+ * (td_gpt_set_seq_length); every stage sets the same. */
+void td_pipeline_set_seq_length(td_pipeline *p, int64_t T);
+
 /* Seconds in tensor-parallel collectives since the last call, over every arena. */
 double td_pipeline_take_tp_seconds(td_pipeline *p);
 

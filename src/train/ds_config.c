@@ -21,6 +21,7 @@ typedef enum {
   J_CHOICE, /* int: index into choices (matched without case, as DeepSpeed's optimizer names) */
   J_BATCH,  /* int64_t: a positive integer or "auto" (TD_DS_AUTO) */
   J_BETAS,  /* double[2] */
+  J_INTS,   /* td_ds_ints: a list of integers in the key's range */
   J_OBJ,    /* int: 1 when present */
   J_ANY,    /* any value, no field (a list of names, ...) */
 } jtype;
@@ -50,6 +51,7 @@ typedef struct dskey {
 #define S(n) .name = n, .t = J_STR
 #define C(n, c) .name = n, .t = J_CHOICE, .choices = c
 #define O(n, s) .name = n, .t = J_OBJ, .sub = s
+#define L(n) .name = n, .t = J_INTS
 #define NOT_BUILT "not yet implemented in trident"
 #define NOTE_Z3                                                                                    \
   "a ZeRO stage 3 tuning knob; trident's stage 3 gathers one layer at a time into three slots " \
@@ -275,7 +277,24 @@ static const dskey k_data_types[] = {{C("grad_accum_dtype", k_dtypes)}, {0}};
 
 #define REFUSED_WHEN_ENABLED(n, why) \
   static const dskey n[] = {{B("enabled"), .w = W_TRUE, .refuse = why}, {0}}
-REFUSED_WHEN_ENABLED(k_curriculum, "curriculum learning is " NOT_BUILT);
+static const char *const k_curriculum_types[] = {"seqlen", NULL};
+static const char *const k_curriculum_schedules[] = {"fixed_discrete", "fixed_root", "fixed_linear",
+                                                     NULL};
+static const dskey k_curriculum_schedule[] = {
+    {I("total_curriculum_step"), AT(curriculum.total_curriculum_step), .r = R_POS},
+    {I("difficulty_step"), AT(curriculum.difficulty_step), .r = R_POS},
+    {N("root_degree"), AT(curriculum.root_degree), .r = R_POS},
+    {L("difficulty"), AT(curriculum.difficulty), .r = R_POS},
+    {L("max_step"), AT(curriculum.max_step), .r = R_POS},
+    {0}};
+static const dskey k_curriculum[] = {
+    {B("enabled"), AT(curriculum.enabled)},
+    {C("curriculum_type", k_curriculum_types), AT(curriculum.type)},
+    {I("min_difficulty"), AT(curriculum.min_difficulty), .r = R_POS},
+    {I("max_difficulty"), AT(curriculum.max_difficulty), .r = R_POS},
+    {C("schedule_type", k_curriculum_schedules), AT(curriculum.schedule_type)},
+    {O("schedule_config", k_curriculum_schedule), AT(curriculum.schedule_config)},
+    {0}};
 REFUSED_WHEN_ENABLED(k_data_efficiency,
                      "data efficiency (curriculum sampling, random-LTD) is " NOT_BUILT);
 REFUSED_WHEN_ENABLED(k_elasticity, "elastic training would take over the batch sizes; " NOT_BUILT);
@@ -330,7 +349,7 @@ static const dskey k_top[] = {
      .note = "the sampler always leaves out an incomplete last batch, as "
              "Megatron's"},
     {I("vocabulary_size"), .note = "the vocabulary comes from the tokenizer flags"},
-    {WHEN_OPEN("curriculum_learning", k_curriculum)},
+    {O("curriculum_learning", k_curriculum)},
     {WHEN_OPEN("data_efficiency", k_data_efficiency)},
     {WHEN_OPEN("elasticity", k_elasticity)},
     {WHEN_OPEN("progressive_layer_drop", k_pld)},
@@ -454,6 +473,10 @@ static void expected(const dskey *k, char *out, size_t n) {
   case J_STR: snprintf(out, n, "a string"); return;
   case J_BATCH: snprintf(out, n, "a positive integer or \"auto\""); return;
   case J_BETAS: snprintf(out, n, "[beta1, beta2], two numbers in [0, 1)"); return;
+  case J_INTS:
+    snprintf(out, n, "a list of 1 to %d integers, each %s", TD_DS_MAX_INTS,
+             number_words(J_INT, k->r));
+    return;
   case J_OBJ: snprintf(out, n, "an object {...}"); return;
   case J_ANY: break;
   case J_CHOICE: {
@@ -472,6 +495,14 @@ static int betas_ok(const cJSON *v) {
   return 1;
 }
 
+static int ints_ok(const dskey *k, const cJSON *v) {
+  int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+  if (n < 1 || n > TD_DS_MAX_INTS) return 0;
+  for (const cJSON *x = v->child; x; x = x->next)
+    if (!is_integer(x) || !in_range(k->r, x->valuedouble)) return 0;
+  return 1;
+}
+
 static int type_ok(const dskey *k, const cJSON *v) {
   switch (k->t) {
   case J_BOOL: return cJSON_IsBool(v);
@@ -484,6 +515,7 @@ static int type_ok(const dskey *k, const cJSON *v) {
     return (cJSON_IsString(v) && !strcmp(v->valuestring, "auto")) ||
            (is_integer(v) && v->valuedouble > 0);
   case J_BETAS: return betas_ok(v);
+  case J_INTS: return ints_ok(k, v);
   case J_OBJ: return cJSON_IsObject(v);
   case J_ANY: return 1;
   }
@@ -503,6 +535,12 @@ static void store(td_ds_config *c, const dskey *k, const cJSON *v) {
   case J_BETAS:
     ((double *)f)[0] = v->child->valuedouble, ((double *)f)[1] = v->child->next->valuedouble;
     break;
+  case J_INTS: {
+    td_ds_ints *l = f;
+    l->n = 0;
+    for (const cJSON *x = v->child; x; x = x->next) l->v[l->n++] = (int64_t)x->valuedouble;
+    break;
+  }
   case J_OBJ: *(int *)f = 1; break;
   case J_ANY: break;
   }
@@ -521,6 +559,7 @@ static void set_absent(td_ds_config *c, const dskey *keys) {
     case J_BATCH: *(int64_t *)f = TD_DS_ABSENT; break;
     case J_NUM: *(double *)f = NAN; break;
     case J_BETAS: ((double *)f)[0] = ((double *)f)[1] = NAN; break;
+    case J_INTS: ((td_ds_ints *)f)->n = -1; break;
     case J_STR: *(char **)f = NULL; break;
     case J_OBJ: *(int *)f = 0; break;
     case J_ANY: break;
@@ -719,6 +758,41 @@ static void check_offload(td_ds_config *c) {
 
 static void check_zero(td_ds_config *c) { check_offload(c); }
 
+/* What DeepSpeed's CurriculumScheduler asserts, when the block is enabled. */
+static void check_curriculum(td_ds_config *c, const cJSON *root) {
+  const __typeof__(c->curriculum) *k = &c->curriculum;
+  if (k->enabled != 1) return;
+  static const char *const required[] = {"curriculum_type", "min_difficulty", "max_difficulty",
+                                         "schedule_type"};
+  for (int i = 0; i < 4; i++) /* absent (a bad value is reported already) */
+    if (!lookup(root, "curriculum_learning", required[i]))
+      add_error(c, "curriculum_learning: enabled needs \"%s\" (DeepSpeed asserts it)", required[i]);
+  const cJSON *sc = lookup(root, "curriculum_learning", "schedule_config");
+  if (sc && !cJSON_IsObject(sc)) return; /* reported already */
+  if (k->min_difficulty != TD_DS_ABSENT && k->max_difficulty != TD_DS_ABSENT &&
+      k->min_difficulty > k->max_difficulty)
+    add_error(c, "curriculum_learning: min_difficulty %lld is above max_difficulty %lld",
+              (long long)k->min_difficulty, (long long)k->max_difficulty);
+  if (k->schedule_type < 0) return;
+  const char *type = k_curriculum_schedules[k->schedule_type];
+  if (k->schedule_type == TD_CURRICULUM_FIXED_DISCRETE) {
+    if (!cJSON_GetObjectItemCaseSensitive(sc, "difficulty") ||
+        !cJSON_GetObjectItemCaseSensitive(sc, "max_step"))
+      add_error(c, "curriculum_learning.schedule_config: fixed_discrete needs \"difficulty\" and "
+                   "\"max_step\" (DeepSpeed asserts them)");
+    else if (k->difficulty.n > 0 && k->max_step.n > 0 && k->difficulty.n != k->max_step.n + 1)
+      add_error(c, "curriculum_learning.schedule_config: fixed_discrete needs one more difficulty "
+                   "than max_step (the last difficulty holds after the last step); got %d and %d",
+                k->difficulty.n, k->max_step.n);
+    return;
+  }
+  if (k->total_curriculum_step == TD_DS_ABSENT || k->difficulty_step == TD_DS_ABSENT ||
+      (k->schedule_type == TD_CURRICULUM_FIXED_ROOT && isnan(k->root_degree)))
+    add_error(c, "curriculum_learning.schedule_config: %s needs \"total_curriculum_step\", "
+                 "\"difficulty_step\"%s (DeepSpeed asserts them)",
+              type, k->schedule_type == TD_CURRICULUM_FIXED_ROOT ? " and \"root_degree\"" : "");
+}
+
 /* A dtype key: fp32 is what happens anyway (a note), fp16 / bf16 would change the numbers. */
 static void check_dtype(td_ds_config *c, const cJSON *v, const char *path, const char *what) {
   if (!cJSON_IsString(v) || find_choice(k_dtypes, v->valuestring) < 0) return;
@@ -734,6 +808,7 @@ static void check_meaning(td_ds_config *c, const cJSON *root) {
   check_optimizer(c, root);
   check_scheduler(c, root);
   check_zero(c);
+  check_curriculum(c, root);
   check_dtype(c, lookup(root, "communication_data_type", NULL), "communication_data_type",
               "gradients are all-reduced");
   check_dtype(c, lookup(root, "data_types", "grad_accum_dtype"), "data_types.grad_accum_dtype",
@@ -1204,6 +1279,21 @@ int td_ds_config_loss_scaler(const td_ds_config *c, td_loss_scaler *s) {
 }
 
 static double or_default(double v, double d) { return isnan(v) ? d : v; }
+
+int td_ds_config_curriculum(const td_ds_config *c, td_curriculum *cl) {
+  if (!c || c->curriculum.enabled != 1) return 0;
+  const __typeof__(c->curriculum) *k = &c->curriculum;
+  *cl = (td_curriculum){.enabled = 1, .schedule = (td_curriculum_schedule)k->schedule_type,
+                        .min_difficulty = k->min_difficulty, .max_difficulty = k->max_difficulty,
+                        .current = k->min_difficulty, .total_step = k->total_curriculum_step,
+                        .difficulty_step = k->difficulty_step, .root_degree = k->root_degree};
+  if (k->schedule_type == TD_CURRICULUM_FIXED_DISCRETE) {
+    cl->n_difficulty = k->difficulty.n, cl->n_max_step = k->max_step.n;
+    memcpy(cl->difficulty, k->difficulty.v, sizeof(int64_t) * (size_t)k->difficulty.n);
+    memcpy(cl->max_step, k->max_step.v, sizeof(int64_t) * (size_t)k->max_step.n);
+  }
+  return 1;
+}
 
 int td_ds_config_lr_schedule(const td_ds_config *c, const td_args *a, td_lr_schedule *s) {
   int type = c ? c->scheduler.type : -1;

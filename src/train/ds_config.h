@@ -25,6 +25,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "train/args.h"
+#include "train/curriculum.h"
 
 #define TD_DS_ABSENT INT64_MIN     /* an integer key the file does not have */
 #define TD_DS_AUTO (INT64_MIN + 1) /* "auto": Megatron-DeepSpeed puts the flag's value there */
@@ -36,6 +37,13 @@ typedef enum {
   TD_DS_SCHED_WARMUP_DECAY_LR,
   TD_DS_SCHED_WARMUP_COSINE_LR
 } td_ds_scheduler;
+
+/* A list of integers (n = -1: absent). */
+#define TD_DS_MAX_INTS 64
+typedef struct {
+  int n;
+  int64_t v[TD_DS_MAX_INTS];
+} td_ds_ints;
 
 /* Absent values: TD_DS_ABSENT for integers, NAN for numbers, -1 for switches
  * and choices, 0 for blocks (1: the block is in the file), NULL for strings. */
@@ -72,6 +80,12 @@ typedef struct td_ds_config_s {
     int cpu_offload;
   } zero;
   int activation_checkpointing; /* the block is there (it only tunes --checkpoint-activations) */
+  struct {                      /* legacy curriculum_learning (train/curriculum.h) */
+    int enabled, type, schedule_type, schedule_config; /* type: 0 "seqlen" */
+    int64_t min_difficulty, max_difficulty, total_curriculum_step, difficulty_step;
+    double root_degree;
+    td_ds_ints difficulty, max_step; /* fixed_discrete's lists */
+  } curriculum;
   struct {
     int enabled;
     char *output_path, *job_name;
@@ -108,6 +122,8 @@ int td_ds_config_loss_scaler(const td_ds_config *c, td_loss_scaler *s);
  * step unit the global batch; 0 when the file has none. */
 int td_ds_config_lr_schedule(const td_ds_config *c, const td_args *a, td_lr_schedule *s);
 
+/* The config's seqlen curriculum onto cl (1: enabled and set); 0 without one. */
+int td_ds_config_curriculum(const td_ds_config *c, td_curriculum *cl);
 void td_ds_config_free(td_ds_config *c);
 
 #endif

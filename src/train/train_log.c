@@ -47,6 +47,8 @@ static int format_mds(char *buf, size_t n, const td_train_log *l, const td_log_i
   if (loss > 0.0) append(buf, n, &len, " lm loss: %.6E |", loss);
   append(buf, n, &len, " loss scale: %.1f |", l->loss_scale);
   norms(buf, n, &len, l);
+  if (l->curriculum)
+    append(buf, n, &len, " curriculum seqlen: %5lld |", (long long)l->curriculum_seqlen);
   append(buf, n, &len, " actual seqlen: %5lld |", (long long)l->seq_length);
   append(buf, n, &len, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
          (long long)w->skipped, (long long)w->nan);

@@ -17,7 +17,8 @@
  * Run as Megatron-DeepSpeed (--deepspeed), the line is that fork's
  * (megatron/training.py training_log): no timestamp, consumed tokens after
  * consumed samples, the learning rate as %.3E, no throughput field, then after
- * the norms " actual seqlen: %5d |", the skipped and nan counts, " samples per
+ * the norms " curriculum seqlen: %5d |" (with a seqlen curriculum) and
+ * " actual seqlen: %5d |", the skipped and nan counts, " samples per
  * second: %.3f |" (global batch over the mean iteration time) and " TFLOPs: %.2f
  * |" (td_mds_flops_per_iteration over the time and the world size):
  *  " iteration      100/    1000 | consumed samples:         6400 | consumed tokens:
@@ -57,7 +58,9 @@ typedef struct {
   double num_zeros, params_norm;
   int deepspeed;           /* Megatron-DeepSpeed's line (above) */
   int64_t consumed_tokens; /* its fields: tokens so far, the sequence length, */
-  int64_t seq_length;
+  int64_t seq_length;             /* tokens per sample this iteration ("actual seqlen") */
+  int curriculum;                 /* the seqlen curriculum is on: */
+  int64_t curriculum_seqlen;      /* its difficulty (" curriculum seqlen: %5d |") */
   double mds_flops_per_iteration; /* and its FLOP count (td_mds_flops_per_iteration) */
 } td_train_log;
 

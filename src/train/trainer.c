@@ -30,6 +30,8 @@
 #include "optim/adamw.h"
 #include "optim/nvme_state.h"
 #include "train/checkpoint.h"
+#include "train/curriculum.h"
+#include "train/ds_config.h"
 #include "train/model_device.h"
 #include "parallel/pipeline.h"
 #include "parallel/zero.h"
@@ -70,6 +72,9 @@ typedef struct {
   /* progress (saved in checkpoints) */
   int64_t iteration, consumed_train, consumed_valid, lr_steps;
   int64_t lr_tokens; /* the tokens the LR schedule has seen (Megatron-DeepSpeed's num_tokens) */
+  int64_t consumed_tokens; /* Megatron-DeepSpeed's consumed_train_tokens: samples x tokens used */
+  td_curriculum curriculum; /* the DeepSpeed config's seqlen curriculum (enabled: 0 without) */
+  int64_t seqlen;           /* tokens per sample of this iteration (curriculum), else seq_length */
   /* this iteration's global batch and micro-batches per DP rank (a ramp-up grows them) */
   int64_t cur_batch, cur_micro;
   /* host staging of one global batch: [global_batch, seq] */
@@ -224,6 +229,17 @@ static int64_t ddp_bucket_size(const trainer *t) {
 }
 
 /* This rank's place (Megatron's topology) and the data-parallel group. */
+/* The DeepSpeed config's seqlen curriculum, checked over the whole run first. */
+static void setup_curriculum(trainer *t) {
+  const td_args *a = t->a;
+  t->seqlen = a->seq_length;
+  if (!td_ds_config_curriculum(a->ds, &t->curriculum)) return;
+  char err[512];
+  int64_t multiple = a->sequence_parallel ? t->topo.layout.tp : 1;
+  if (td_curriculum_check(&t->curriculum, a->train_iters, a->seq_length, multiple, err, sizeof err))
+    td_fail("%s", err);
+}
+
 static void setup_topology(trainer *t) {
   const td_args *a = t->a;
   if (a->sequence_parallel && a->seq_length % a->tensor_model_parallel_size)
@@ -320,6 +336,15 @@ static void print_summary(const trainer *t) {
          "padded vocab %lld\n",
          (long long)a->global_batch_size, (long long)a->micro_batch_size,
          (long long)a->num_micro_batches, t->dp_size, (long long)t->cfg.vocab_size);
+  const td_curriculum *cl = &t->curriculum;
+  if (cl->enabled) {
+    static const char *const kinds[] = {"fixed_discrete", "fixed_root", "fixed_linear"};
+    printf(" > curriculum learning (DeepSpeed's, seqlen, %s): tokens per sample from %lld to %lld "
+           "(at most --seq-length %lld), evaluation on whole samples\n",
+           kinds[cl->schedule], (long long)td_curriculum_seqlen(cl->min_difficulty, a->seq_length),
+           (long long)td_curriculum_seqlen(cl->max_difficulty, a->seq_length),
+           (long long)a->seq_length);
+  }
   fflush(stdout);
 }
 
@@ -359,6 +384,34 @@ static double fill_batch(trainer *t, int split, int64_t consumed, int64_t n_micr
   return mask_sum;
 }
 
+/* Megatron-DeepSpeed's seqlen curriculum: keep the first t->seqlen tokens of each
+ * staged sample (tokens, targets, mask), packed [n_micro x micro_batch, seqlen];
+ * returns the sum of the mask that is left. */
+static double truncate_batch(trainer *t, int64_t n_micro) {
+  const int64_t s = t->a->seq_length, k = t->seqlen, rows = n_micro * t->a->micro_batch_size;
+  double mask_sum = 0;
+  for (int64_t r = 0; r < rows; r++) { /* row r moves down to r * k <= r * s: in place */
+    memmove(t->tokens + r * k, t->tokens + r * s, (size_t)k * sizeof(int32_t));
+    memmove(t->targets + r * k, t->targets + r * s, (size_t)k * sizeof(int32_t));
+    memmove(t->mask + r * k, t->mask + r * s, (size_t)k * sizeof(float));
+    for (int64_t j = 0; j < k; j++) mask_sum += t->mask[r * k + j];
+  }
+  return mask_sum;
+}
+
+/* This iteration's tokens per sample: the curriculum's difficulty at the step
+ * about to run (DeepSpeed's update_difficulty(global_steps + 1)), else all. */
+static void set_seqlen(trainer *t, int64_t seqlen) {
+  t->seqlen = seqlen;
+  td_pipeline_set_seq_length(&t->pipe, seqlen);
+}
+
+static void curriculum_step(trainer *t) {
+  if (!t->curriculum.enabled) return;
+  int64_t d = td_curriculum_update(&t->curriculum, t->iteration + 1);
+  set_seqlen(t, td_curriculum_seqlen(d, t->a->seq_length));
+}
+
 /* ------------------------------------------------------------------ step */
 
 typedef struct {
@@ -391,7 +444,7 @@ static uint64_t micro_batch_seed(void *ctx, int64_t m) {
 /* The staged global batch as the pipeline schedules read it. */
 static td_pipeline_batch staged_batch(trainer *t) {
   return (td_pipeline_batch){.tokens = t->tokens, .targets = t->targets, .mask = t->mask,
-                             .micro_tokens = t->a->micro_batch_size * t->a->seq_length,
+                             .micro_tokens = t->a->micro_batch_size * t->seqlen,
                              .seed = micro_batch_seed, .ctx = t};
 }
 
@@ -414,7 +467,7 @@ static double model_sum(trainer *t, td_zero_what what, int squares) {
 static void step_schedule(trainer *t) {
   int64_t before = t->lr_steps;
   t->lr_steps += t->cur_batch;
-  t->lr_tokens = t->consumed_train * t->a->seq_length;
+  t->lr_tokens = t->consumed_tokens;
   td_lr_schedule *s = &t->lr;
   if (s->has_decay_tokens && !s->has_warmup_tokens && before < s->warmup_steps &&
       (double)t->lr_steps >= s->warmup_steps)
@@ -495,7 +548,9 @@ static step_result train_step(trainer *t) {
   step_result r = {.num_zeros = -1, .params_norm = -1};
   td_timers_start(tm, TD_TIMER_FORWARD_BACKWARD);
   td_timers_start(tm, TD_TIMER_BATCH_GENERATOR);
-  double mask_total = dp_sum(t, fill_batch(t, SPLIT_TRAIN, t->consumed_train, t->cur_micro));
+  double mask_local = fill_batch(t, SPLIT_TRAIN, t->consumed_train, t->cur_micro);
+  if (t->seqlen < a->seq_length) mask_local = truncate_batch(t, t->cur_micro);
+  double mask_total = dp_sum(t, mask_local);
   td_timers_stop(tm, TD_TIMER_BATCH_GENERATOR);
   double denom = mask_total > 0 ? mask_total : 1;
   float scale = t->scaler.scale;
@@ -531,6 +586,8 @@ static double evaluate(trainer *t, int split, int64_t *consumed) {
   const int64_t gb = a->global_batch_size;
   double loss = 0, mask = 0;
   if (!t->a->mock_data && !t->split[split]) return NAN;
+  const int64_t train_seqlen = t->seqlen;
+  set_seqlen(t, a->seq_length); /* evaluation reads whole samples (curriculum or not) */
   const td_pipeline_batch batch = staged_batch(t);
   for (int64_t it = 0; it < a->eval_iters; it++) {
     fill_batch(t, split, *consumed, a->num_micro_batches);
@@ -540,6 +597,7 @@ static double evaluate(trainer *t, int split, int64_t *consumed) {
     mask += ms;
   }
   loss = pp_sum(t, dp_sum(t, loss)), mask = dp_sum(t, mask);
+  set_seqlen(t, train_seqlen);
   return loss / (mask > 0 ? mask : 1);
 }
 
@@ -619,7 +677,7 @@ static void tb_optimizer_states(trainer *t) {
                                   "variance_l1", "variance_sqrt_l1", "momentum_l1", "weight_l1",
                                   "variance_abs_max", "variance_sqrt_abs_max", "momentum_abs_max",
                                   "weight_abs_max"};
-  int64_t tokens = t->consumed_train * t->a->seq_length;
+  int64_t tokens = t->consumed_tokens;
   char err[1024], tag[96];
   for (int k = 0; k < 12; k++) {
     double x = k < 4 ? sqrt(s.sum[k]) : k < 8 ? s.sum[k] : s.max[k - 8];
@@ -691,6 +749,7 @@ static char *state_json(const trainer *t) {
   cJSON_AddNumberToObject(s, "iteration", (double)t->iteration);
   cJSON_AddNumberToObject(s, "consumed_train_samples", (double)t->consumed_train);
   cJSON_AddNumberToObject(s, "consumed_valid_samples", (double)t->consumed_valid);
+  cJSON_AddNumberToObject(s, "consumed_train_tokens", (double)t->consumed_tokens);
   cJSON_AddNumberToObject(s, "optimizer_step", (double)t->opt.step);
   cJSON_AddNumberToObject(s, "lr_scheduler_num_steps", (double)t->lr_steps);
   cJSON_AddNumberToObject(s, "lr_scheduler_num_tokens", (double)t->lr_tokens);
@@ -775,10 +834,16 @@ static int64_t state_int(const cJSON *o, const char *key, const char *field, con
   return v;
 }
 
-/* Megatron-DeepSpeed's token count (absent from older checkpoints: then the
- * tokens before the last step, as if the batch never changed). */
+/* Megatron-DeepSpeed's token counts (absent from older checkpoints: then every
+ * sample counted whole, and the LR schedule's tokens those before the last step,
+ * as if the batch never changed); the curriculum replayed to the iteration. */
 static void restore_token_state(trainer *t, const cJSON *s, const char *file) {
   const int64_t big = TD_CKPT_MAX_INT;
+  if (cJSON_GetObjectItemCaseSensitive(s, "consumed_train_tokens"))
+    t->consumed_tokens = state_int(s, "consumed_train_tokens", "state.consumed_train_tokens", file, 0, big);
+  else
+    t->consumed_tokens = t->consumed_train * t->a->seq_length;
+  if (t->curriculum.enabled) td_curriculum_replay(&t->curriculum, t->iteration);
   if (cJSON_GetObjectItemCaseSensitive(s, "lr_scheduler_num_tokens"))
     t->lr_tokens = state_int(s, "lr_scheduler_num_tokens", "state.lr_scheduler_num_tokens", file, 0, big);
   else
@@ -947,10 +1012,10 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
                     .grad_norm = r->grad_norm, .has_num_zeros = r->num_zeros >= 0,
                     .num_zeros = r->num_zeros, .has_params_norm = r->params_norm >= 0,
                     .params_norm = r->params_norm, .deepspeed = a->deepspeed,
-                    .consumed_tokens = t->consumed_train * a->seq_length,
-                    .seq_length = a->seq_length,
+                    .consumed_tokens = t->consumed_tokens, .seq_length = t->seqlen,
+                    .curriculum = t->curriculum.enabled, .curriculum_seqlen = t->curriculum.current,
                     .mds_flops_per_iteration = td_mds_flops_per_iteration(
-                        t->cur_batch, a->seq_length, a->num_layers, a->hidden_size,
+                        t->cur_batch, t->seqlen, a->num_layers, a->hidden_size,
                         a->ffn_hidden_size, t->cfg.vocab_size,
                         a->recompute_granularity == TD_GRANULARITY_FULL,
                         a->recompute_granularity == TD_GRANULARITY_SELECTIVE)};
@@ -1018,7 +1083,7 @@ static int should_exit(trainer *t, double start, char *why, size_t n) {
  * tokens (samples x seq-length) are consumed. */
 static int tokens_reached(const trainer *t) {
   const td_args *a = t->a;
-  return a->train_tokens != TD_UNSET && t->consumed_train * a->seq_length >= a->train_tokens;
+  return a->train_tokens != TD_UNSET && t->consumed_tokens >= a->train_tokens;
 }
 
 /* This iteration's global batch: Megatron's update_num_microbatches(consumed). */
@@ -1037,9 +1102,11 @@ static void train_loop(trainer *t) {
   int saved_last = 0;
   while (t->iteration < a->train_iters && !tokens_reached(t)) {
     set_batch(t);
+    curriculum_step(t);
     step_result r = train_step(t);
     t->iteration++;
     t->consumed_train += t->cur_batch;
+    t->consumed_tokens += t->cur_batch * t->seqlen;
     td_log_interval_add(&w, r.lm_loss, r.skipped);
     tb_iteration(t, &r);
     tb_optimizer_states(t);
@@ -1151,6 +1218,7 @@ int td_train(td_args *a) {
   td_args_lr_schedule(a, &t.lr);
   td_args_wd_schedule(a, &t.wd);
   td_args_loss_scaler(a, &t.scaler);
+  setup_curriculum(&t);
   setup_data(&t);
   size_t n = (size_t)(a->global_batch_size * a->seq_length);
   t.tokens = td_malloc(n * sizeof(int32_t)), t.targets = td_malloc(n * sizeof(int32_t));
