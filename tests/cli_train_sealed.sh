@@ -7,7 +7,8 @@
 #  - data parallelism with ZeRO-1, ZeRO-2 and ZeRO-3 (gradient accumulation on),
 #    tensor parallelism with sequence parallelism (the vocabulary-parallel
 #    cross-entropy), pipeline parallelism (1F1B's sends and receives), TP x DP;
-#  - Adam's state offloaded to NVMe (the staged path a GPU takes);
+#  - Adam's state offloaded to NVMe (the staged path a GPU takes), and to host
+#    memory with the update on the host (--cpu-optimizer, offload_optimizer cpu);
 #  - a checkpoint saved on the sealed device resumes on the CPU and the reverse,
 #    with the uninterrupted run's losses;
 #  - generate on the sealed device gives the CPU's greedy tokens.
@@ -54,6 +55,30 @@ cat >"$tmp/ds.json" <<EOF
  "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "nvme", "nvme_path": "$tmp/nvme"}}}
 EOF
 both "DP=2 NVMe offload" 2 --deepspeed --deepspeed_config "$tmp/ds.json"
+
+# Adam offloaded to host memory (--cpu-optimizer, offload_optimizer.device cpu):
+# on the sealed device the state and the update move to the host (the path a GPU
+# takes); on the CPU it is there already. The same bits either way.
+both "one rank, --cpu-optimizer" 1 --cpu-optimizer
+grep -q "optimizer offloaded to host memory" "$tmp/one rank, --cpu-optimizer.sealed.log" &&
+  grep -q "Adam runs on the host already" "$tmp/one rank, --cpu-optimizer.cpu.log" &&
+  ok "--cpu-optimizer: offloaded on the sealed device, the identity on the CPU" ||
+  fail "--cpu-optimizer summary lines: $(grep -h 'offload\|host already' "$tmp/one rank, --cpu-optimizer."*.log)"
+cat >"$tmp/ds_cpu.json" <<EOF
+{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
+ "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true}}}
+EOF
+both "DP=2 ZeRO-2 offload_optimizer cpu" 2 --deepspeed --deepspeed_config "$tmp/ds_cpu.json"
+both "DP=2 ZeRO-3 --cpu-optimizer" 2 --zero-stage 3 --cpu-optimizer
+run 2 "$tmp/off_save.log" --device sealed --cpu-optimizer --zero-stage 2 --exit-interval 10 \
+  --save "$tmp/ck_off" --save-interval 10
+run 2 "$tmp/on_save.log" --device cpu --zero-stage 2 --exit-interval 10 --save "$tmp/ck_on" \
+  --save-interval 10
+d=iter_0000010/mp_rank_00
+cmp -s "$tmp/ck_off/$d/optim_dp000.safetensors" "$tmp/ck_on/$d/optim_dp000.safetensors" &&
+  cmp -s "$tmp/ck_off/$d/model.safetensors" "$tmp/ck_on/$d/model.safetensors" &&
+  ok "a checkpoint with Adam offloaded to the host is the in-device one, byte for byte" ||
+  fail "offloaded and in-device checkpoints at iteration 10 differ"
 
 # Checkpoints cross devices: save at 10 on one, resume to 20 on the other; both
 # resumes give the uninterrupted run's training losses for iterations 11..20.

@@ -120,10 +120,10 @@ static void test_parse_values(void) {
   int stage_note = 0, offload_note = 0;
   for (int i = 0; i < c->n_notes; i++) {
     stage_note += strstr(c->notes[i], "zero_optimization.stage") != NULL;
-    offload_note += strstr(c->notes[i], "offloading them there is the identity") != NULL;
+    offload_note += strstr(c->notes[i], "identity") != NULL;
   }
-  CHECK(stage_note == 0 && offload_note == 1, "stage 2 runs as itself (no note), offload to cpu "
-                                              "is the identity: one note");
+  CHECK(stage_note == 0 && offload_note == 0, "stage 2 runs as itself, offload_optimizer cpu is "
+                                              "applied (as --cpu-optimizer): no notes");
   td_ds_config_free(c);
 }
 
@@ -403,9 +403,21 @@ static void test_conflicts(void) {
                JSON("\"gradient_clipping\": 0.5, \"bf16\": {\"enabled\": true}, \"optimizer\": "
                     "{\"type\": \"Adam\", \"params\": {\"lr\": 2e-3}}}"),
                1, "3 errors:");
-  expect_error("--device cuda", JSON("\"zero_optimization\": {\"offload_optimizer\": "
+  expect_error("--device cuda", JSON("\"zero_optimization\": {\"stage\": 3, \"offload_param\": "
                                      "{\"device\": \"cpu\"}}}"),
-               1, "zero_optimization offload to cpu with --device cuda: keeping the optimizer");
+               1, "zero_optimization.offload_param.device cpu with --device cuda: keeping ZeRO-3's");
+  /* offload_optimizer cpu and the old cpu_offload switch are --cpu-optimizer */
+  const char *const offloads[] = {
+      "\"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
+      "\"zero_optimization\": {\"stage\": 1, \"cpu_offload\": true}}"};
+  for (int i = 0; i < 2; i++) {
+    td_args a;
+    char err[4096];
+    int rc = run(&a, "--device cuda --use-distributed-optimizer", JSON(offloads[i]), 1, err,
+                 sizeof err);
+    CHECK(rc == 0 && a.cpu_optimizer == 1, "%s: Adam offloaded to the host (%s)", j, err);
+    td_args_free(&a);
+  }
 #undef JSON
   expect_error("--deepspeed_config ds.json", "{}", 1,
                "--deepspeed_config and --deepspeed_config_dict are exclusive");

@@ -343,13 +343,15 @@ static void test_flags(void) {
                        .max_positions = 32, .vocab_size = 128};
   td_gpt_layout lay = td_gpt_layout_single(&cfg);
   td_train_memory m, p2;
-  td_train_place one = {1, 0, 1, 0, 1}, pp = {2, 0, 1, 0, 1}, gpu = {1, 0, 1, 0, 0};
-  td_train_memory on_gpu;
+  td_train_place one = {1, 0, 1, 0, 1, 0}, pp = {2, 0, 1, 0, 1, 0}, gpu = {1, 0, 1, 0, 0, 0};
+  td_train_place gpu_offload = {1, 0, 1, 0, 0, 1};
+  td_train_memory on_gpu, offload;
   lay.layer_end = 1, lay.has_head = 0;
   int ok = !td_train_memory_plan(&a, &cfg, &lay, TD_F32, &pp, &p2, err, sizeof err);
   lay = td_gpt_layout_single(&cfg);
   ok = ok && !td_train_memory_plan(&a, &cfg, &lay, TD_F32, &one, &m, err, sizeof err) &&
-       !td_train_memory_plan(&a, &cfg, &lay, TD_F32, &gpu, &on_gpu, err, sizeof err);
+       !td_train_memory_plan(&a, &cfg, &lay, TD_F32, &gpu, &on_gpu, err, sizeof err) &&
+       !td_train_memory_plan(&a, &cfg, &lay, TD_F32, &gpu_offload, &offload, err, sizeof err);
   uint64_t sum = m.model.params + m.model.grads + m.model.weights_bf16 + m.activations + m.optimizer +
                  m.checkpoint + m.staging + m.tables;
   CHECK(ok && m.total == sum && m.optimizer == 2 * m.model.params && m.arenas == 1 &&
@@ -357,6 +359,9 @@ static void test_flags(void) {
         "a run's figures add up (total %llu, optimizer 2 x parameters, staging 8 x 32 x 12 + a sample)",
         (unsigned long long)m.total);
   CHECK(on_gpu.total == m.staging + m.tables, "on a GPU only the host's part counts against the host");
+  CHECK(offload.optimizer == 4 * m.model.params && offload.total == m.staging + m.tables + offload.optimizer,
+        "Adam offloaded to the host: m, v and host copies of parameters and gradients count against "
+        "the host (%llu)", (unsigned long long)offload.optimizer);
   CHECK(p2.arenas == 2 && p2.activations == 2 * p2.model.activations,
         "the first of 2 pipeline stages keeps 2 micro-batches in flight: 2 arenas");
   setenv("TRIDENT_MEMORY_LIMIT", "1K", 1);

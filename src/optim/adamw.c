@@ -41,6 +41,21 @@ void td_adamw_init(td_adamw *o, td_device *dev, int64_t numel, const td_adam_run
   o->exp_avg_sq = dev->ops->alloc(dev, (size_t)numel * sizeof(float));
 }
 
+void td_adamw_init_host(td_adamw *o, td_device *dev, int64_t numel, const td_adam_run *runs,
+                        int n_runs, float beta1, float beta2, float eps, float weight_decay) {
+  init_common(o, dev, numel, runs, n_runs, beta1, beta2, eps, weight_decay);
+  o->host = td_device_open("cpu");
+  o->exp_avg = o->host->ops->alloc(o->host, (size_t)numel * sizeof(float));
+  o->exp_avg_sq = o->host->ops->alloc(o->host, (size_t)numel * sizeof(float));
+  for (int i = 0; i < o->n_runs; i++) {
+    const td_adam_run *r = &o->runs[i];
+    if (r->param_offset + r->numel > o->params_span) o->params_span = r->param_offset + r->numel;
+    if (r->grad_offset + r->numel > o->grads_span) o->grads_span = r->grad_offset + r->numel;
+  }
+  o->host_params = o->host->ops->alloc(o->host, (size_t)o->params_span * sizeof(float));
+  o->host_grads = o->host->ops->alloc(o->host, (size_t)o->grads_span * sizeof(float));
+}
+
 int td_adamw_init_nvme(td_adamw *o, td_device *dev, int64_t numel, const td_adam_run *runs,
                        int n_runs, float beta1, float beta2, float eps, float weight_decay,
                        const char *dir, const char *stem, int64_t chunk_elems, char *err,
@@ -55,6 +70,11 @@ int td_adamw_init_nvme(td_adamw *o, td_device *dev, int64_t numel, const td_adam
 void td_adamw_free(td_adamw *o) {
   if (o->nvme) {
     td_nvme_state_close(o->nvme);
+  } else if (o->host) {
+    td_device *h = o->host;
+    h->ops->free(h, o->exp_avg), h->ops->free(h, o->exp_avg_sq);
+    h->ops->free(h, o->host_params), h->ops->free(h, o->host_grads);
+    td_device_close(h);
   } else {
     o->dev->ops->free(o->dev, o->exp_avg);
     o->dev->ops->free(o->dev, o->exp_avg_sq);
@@ -62,20 +82,48 @@ void td_adamw_free(td_adamw *o) {
   td_free(o->runs);
 }
 
-void td_adamw_step(td_adamw *o, float *params, const float *grads, float lr, float grad_scale) {
-  o->step++;
-  if (o->nvme) {
-    td_nvme_state_step(o->nvme, o, params, grads, lr, grad_scale);
-    return;
-  }
+/* AdamW over the runs on device d, with params and grads d's buffers. */
+static void step_on(td_adamw *o, td_device *d, float *params, const float *grads, float lr,
+                    float grad_scale) {
   for (int i = 0; i < o->n_runs; i++) {
     const td_adam_run *r = &o->runs[i];
-    o->dev->ops->adamw(o->dev, params + r->param_offset, grads + r->grad_offset,
-                       o->exp_avg + r->state_offset, o->exp_avg_sq + r->state_offset, r->numel,
-                       lr, o->beta1, o->beta2, o->eps, r->weight_decay ? o->weight_decay : 0.0f,
-                       grad_scale, o->step);
+    d->ops->adamw(d, params + r->param_offset, grads + r->grad_offset,
+                  o->exp_avg + r->state_offset, o->exp_avg_sq + r->state_offset, r->numel, lr,
+                  o->beta1, o->beta2, o->eps, r->weight_decay ? o->weight_decay : 0.0f,
+                  grad_scale, o->step);
   }
 }
+
+/* The host update: the runs' parameters and gradients down, AdamW on the host,
+ * the parameters back up. */
+static void step_host(td_adamw *o, float *params, const float *grads, float lr, float grad_scale) {
+  td_device *d = o->dev;
+  for (int i = 0; i < o->n_runs; i++) {
+    const td_adam_run *r = &o->runs[i];
+    size_t bytes = (size_t)r->numel * sizeof(float);
+    d->ops->copy_d2h(d, o->host_params + r->param_offset, params + r->param_offset, bytes);
+    d->ops->copy_d2h(d, o->host_grads + r->grad_offset, grads + r->grad_offset, bytes);
+  }
+  step_on(o, o->host, o->host_params, o->host_grads, lr, grad_scale);
+  for (int i = 0; i < o->n_runs; i++) {
+    const td_adam_run *r = &o->runs[i];
+    d->ops->copy_h2d(d, params + r->param_offset, o->host_params + r->param_offset,
+                     (size_t)r->numel * sizeof(float));
+  }
+}
+
+void td_adamw_step(td_adamw *o, float *params, const float *grads, float lr, float grad_scale) {
+  o->step++;
+  if (o->nvme)
+    td_nvme_state_step(o->nvme, o, params, grads, lr, grad_scale);
+  else if (o->host)
+    step_host(o, params, grads, lr, grad_scale);
+  else
+    step_on(o, o->dev, params, grads, lr, grad_scale);
+}
+
+/* The device the state lives on. */
+static td_device *state_device(const td_adamw *o) { return o->host ? o->host : o->dev; }
 
 void td_adamw_read_state(td_adamw *o, int which, int64_t offset, int64_t n, float *host) {
   TD_CHECK(offset >= 0 && n >= 0 && offset + n <= o->numel, "state range");
@@ -84,7 +132,8 @@ void td_adamw_read_state(td_adamw *o, int which, int64_t offset, int64_t n, floa
     return;
   }
   const float *s = which ? o->exp_avg_sq : o->exp_avg;
-  o->dev->ops->copy_d2h(o->dev, host, s + offset, (size_t)n * sizeof(float));
+  td_device *d = state_device(o);
+  d->ops->copy_d2h(d, host, s + offset, (size_t)n * sizeof(float));
 }
 
 void td_adamw_write_state(td_adamw *o, int which, int64_t offset, int64_t n, const float *host) {
@@ -94,5 +143,6 @@ void td_adamw_write_state(td_adamw *o, int which, int64_t offset, int64_t n, con
     return;
   }
   float *s = which ? o->exp_avg_sq : o->exp_avg;
-  o->dev->ops->copy_h2d(o->dev, s + offset, host, (size_t)n * sizeof(float));
+  td_device *d = state_device(o);
+  d->ops->copy_h2d(d, s + offset, host, (size_t)n * sizeof(float));
 }

@@ -3,8 +3,10 @@
  * runs of elements (optim/ sits below model/): each run's parameters, gradients
  * and Adam state may sit at different offsets of their own buffers, as they do
  * under ZeRO (the state and, from stage 2, the gradients are this rank's shard;
- * from stage 3 the parameters too). The state is device memory, or a file
- * streamed through the step (ZeRO-Infinity's NVMe offload, optim/nvme_state.h). */
+ * from stage 3 the parameters too). The state is device memory, host memory
+ * with the update run on the host (DeepSpeed's cpu offload with its cpu_adam,
+ * for a device with its own memory: td_adamw_init_host), or a file streamed
+ * through the step (ZeRO-Infinity's NVMe offload, optim/nvme_state.h). */
 #ifndef TD_OPTIM_ADAMW_H
 #define TD_OPTIM_ADAMW_H
 
@@ -25,8 +27,12 @@ typedef struct td_nvme_state td_nvme_state;
 typedef struct {
   td_device *dev;
   int64_t numel;      /* of the state: exp_avg and exp_avg_sq hold numel elements each */
-  float *exp_avg;     /* m (device memory; NULL when nvme holds the state) */
+  float *exp_avg;     /* m (device memory, host memory when host; NULL when nvme) */
   float *exp_avg_sq;  /* v */
+  td_device *host;     /* non-NULL: the state is host memory, updated by this CPU
+                          device on host copies of the params and grads (td_adamw_init_host) */
+  float *host_params, *host_grads; /* those copies (the spans the runs address) */
+  int64_t params_span, grads_span;
   td_nvme_state *nvme; /* non-NULL: m and v live in a file (td_adamw_init_nvme) */
   td_adam_run *runs;   /* the runs merged into maximal runs of one group */
   int n_runs;
@@ -46,6 +52,14 @@ int td_adamw_init_nvme(td_adamw *o, td_device *dev, int64_t numel, const td_adam
                        int n_runs, float beta1, float beta2, float eps, float weight_decay,
                        const char *dir, const char *stem, int64_t chunk_elems, char *err,
                        size_t errlen);
+/* The same optimizer with m and v in host memory and the update on the host:
+ * each step copies the runs' parameters and gradients from dev, runs the CPU
+ * backend's AdamW (vectorised, OpenMP threads) and copies the parameters back
+ * (DeepSpeed's offload_optimizer.device cpu, Megatron-DeepSpeed's --cpu-optimizer).
+ * For a device whose memory is not host memory; the results are the CPU
+ * backend's bits. */
+void td_adamw_init_host(td_adamw *o, td_device *dev, int64_t numel, const td_adam_run *runs,
+                        int n_runs, float beta1, float beta2, float eps, float weight_decay);
 void td_adamw_free(td_adamw *o);
 
 /* One update: g = grads * grad_scale (unscale and clip folded in). */

@@ -622,11 +622,11 @@ void td_zero_init_params(td_zero *z, uint64_t seed) {
 }
 
 /* This rank's part of buffer `which` as one shard-sized device buffer (for m
- * and v under NVMe offload: read from the file into a fresh one). */
+ * and v offloaded to NVMe or host memory: read into a fresh one). */
 static float *shard_of(td_zero *z, td_adamw *o, int which, int *owned) {
   *owned = 0;
   if (which == 0) return z->param_shard;
-  if (!o->nvme) return which == 1 ? o->exp_avg : o->exp_avg_sq;
+  if (!o->nvme && !o->host) return which == 1 ? o->exp_avg : o->exp_avg_sq;
   float *host = td_malloc((size_t)z->shard_numel * sizeof(float));
   float *dev = OPS(z)->alloc(z->dev, (size_t)z->shard_numel * sizeof(float));
   td_adamw_read_state(o, which - 1, 0, z->shard_numel, host);
@@ -692,7 +692,7 @@ td_zero_memory td_zero_memory_report(const td_zero *z, const td_adamw *o) {
                       .transient_peak = z->transient_peak};
   if (z->param_shard) r.params += (uint64_t)z->shard_numel * sizeof(float);
   if (z->grad_shard) r.grads += (uint64_t)z->shard_numel * sizeof(float);
-  if (o && !o->nvme) r.optim = 2 * (uint64_t)o->numel * sizeof(float);
+  if (o && !o->nvme && !o->host) r.optim = 2 * (uint64_t)o->numel * sizeof(float);
   return r;
 }
 

@@ -154,7 +154,7 @@ static const flag k_flags[] = {
     {.name = "step-batch-size-schedule", STR(step_batch_size_schedule), .g = G_TRAIN, .meta = "\"T:B ...\"",
      .help = "global batch B from T consumed tokens on (suffix K, M, B, T; first T is 0; with --train-samples)"},
     {.name = "cpu-optimizer", BOOL(cpu_optimizer), .g = G_TRAIN,
-     .help = "Megatron-DeepSpeed: run Adam on the host (the CPU backend does; refused with --device cuda)"},
+     .help = "Megatron-DeepSpeed: Adam's state and update in host memory (DeepSpeed's cpu_adam) when the device's memory is its own (the CPU backend runs Adam on the host already)"},
     {.name = "exit-interval", INT(exit_interval), .c = C_POS, .g = G_TRAIN, .meta = "N",
      .help = "exit after an iteration divisible by N"},
     {.name = "seed", INT(seed), .def = "1234", .c = C_NONNEG, .g = G_TRAIN, .meta = "N",
@@ -842,9 +842,6 @@ static void check_refusals(const td_args *a, errlist *e) {
              k_dataloaders[a->dataloader_type]);
     add_error(e, msg);
   }
-  if (a->cpu_optimizer && !strcmp(td_args_device(a), "cuda"))
-    add_error(e, "--cpu-optimizer with --device cuda: offloading the optimizer to the host is not "
-                 "built for the CUDA backend yet (on --device cpu it runs on the host anyway)");
 }
 
 int td_args_parse(td_args *a, int argc, char **argv, char *err, size_t errlen) {
@@ -1475,8 +1472,6 @@ void td_args_print_notes(const td_args *a, FILE *f) {
   for (int i = 0; i < a->n_foreign; i++)
     fprintf(f, "trident: note: --%.*s: %s\n", a->foreign_len[i], a->foreign_name[i],
             td_foreign_groups[a->foreign_group[i]].why);
-  if (a->cpu_optimizer)
-    fprintf(f, "trident: note: --cpu-optimizer: the CPU backend runs Adam on the host already\n");
   if (td_args_given(a, "sequence-parallel") && a->tensor_model_parallel_size == 1)
     fprintf(f, "trident: note: --sequence-parallel: off, because tensor parallelism is off (as in "
                "Megatron)\n");

@@ -56,7 +56,7 @@ typedef struct dskey {
 #define NOTE_Z3                                                                                    \
   "a ZeRO stage 3 tuning knob; trident's stage 3 gathers one layer at a time into three slots " \
   "and prefetches the next, so it changes nothing"
-#define NOTE_HOST "the CPU backend keeps this in host memory already; nothing is pinned or copied"
+#define NOTE_HOST "host staging buffers are not pinned here (its copies are synchronous)"
 #define NOTE_ALLGATHER                                                                             \
   "the parameter all-gather after the update runs one layer at a time here"
 #define NOTE_MONITOR "is not built; the scalars go to stdout and to --tensorboard-dir"
@@ -741,8 +741,6 @@ static void check_scheduler(td_ds_config *c, const cJSON *root) {
 }
 
 static void check_offload(td_ds_config *c) {
-  int cpu = c->zero.cpu_offload == 1 || c->zero.offload_optimizer_device == 1 ||
-            c->zero.offload_param_device == 1;
   if (c->zero.offload_param_device == 2)
     add_error(c, "zero_optimization.offload_param.device nvme: parameter offload to NVMe "
                  "(ZeRO-Infinity) is %s; offload_optimizer.device nvme is built",
@@ -751,9 +749,6 @@ static void check_offload(td_ds_config *c) {
     add_error(c, "zero_optimization.offload_optimizer.device nvme needs "
                  "zero_optimization.offload_optimizer.nvme_path (a directory for the Adam state "
                  "files)");
-  if (cpu)
-    add_note(c, "zero_optimization offload to cpu: the CPU backend keeps the optimizer state and "
-                "the parameters in host memory already, so offloading them there is the identity");
 }
 
 static void check_zero(td_ds_config *c) { check_offload(c); }
@@ -1125,15 +1120,20 @@ static void apply_zero(td_ds_config *c, td_args *a) {
     a->ddp_bucket_size = c->zero.reduce_bucket_size;
 }
 
-/* Offload to cpu is the identity on the CPU backend only (the parse note); on a
- * GPU it would move the optimizer state off the device, which is not built. */
-static void apply_offload(td_ds_config *c, const td_args *a) {
-  int cpu = c->zero.cpu_offload == 1 || c->zero.offload_optimizer_device == 1 ||
-            c->zero.offload_param_device == 1;
-  if (cpu && !strcmp(td_args_device(a), "cuda"))
-    add_error(c, "zero_optimization offload to cpu with --device cuda: keeping the optimizer "
-                 "state in host memory while the model trains on the GPU is %s",
-              NOT_BUILT);
+/* Optimizer offload to cpu is --cpu-optimizer (the trainer runs Adam on the host
+ * when the device's memory is its own). Parameter offload to cpu is the identity
+ * on the CPU backend; off it (ZeRO-3 parameters in host memory) it is not built. */
+static void apply_offload(td_ds_config *c, td_args *a) {
+  if (c->zero.cpu_offload == 1 || c->zero.offload_optimizer_device == 1) a->cpu_optimizer = 1;
+  if (c->zero.offload_param_device != 1) return;
+  const char *dev = td_args_device(a);
+  if (!strcmp(dev, "cpu") || !strcmp(dev, "auto"))
+    add_note(c, "zero_optimization.offload_param.device cpu: the CPU backend keeps the "
+                "parameters in host memory already");
+  else
+    add_error(c, "zero_optimization.offload_param.device cpu with --device %s: keeping ZeRO-3's "
+                 "parameters in host memory is %s (offload_optimizer.device cpu is built)",
+              dev, NOT_BUILT);
 }
 
 static int same_str(const char *a, const char *b) { return a && b && !strcmp(a, b); }

@@ -53,11 +53,15 @@ int td_train_memory_plan(const td_args *a, const td_gpt_config *cfg, const td_gp
                           td_sat_mul((uint64_t)a->seq_length + 1, sizeof(int32_t)));
   m->tables = td_sat_add(td_sat_mul(m->model.host, (uint64_t)m->arenas), /* a replica's tables */
                          td_sat_mul(c.n_tensors, TRAINER_BYTES_PER_TENSOR));
+  if (p->optimizer_on_host) /* m and v, and host copies of the parameters and gradients */
+    m->optimizer = td_sat_mul(share, 4 * sizeof(float));
   uint64_t device = td_sat_add(td_sat_add(m->model.params, m->model.grads),
                                td_sat_add(m->model.weights_bf16, m->activations));
-  device = td_sat_add(device, td_sat_add(m->optimizer, m->checkpoint));
+  device = td_sat_add(device, td_sat_add(p->optimizer_on_host ? 0 : m->optimizer, m->checkpoint));
   device = td_sat_add(device, td_sat_add(m->shards, m->transient));
-  m->total = td_sat_add(p->device_is_host ? device : 0, td_sat_add(m->staging, m->tables));
+  uint64_t host = td_sat_add(m->staging, m->tables);
+  if (p->optimizer_on_host) host = td_sat_add(host, m->optimizer);
+  m->total = td_sat_add(p->device_is_host ? device : 0, host);
   return 0;
 }
 

@@ -22,6 +22,7 @@
 typedef struct {
   int pp_size, pp_rank, dp_size, zero_stage;
   int device_is_host;
+  int optimizer_on_host; /* Adam's state and update in host memory (td_adamw_init_host) */
 } td_train_place;
 
 /* Bytes per rank, each saturating at TD_SIZE_HUGE (base/checked.h). */

@@ -170,7 +170,7 @@ static void point_views(trainer *t, int k, float *flat) {
 /* Whether buffer k (as point_views) is whole on this rank as the checkpoint
  * needs it: the parameters below stage 3, m and v without ZeRO in memory. */
 static int whole_here(const trainer *t, int k) {
-  return k == 0 ? t->zero_stage < 3 : t->zero_stage == 0 && !t->opt.nvme;
+  return k == 0 ? t->zero_stage < 3 : t->zero_stage == 0 && !t->opt.nvme && !t->opt.host;
 }
 
 static void setup_checkpoint_views(trainer *t) {
@@ -192,12 +192,22 @@ static void setup_checkpoint_views(trainer *t) {
 }
 
 /* AdamW over this rank's shard (td_zero_runs: everything at stage 0). */
+/* --cpu-optimizer / offload_optimizer.device cpu moves Adam to the host when the
+ * device's memory is its own; on the CPU backend it is there already. */
+static int optimizer_on_host(const trainer *t) {
+  return t->a->cpu_optimizer && !td_device_has(t->dev, TD_DEVICE_HOST_MEMORY);
+}
+
 static void setup_optimizer(trainer *t) {
   const td_args *a = t->a;
   int n;
   const td_adam_run *runs = td_zero_runs(t->zero, NULL, &n);
   int64_t numel = td_zero_shard_numel(t->zero);
   float b1 = (float)a->adam_beta1, b2 = (float)a->adam_beta2, eps = (float)a->adam_eps;
+  if (!a->optimizer_nvme_path && optimizer_on_host(t)) {
+    td_adamw_init_host(&t->opt, t->dev, numel, runs, n, b1, b2, eps, (float)a->weight_decay);
+    return;
+  }
   if (!a->optimizer_nvme_path) {
     td_adamw_init(&t->opt, t->dev, numel, runs, n, b1, b2, eps, (float)a->weight_decay);
     return;
@@ -273,12 +283,12 @@ static void print_model_states(const trainer *t, const td_zero_memory *zm) {
   static const double shard[4][3] = {{0, 0, 0}, {0, 0, 1}, {0, 1, 1}, {1, 1, 1}}; /* p, g, adam */
   const double *s = shard[t->zero_stage];
   double want = 4 * psi / (s[0] ? n : 1) + 4 * psi / (s[1] ? n : 1) +
-                (t->opt.nvme ? 0 : 8 * psi / (s[2] ? n : 1));
+                (t->opt.nvme || t->opt.host ? 0 : 8 * psi / (s[2] ? n : 1));
   double have = (double)(zm->params + zm->grads + zm->optim);
   printf(" > model states per rank (MiB): %.1f (parameters %.1f + gradients %.1f + optimizer "
          "%.1f); the ZeRO paper's stage %d in fp32: %.1f (%.1f%%)%s\n",
          have / mib, zm->params / mib, zm->grads / mib, zm->optim / mib, t->zero_stage,
-         want / mib, 100 * (have - want) / want, t->opt.nvme ? ", Adam state on NVMe" : "");
+         want / mib, 100 * (have - want) / want, t->opt.nvme ? ", Adam state on NVMe" : t->opt.host ? ", Adam state in host memory" : "");
 }
 
 static void print_summary(const trainer *t) {
@@ -306,6 +316,15 @@ static void print_summary(const trainer *t) {
            td_zero_num_buckets(t->zero), (long long)ddp_bucket_size(t));
   static const char *const what[4] = {"", "Adam state", "Adam state and gradients",
                                       "Adam state, gradients and parameters"};
+  if (t->opt.host)
+    printf(" > optimizer offloaded to host memory (DeepSpeed's cpu offload, cpu_adam): Adam's m "
+           "and v, %.1f MiB per rank, and the update on the host; parameters and gradients "
+           "copied each step\n",
+           2.0 * (double)t->opt.numel * sizeof(float) / 1048576.0);
+  else if (a->cpu_optimizer && t->is_logger)
+    fprintf(stderr, "trident: note: --cpu-optimizer / offload_optimizer.device cpu: the %s "
+                    "device's memory is host memory, so Adam runs on the host already\n",
+            t->dev->ops->name);
   if (t->opt.nvme)
     printf(" > optimizer state offloaded to NVMe (ZeRO-Infinity): %s/trident_adam_rank*.adam, "
            "%.1f MiB per rank, streamed through the step\n",
@@ -1205,7 +1224,7 @@ int td_train(td_args *a) {
   td_gpt_layout lay = model_layout(&t);
   char merr[2048]; /* the whole run's memory, before any of it is allocated */
   td_train_place place = {t.topo.layout.pp, t.topo.coord.pp, t.dp_size, t.zero_stage,
-                          td_device_has(t.dev, TD_DEVICE_HOST_RAM)};
+                          td_device_has(t.dev, TD_DEVICE_HOST_RAM), optimizer_on_host(&t)};
   if (td_train_check_memory(a, &t.cfg, &lay, t.compute, &place, td_comm_local_size(), merr, sizeof merr))
     td_fail("%s", merr);
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);
