@@ -17,12 +17,6 @@
 set -u
 bin=$1
 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
-ok() { echo "ok    $*"; }
-
 probe=$("$bin" bench kernels --device cuda --only add --seconds 0.01 2>&1 | head -5)
 case "$probe" in
 *"without the CUDA backend"* | *"no CUDA device"* | *"CUDA"*"not usable"*)
@@ -30,6 +24,8 @@ case "$probe" in
   exit 77
   ;;
 esac
+# tmp, fail, ok, losses and same (the logs' losses within a tolerance)
+source "$(dirname "$0")/train_common.sh"
 
 vocab=(--vocab-file "$src/data/gpt2/vocab.json" --merge-file "$src/data/gpt2/merges.txt")
 tok=(--tokenizer-type GPT2BPETokenizer "${vocab[@]}")
@@ -52,42 +48,23 @@ trun() {
   if [ "$np" = 1 ]; then
     OMP_NUM_THREADS=$threads timeout -k 5 900 "$bin" train "${model[@]}" --device "$dev" "$@" >"$log" 2>&1
   else
-    OMP_NUM_THREADS=$threads timeout -k 5 900 mpirun --oversubscribe --allow-run-as-root -np "$np" \
+    OMP_NUM_THREADS=$threads timeout -k 5 900 "$mpirun" --oversubscribe --allow-run-as-root -np "$np" \
       "$bin" train "${model[@]}" --device "$dev" "$@" >"$log" 2>&1
   fi || fail "np $np --device $dev $*: exit $?: $(tail -3 "$log")"
-}
-
-losses() { grep -oE '(lm loss|lm loss value): [^ ]+' "$1" | sed -E 's/.*: //'; }
-
-# close A B TOL WHAT: the logs' losses agree within TOL relative, line for line
-close() {
-  losses "$1" >"$1.l"
-  losses "$2" >"$2.l"
-  local n worst
-  n=$(wc -l <"$1.l")
-  if [ "$n" -lt 20 ] || [ "$n" -ne "$(wc -l <"$2.l")" ]; then
-    fail "$4: $n losses against $(wc -l <"$2.l")"
-    return
-  fi
-  worst=$(paste "$1.l" "$2.l" | awk '{ d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
-    if (r > w) w = r } END { printf "%.3g", w }')
-  awk -v w="$worst" -v t="$3" 'BEGIN { exit !(w <= t) }' &&
-    ok "$4: $n losses agree (worst relative difference $worst <= $3)" ||
-    { fail "$4: relative difference $worst > $3"; paste "$1.l" "$2.l" | head -5; }
 }
 
 trun 1 cpu "$tmp/cpu.log"
 trun 1 cuda "$tmp/gpu.log"
 grep -q "device cuda:" "$tmp/gpu.log" && ok "the GPU run names its device: $(grep -o 'device cuda:[^,]*' "$tmp/gpu.log" | head -1)" ||
   fail "the GPU run does not name a cuda device: $(grep ' > layout' "$tmp/gpu.log")"
-close "$tmp/cpu.log" "$tmp/gpu.log" 1e-5 "fp32 with dropout: GPU == CPU"
+same "$tmp/cpu.log" "$tmp/gpu.log" 1e-5 "fp32 with dropout: GPU == CPU"
 
 trun 1 cpu "$tmp/cpu_bf16.log" --bf16
 trun 1 cuda "$tmp/gpu_bf16.log" --bf16
-close "$tmp/cpu_bf16.log" "$tmp/gpu_bf16.log" 1e-2 "bf16: GPU == CPU"
+same "$tmp/cpu_bf16.log" "$tmp/gpu_bf16.log" 1e-2 "bf16: GPU == CPU"
 
 trun 1 cuda "$tmp/gpu_again.log"
-close "$tmp/gpu.log" "$tmp/gpu_again.log" 0 "a second GPU run repeats the first bit for bit"
+same "$tmp/gpu.log" "$tmp/gpu_again.log" 0 "a second GPU run repeats the first bit for bit"
 
 # Checkpoints: resume on the GPU bit-exact; cross the devices both ways.
 trun 1 cuda "$tmp/gsave.log" --exit-interval 10 --save "$tmp/ck_g" --save-interval 10
@@ -113,13 +90,13 @@ done
 
 # Two ranks sharing the GPU: TP, DP, PP each give the one-rank GPU run's losses.
 trun 2 cuda "$tmp/tp2.log" --tensor-model-parallel-size 2
-close "$tmp/gpu.log" "$tmp/tp2.log" 1e-5 "TP=2 on one GPU == one rank"
+same "$tmp/gpu.log" "$tmp/tp2.log" 1e-5 "TP=2 on one GPU == one rank"
 trun 2 cuda "$tmp/dp2.log"
-close "$tmp/gpu.log" "$tmp/dp2.log" 1e-5 "DP=2 on one GPU == one rank"
+same "$tmp/gpu.log" "$tmp/dp2.log" 1e-5 "DP=2 on one GPU == one rank"
 trun 2 cuda "$tmp/pp2.log" --pipeline-model-parallel-size 2
-close "$tmp/gpu.log" "$tmp/pp2.log" 1e-5 "PP=2 on one GPU == one rank"
+same "$tmp/gpu.log" "$tmp/pp2.log" 1e-5 "PP=2 on one GPU == one rank"
 trun 2 cuda "$tmp/z3.log" --zero-stage 3
-close "$tmp/gpu.log" "$tmp/z3.log" 1e-5 "ZeRO-3 DP=2 on one GPU == one rank"
+same "$tmp/gpu.log" "$tmp/z3.log" 1e-5 "ZeRO-3 DP=2 on one GPU == one rank"
 
 # generate: the CPU's greedy tokens from the GPU-trained checkpoint.
 for d in cpu cuda; do
