@@ -553,7 +553,9 @@ static void test_combine_and_masked_sum(void) {
       float *dx = put(&b, x, n * 4), *dm = put(&b, mask, n * 4);
       b.d->ops->cross_entropy_combine(b.d, dl, dtl, dlp, dtl, n, parts); /* losses alias */
       get(&b, lse[r], dl, n * 4), get(&b, loss[r], dtl, n * 4);
-      sum[r] = b.d->ops->masked_sum(b.d, dx, dm, n);
+      double *dsum = put(&b, NULL, sizeof(double));
+      b.d->ops->masked_sum(b.d, dsum, dx, dm, n);
+      get(&b, &sum[r], dsum, sizeof(double));
       release(&b);
     }
     double e_lse = relerr(lse[1], lse[0], n), e_loss = relerr(loss[1], loss[0], n);
@@ -605,12 +607,15 @@ static void test_reductions(void) {
     float *x = randf(n, -3, 3);
     for (int64_t e = 0; e < n; e += 7) x[e] = 0.0f;
     for (int64_t e = 3; e < n; e += 11) x[e] = -0.0f;
-    double sc = g_cpu->ops->sum_squares(g_cpu, x, n);
-    int64_t zc = g_cpu->ops->count_zeros(g_cpu, x, n);
+    td_device *c = g_cpu, *gp = g_gpu;
+    double sc = td_device_reduce_now(c, c->ops->sum_squares, x, n);
+    int64_t zc = (int64_t)td_device_reduce_now(c, c->ops->count_zeros, x, n);
     bufs b = {.d = g_gpu};
     float *dx = put(&b, x, n * 4);
-    double s1 = g_gpu->ops->sum_squares(g_gpu, dx, n), s2 = g_gpu->ops->sum_squares(g_gpu, dx, n);
-    int64_t z1 = g_gpu->ops->count_zeros(g_gpu, dx, n), z2 = g_gpu->ops->count_zeros(g_gpu, dx, n);
+    double s1 = td_device_reduce_now(gp, gp->ops->sum_squares, dx, n);
+    double s2 = td_device_reduce_now(gp, gp->ops->sum_squares, dx, n);
+    int64_t z1 = (int64_t)td_device_reduce_now(gp, gp->ops->count_zeros, dx, n);
+    int64_t z2 = (int64_t)td_device_reduce_now(gp, gp->ops->count_zeros, dx, n);
     double err = fabs(s1 - sc) / (sc > 0 ? sc : 1);
     CHECK(err < 1e-10 && s1 == s2 && z1 == zc && z1 == z2,
           "sum_squares n=%lld rel err %.2g (same bits twice %d); count_zeros %lld == %lld",
@@ -618,10 +623,10 @@ static void test_reductions(void) {
     if (n > 1) { /* NaN and Inf propagate: the fp16 overflow check */
       float bad = NAN;
       g_gpu->ops->copy_h2d(g_gpu, dx + n / 2, &bad, 4);
-      double sn = g_gpu->ops->sum_squares(g_gpu, dx, n);
+      double sn = td_device_reduce_now(gp, gp->ops->sum_squares, dx, n);
       bad = INFINITY;
       g_gpu->ops->copy_h2d(g_gpu, dx + n / 2, &bad, 4);
-      double si = g_gpu->ops->sum_squares(g_gpu, dx, n);
+      double si = td_device_reduce_now(gp, gp->ops->sum_squares, dx, n);
       CHECK(isnan(sn) && isinf(si), "sum_squares n=%lld: NaN -> %g, Inf -> %g", (long long)n, sn,
             si);
     }

@@ -114,7 +114,7 @@ static void run_elementwise(td_device *d, const inputs *in, outputs *o) {
   uint16_t *bf = d->ops->alloc(d, sizeof o->bf);
   d->ops->cast(d, bf, TD_BF16, x + 2 * NA, TD_F32, NA);
   d->ops->copy_d2h(d, o->bf, bf, sizeof o->bf);
-  o->sumsq = d->ops->sum_squares(d, x + 2 * NA, NA);
+  o->sumsq = td_device_reduce_now(d, d->ops->sum_squares, x + 2 * NA, NA);
   d->ops->fill(d, x, TD_F32, NA, 0.25f);
   d->ops->copy_d2d(d, x + NA, x, NA * sizeof(float));
   d->ops->copy_d2h(d, o->filled, x + NA, sizeof o->filled);
@@ -153,7 +153,10 @@ static void run_loss(td_device *d, const inputs *in, outputs *o) {
   d->ops->cross_entropy_forward(d, losses, lse, logits, targets, ROWS, V);
   d->ops->copy_d2h(d, o->losses, losses, sizeof o->losses);
   d->ops->copy_d2h(d, o->lse, lse, sizeof o->lse);
-  o->masked = d->ops->masked_sum(d, losses, mask, ROWS);
+  double *masked = d->ops->alloc(d, sizeof(double));
+  d->ops->masked_sum(d, masked, losses, mask, ROWS);
+  d->ops->copy_d2h(d, &o->masked, masked, sizeof o->masked);
+  d->ops->free(d, masked);
   float *parts = up(d, in->lse_parts, sizeof in->lse_parts);
   float *tl = up(d, in->target_logit, sizeof in->target_logit);
   d->ops->cross_entropy_combine(d, lse, tl, parts, tl, ROWS, 2); /* losses alias target_logit */

@@ -386,7 +386,7 @@ static void test_fp16_matches_fp32(void) {
 /* Sum of squares of the flat gradient, as the trainer's overflow check takes it. */
 static double grad_sumsq(td_gpt *m) {
   td_device *d = tst_device();
-  return d->ops->sum_squares(d, td_gpt_grads(m), td_gpt_flat_numel(m));
+  return td_device_reduce_now(d, d->ops->sum_squares, td_gpt_grads(m), td_gpt_flat_numel(m));
 }
 
 /* A loss scale whose dlogits exceed fp16's 65504 makes the fp16 gradients Inf/NaN

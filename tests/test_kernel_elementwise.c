@@ -440,7 +440,7 @@ static void test_sum_squares(int64_t n, uint64_t s) {
   tst_fill_normal(x, n, s, 3.0f);
   double ref = 0;
   for (int64_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
-  double got = OPS->sum_squares(DEV, x, n);
+  double got = td_device_reduce_now(DEV, OPS->sum_squares, x, n);
   double e = n ? fabs(got - ref) / ref : fabs(got);
   CHECK(e < 1e-12, "sum_squares n=%lld: rel err %.2g", (long long)n, e);
   td_free(x);
@@ -450,11 +450,11 @@ static void test_sum_squares_special(void) {
   float x[100];
   tst_fill_normal(x, 100, 320, 1.0f);
   x[77] = INFINITY;
-  int inf_ok = isinf(OPS->sum_squares(DEV, x, 100));
+  int inf_ok = isinf(td_device_reduce_now(DEV, OPS->sum_squares, x, 100));
   x[33] = NAN;
-  CHECK(inf_ok && isnan(OPS->sum_squares(DEV, x, 100)), "sum_squares propagates Inf and NaN");
+  CHECK(inf_ok && isnan(td_device_reduce_now(DEV, OPS->sum_squares, x, 100)), "sum_squares propagates Inf and NaN");
   x[33] = x[77] = 3e38f; /* squares overflow fp32, not the double sum */
-  CHECK(isfinite(OPS->sum_squares(DEV, x, 100)), "sum_squares of 3e38 is finite (double)");
+  CHECK(isfinite(td_device_reduce_now(DEV, OPS->sum_squares, x, 100)), "sum_squares of 3e38 is finite (double)");
 }
 
 /* count_zeros: random zeros (and -0) placed at seeded positions, counted exactly */
@@ -466,7 +466,7 @@ static void test_count_zeros(int64_t n, uint64_t s) {
     if (td_rng_u32(tst_seed(), s + 1, (uint64_t)i) % 7 == 0) x[i] = i % 2 ? -0.0f : 0.0f;
     want += x[i] == 0.0f;
   }
-  int64_t got = OPS->count_zeros(DEV, x, n);
+  int64_t got = (int64_t)td_device_reduce_now(DEV, OPS->count_zeros, x, n);
   CHECK(got == want, "count_zeros n=%lld: %lld (want %lld)", (long long)n, (long long)got,
         (long long)want);
   td_free(x);
@@ -487,7 +487,7 @@ static void test_threads(void) {
                             u[t].mean, u[t].rstd, R, C);
     memset(db[t], 0, C * 4);
     OPS->bias_backward(DEV, db[t], u[t].dout, R, C);
-    ss[t] = OPS->sum_squares(DEV, x, n);
+    ss[t] = td_device_reduce_now(DEV, OPS->sum_squares, x, n);
     memcpy(drop[t], x, (size_t)n * 4);
     OPS->dropout(DEV, drop[t], n, 0.25f, 7, 9, 0);
   }

@@ -222,6 +222,7 @@ typedef struct {
   td_adamw opt;
   int32_t *tokens, *targets;
   float *mask;
+  double *stats; /* device: the step's loss sum and gradient sum of squares */
 } bench;
 
 static void setup_optimizer(bench *b) {
@@ -267,14 +268,16 @@ static step_result train_step(bench *b, int64_t step) {
   region(b, "optimizer");
   td_gpt_zero_grads(b->model);
   region(b, "forward");
-  double ms;
-  double loss_sum = td_gpt_forward(b->model, b->tokens, b->targets, b->mask,
-                                   td_gpt_dropout_seed(1234, step, 0), 1, &ms);
+  double ms, host[2]; /* loss sum, sum of squares: read back with one wait */
+  td_gpt_forward_to(b->model, b->tokens, b->targets, b->mask, td_gpt_dropout_seed(1234, step, 0),
+                    1, b->stats, &ms);
   region(b, "backward");
   td_gpt_backward(b->model, (float)(1.0 / ms));
   region(b, "optimizer");
-  double sumsq = dev->ops->sum_squares(dev, td_gpt_grads(b->model), td_gpt_flat_numel(b->model));
-  r.grad_norm = sqrt(sumsq);
+  dev->ops->sum_squares(dev, b->stats + 1, td_gpt_grads(b->model), td_gpt_flat_numel(b->model));
+  dev->ops->copy_d2h(dev, host, b->stats, sizeof host);
+  double loss_sum = host[0];
+  r.grad_norm = sqrt(host[1]);
   double clip = r.grad_norm > clip_grad ? clip_grad / (r.grad_norm + 1e-6) : 1.0;
   td_adamw_step(&b->opt, td_gpt_params(b->model), td_gpt_grads(b->model), (float)lr, (float)clip);
   td_gpt_cast_weights(b->model);
@@ -439,6 +442,7 @@ int td_bench_train(int argc, char **argv) {
   b.dev = b.prof ? b.prof : raw;
   td_gpt_layout lay = td_gpt_layout_single(&cfg);
   b.model = td_gpt_create(b.dev, &cfg, &lay, o.micro_batch, o.dtype);
+  b.stats = b.dev->ops->alloc(b.dev, 2 * sizeof(double));
   td_gpt_init_params(b.model, 1234);
   setup_optimizer(&b);
   b.tokens = td_malloc((size_t)N * sizeof(int32_t));
@@ -476,6 +480,7 @@ int td_bench_train(int argc, char **argv) {
 
   td_free(times), td_free(b.tokens), td_free(b.targets), td_free(b.mask);
   td_adamw_free(&b.opt);
+  b.dev->ops->free(b.dev, b.stats);
   td_gpt_destroy(b.model);
   if (b.prof) td_profile_device_close(b.prof);
   td_device_close(raw);

@@ -8,7 +8,9 @@
  *  - other memory (a GPU, the sealed test device): staged through host memory,
  *    device-to-host, MPI on the host copy, host-to-device (issue #11's
  *    correctness path; NCCL on device pointers replaces it for CUDA). The
- *    staging is allocated per call and freed when the operation completes;
+ *    staging is the device's pinned host memory (host_alloc), taken from a pool
+ *    for the operation and kept for the next one; td_dcomm_release frees a
+ *    device's share before the device closes;
  *  - a communicator of one rank (or NULL) moves nothing between ranks: the
  *    result is a device copy, or nothing when in place.
  * The results are the same bits either way: MPI reduces the same values in the
@@ -49,6 +51,10 @@ void td_dcomm_iall_to_all(td_comm *c, td_device *d, const void *send, void *recv
                           td_dtype dt, td_dcomm_request *r);
 void td_dcomm_isend(td_comm *c, td_device *d, const void *buf, int64_t count, td_dtype dt, int dest,
                     int tag, td_dcomm_request *r);
+
+/* Frees the staging buffers kept for device d (none may be in flight): call
+ * before td_device_close(d). */
+void td_dcomm_release(td_device *d);
 
 void td_dcomm_wait(td_dcomm_request *r);
 int td_dcomm_test(td_dcomm_request *r); /* 1 when complete (the result is in place) */

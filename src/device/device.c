@@ -17,7 +17,7 @@ const td_device_ops *td_cpu_device_ops(void);
 typedef struct {
   const char *name;
   const td_device_ops *(*ops)(void);
-  void *(*open)(int index);
+  void *(*open)(int *index); /* in: the index asked for; out: the device's */
   void (*close)(void *impl);
   int (*available)(void);
   void (*describe)(const void *impl, char *buf, size_t n);
@@ -67,7 +67,9 @@ td_device *td_device_open_index(const char *name, int index) {
   }
   td_device *d = td_calloc(sizeof *d);
   d->ops = b->ops();
-  d->impl = b->open ? b->open(index) : NULL;
+  d->index = index;
+  d->impl = b->open ? b->open(&d->index) : NULL;
+  if (!b->open) d->index = 0;
   return d;
 }
 
@@ -78,6 +80,14 @@ void td_device_close(td_device *d) {
   for (size_t i = 0; i < N_BACKENDS; i++)
     if (d->ops == k_backends[i].ops() && k_backends[i].close) k_backends[i].close(d->impl);
   td_free(d);
+}
+
+double td_device_reduce_now(td_device *d, td_device_reduce_op op, const float *x, int64_t n) {
+  double *out = d->ops->alloc(d, sizeof(double)), v;
+  op(d, out, x, n);
+  d->ops->copy_d2h(d, &v, out, sizeof v);
+  d->ops->free(d, out);
+  return v;
 }
 
 void td_device_describe(const td_device *d, char *buf, size_t n) {

@@ -21,6 +21,8 @@
 #include "base/dtype.h"
 
 typedef struct td_device td_device;
+/* A point in a handle's stream of work (a CUDA event): backend-defined. */
+typedef struct td_event td_event;
 
 /* C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] + bias      for b < batch
  *   op(A): m x k (A is m x k, or k x m when trans_a), lda = row stride of A as stored
@@ -101,10 +103,39 @@ typedef struct td_device_ops {
   void (*copy_d2h)(td_device *d, void *dst, const void *src, size_t bytes);
   void (*copy_d2d)(td_device *d, void *dst, const void *src, size_t bytes);
   void (*fill)(td_device *d, void *dst, td_dtype dt, int64_t n, float value);
+  /* The host waits until all work issued on the handle is done. */
   void (*synchronize)(td_device *d);
   /* Bytes of this backend's allocations now and at their peak since the process
    * started (Megatron's "allocated" / "max allocated"); NULL: not tracked. */
   void (*memory_stats)(td_device *d, size_t *allocated, size_t *peak);
+
+  /* ---- streams and events ----
+   * A handle is a stream: its ops run in the order they are issued, and an op may
+   * return before its work is done (a GPU) or after (the CPU). What the host reads
+   * is complete when the op returns (copy_d2h) unless the op is marked async.
+   * Two handles of one device (td_device_open_index twice) share its memory and
+   * are two streams, ordered against each other only by events. */
+  td_event *(*event_create)(td_device *d);
+  void (*event_destroy)(td_device *d, td_event *e);
+  /* e marks the work issued on d so far (recording again moves the mark). */
+  void (*event_record)(td_device *d, td_event *e);
+  /* Work issued on d from now on starts after e's mark (e recorded on any handle of
+   * the same device; never recorded: no wait). The host does not wait. */
+  void (*event_wait)(td_device *d, td_event *e);
+  /* The host waits for e's mark (never recorded: returns at once). */
+  void (*event_synchronize)(td_device *d, td_event *e);
+
+  /* ---- pinned host memory and asynchronous copies ----
+   * Page-locked host memory (cudaMallocHost): the host side of the async copies,
+   * and staging buffers that MPI reads and writes. Zeroed, 64-byte aligned. */
+  void *(*host_alloc)(td_device *d, size_t bytes);
+  void (*host_free)(td_device *d, void *p);
+  /* Copies that return once issued, ordered on d's stream. The host side lies in
+   * host_alloc memory, and the host must not write src (h2d) or read dst (d2h)
+   * until the copy is done: synchronize, or event_synchronize on an event
+   * recorded after it. */
+  void (*copy_h2d_async)(td_device *d, void *dst, const void *src, size_t bytes);
+  void (*copy_d2h_async)(td_device *d, void *dst, const void *src, size_t bytes);
 
   /* ---- dense algebra ---- */
   void (*matmul)(td_device *d, const td_matmul_desc *desc);
@@ -172,9 +203,10 @@ typedef struct td_device_ops {
    * over the ranks of their target logits; losses may alias it). */
   void (*cross_entropy_combine)(td_device *d, float *lse, float *losses, const float *lse_parts,
                                 const float *target_logit, int64_t n, int64_t parts);
-  /* sum over i of (double)x[i] * mask[i], in index order (the loss of a
-   * micro-batch: per-token losses under the loss mask); waits for the device. */
-  double (*masked_sum)(td_device *d, const float *x, const float *mask, int64_t n);
+  /* out[0] = sum over i of (double)x[i] * mask[i] over a fixed blocking (the loss
+   * of a micro-batch: per-token losses under the loss mask). out is one double
+   * of device memory: a step's losses stay on the device until it ends. */
+  void (*masked_sum)(td_device *d, double *out, const float *x, const float *mask, int64_t n);
   /* dlogits[r] = (exp(logits[r] - lse[r]) - onehot(targets[r] - vocab_start)) * dloss[r]
    * over a slice of the vocabulary as above (vocab_start 0: all of it; lse: the
    * whole vocabulary's; a target outside the slice has no one-hot here). dloss
@@ -195,20 +227,31 @@ typedef struct td_device_ops {
                int64_t n);
   /* x *= alpha */
   void (*scale)(td_device *d, float *x, int64_t n, float alpha);
-  /* sum of x^2 in double over a fixed blocking (NaN/Inf propagate: the fp16 overflow check) */
-  double (*sum_squares)(td_device *d, const float *x, int64_t n);
-  /* elements equal to zero (+0 or -0): Megatron's --log-num-zeros-in-grad */
-  int64_t (*count_zeros)(td_device *d, const float *x, int64_t n);
+  /* Statistics into device memory (out: one double), so a step reads all of its
+   * tensors' statistics back at once instead of waiting once per tensor.
+   * out[0] = sum of x^2 in double over a fixed blocking (NaN/Inf propagate: the
+   * fp16 overflow check). */
+  void (*sum_squares)(td_device *d, double *out, const float *x, int64_t n);
+  /* out[0] = the number of elements equal to zero (+0 or -0), exact (below 2^53):
+   * Megatron's --log-num-zeros-in-grad */
+  void (*count_zeros)(td_device *d, double *out, const float *x, int64_t n);
 } td_device_ops;
 
 struct td_device {
   const td_device_ops *ops;
   void *impl; /* backend state */
+  int index;  /* which device of its backend (the GPU ordinal; 0 on the CPU) */
 };
 
 static inline int td_device_has(const td_device *d, td_device_cap cap) {
   return (d->ops->caps & cap) != 0;
 }
+
+/* The value of a reduction op on the host, waiting for it (tests and one-off
+ * checks; the training step reads its statistics back together):
+ *   double s = td_device_reduce_now(d, d->ops->sum_squares, x, n); */
+typedef void (*td_device_reduce_op)(td_device *d, double *out, const float *x, int64_t n);
+double td_device_reduce_now(td_device *d, td_device_reduce_op op, const float *x, int64_t n);
 
 /* Open a device by name: "cpu", "cuda" (in a build with the CUDA backend), or
  * "auto" (td_device_resolve). Unknown name: td_fail naming the known ones; a

@@ -67,6 +67,27 @@ static void p_copy_d2h(td_device *d, void *dst, const void *src, size_t bytes) {
   IN(d)->ops->copy_d2h(IN(d), dst, src, bytes);
   kernel_done(d, t0, "copy_d2h");
 }
+/* Timed like the kernels, so they wait too: a profile serialises everything. */
+static void p_copy_h2d_async(td_device *d, void *dst, const void *src, size_t bytes) {
+  double t0 = td_now_seconds();
+  IN(d)->ops->copy_h2d_async(IN(d), dst, src, bytes);
+  kernel_done(d, t0, "copy_h2d_async");
+}
+static void p_copy_d2h_async(td_device *d, void *dst, const void *src, size_t bytes) {
+  double t0 = td_now_seconds();
+  IN(d)->ops->copy_d2h_async(IN(d), dst, src, bytes);
+  kernel_done(d, t0, "copy_d2h_async");
+}
+static td_event *p_event_create(td_device *d) { return IN(d)->ops->event_create(IN(d)); }
+static void p_event_destroy(td_device *d, td_event *e) { IN(d)->ops->event_destroy(IN(d), e); }
+static void p_event_record(td_device *d, td_event *e) { IN(d)->ops->event_record(IN(d), e); }
+static void p_event_wait(td_device *d, td_event *e) { IN(d)->ops->event_wait(IN(d), e); }
+static void p_event_synchronize(td_device *d, td_event *e) {
+  IN(d)->ops->event_synchronize(IN(d), e);
+}
+static void *p_host_alloc(td_device *d, size_t bytes) { return IN(d)->ops->host_alloc(IN(d), bytes); }
+static void p_host_free(td_device *d, void *p) { IN(d)->ops->host_free(IN(d), p); }
+
 static void p_copy_d2d(td_device *d, void *dst, const void *src, size_t bytes) {
   double t0 = td_now_seconds();
   IN(d)->ops->copy_d2d(IN(d), dst, src, bytes);
@@ -198,11 +219,11 @@ static void p_cross_entropy_combine(td_device *d, float *lse, float *losses,
   IN(d)->ops->cross_entropy_combine(IN(d), lse, losses, lse_parts, target_logit, n, parts);
   kernel_done(d, t0, "cross_entropy_combine");
 }
-static double p_masked_sum(td_device *d, const float *x, const float *mask, int64_t n) {
+static void p_masked_sum(td_device *d, double *out, const float *x, const float *mask,
+                         int64_t n) {
   double t0 = td_now_seconds();
-  double s = IN(d)->ops->masked_sum(IN(d), x, mask, n);
+  IN(d)->ops->masked_sum(IN(d), out, x, mask, n);
   kernel_done(d, t0, "masked_sum");
-  return s;
 }
 static void p_cross_entropy_slice(td_device *d, float *lse, float *target_logit,
                                   const float *logits, const int32_t *targets, int64_t n,
@@ -243,17 +264,15 @@ static void p_scale(td_device *d, float *x, int64_t n, float alpha) {
   IN(d)->ops->scale(IN(d), x, n, alpha);
   kernel_done(d, t0, "scale");
 }
-static int64_t p_count_zeros(td_device *d, const float *x, int64_t n) {
+static void p_count_zeros(td_device *d, double *out, const float *x, int64_t n) {
   double t0 = td_now_seconds();
-  int64_t z = IN(d)->ops->count_zeros(IN(d), x, n);
+  IN(d)->ops->count_zeros(IN(d), out, x, n);
   kernel_done(d, t0, "count_zeros");
-  return z;
 }
-static double p_sum_squares(td_device *d, const float *x, int64_t n) {
+static void p_sum_squares(td_device *d, double *out, const float *x, int64_t n) {
   double t0 = td_now_seconds();
-  double s = IN(d)->ops->sum_squares(IN(d), x, n);
+  IN(d)->ops->sum_squares(IN(d), out, x, n);
   kernel_done(d, t0, "sum_squares");
-  return s;
 }
 
 /* ------------------------------------------------------------------ public */
@@ -270,6 +289,11 @@ td_device *td_profile_device_open(td_device *inner) {
   o->alloc = p_alloc, o->free = p_free, o->synchronize = p_synchronize;
   o->memory_stats = inner->ops->memory_stats ? p_memory_stats : NULL;
   o->copy_h2d = p_copy_h2d, o->copy_d2h = p_copy_d2h, o->copy_d2d = p_copy_d2d, o->fill = p_fill;
+  o->event_create = p_event_create, o->event_destroy = p_event_destroy;
+  o->event_record = p_event_record, o->event_wait = p_event_wait;
+  o->event_synchronize = p_event_synchronize;
+  o->host_alloc = p_host_alloc, o->host_free = p_host_free;
+  o->copy_h2d_async = p_copy_h2d_async, o->copy_d2h_async = p_copy_d2h_async;
   o->matmul = p_matmul, o->bias_backward = p_bias_backward;
   o->layernorm_forward = p_layernorm_forward, o->layernorm_backward = p_layernorm_backward;
   o->gelu_forward = p_gelu_forward, o->gelu_backward = p_gelu_backward;
@@ -283,7 +307,7 @@ td_device *td_profile_device_open(td_device *inner) {
   o->adamw = p_adamw, o->cast = p_cast, o->scale = p_scale, o->sum_squares = p_sum_squares;
   o->count_zeros = p_count_zeros;
   td_device *d = td_calloc(sizeof *d);
-  d->ops = o, d->impl = p;
+  d->ops = o, d->impl = p, d->index = inner->index;
   return d;
 }
 

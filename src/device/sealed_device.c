@@ -44,12 +44,32 @@ static struct {
   int depth;              /* ops running on the lock's owner */
   block open[MAX_OPEN];   /* allocations unsealed for the running op */
   int n_open;
+  /* host_alloc memory, and the async copies whose host side is closed (below) */
+  block *hosts;
+  size_t n_hosts, cap_hosts;
+  struct pending *pend;
+  size_t n_pend, cap_pend;
+  uint64_t issued; /* async copies issued so far: an event marks a count */
 } g;
 
 static const char *volatile g_op;  /* the running op's name, for the fault message */
 static td_device g_cpu;             /* the CPU backend every op forwards to */
 static const int k_signals[2] = {SIGSEGV, SIGBUS};
 static struct sigaction g_before[2]; /* the handlers ours chains to */
+
+/* An async copy not yet waited for: the host pages [lo, hi) of its host side
+ * stay at `prot` (PROT_NONE: a d2h destination; PROT_READ: an h2d source). */
+typedef struct pending {
+  char *lo, *hi;
+  int prot;
+  uint64_t seq;     /* its number among the copies issued */
+  const char *what; /* "destination of a copy_d2h_async", for the fault message */
+} pending;
+
+/* An event: the number of async copies issued when it was recorded. */
+struct td_event {
+  uint64_t seq;
+};
 
 /* The live allocation with the greatest start <= a, or NULL. Also called from
  * the signal handler: it only reads. */
@@ -109,6 +129,33 @@ static void put_place(msg *m, const char *a) {
     put(m, "outside any live allocation: freed memory, or the space between allocations");
 }
 
+/* The pending copy whose host pages hold a, or NULL (read by the signal handler). */
+static const pending *pending_at(const char *a) {
+  for (size_t i = 0; i < g.n_pend; i++)
+    if (a >= g.pend[i].lo && a < g.pend[i].hi) return &g.pend[i];
+  return NULL;
+}
+
+static void report_backtrace(void) {
+  void *frames[64];
+  int n = backtrace(frames, 64);
+  static const char head[] = "backtrace (addr2line -f -e BINARY 0xOFFSET names a +0x frame):\n";
+  (void)!write(2, head, sizeof head - 1);
+  backtrace_symbols_fd(frames, n, 2);
+}
+
+static void report_pending(const char *a, const pending *p) {
+  msg m = {.n = 0};
+  put(&m, "trident: error: host memory at ");
+  put_num(&m, (uintptr_t)a, 16);
+  put(&m, " is the ");
+  put(&m, p->what);
+  put(&m, " that nothing has waited for: on a GPU the copy may not have happened yet. Wait "
+          "first (synchronize, or event_synchronize on an event recorded after the copy)\n");
+  (void)!write(2, m.buf, m.n);
+  report_backtrace();
+}
+
 static void report(const char *a) {
   msg m = {.n = 0};
   const char *op = g_op;
@@ -126,11 +173,7 @@ static void report(const char *a) {
     put(&m, "): code above the device interface must move device memory through its ops\n");
   }
   (void)!write(2, m.buf, m.n);
-  void *frames[64];
-  int n = backtrace(frames, 64);
-  static const char head[] = "backtrace (addr2line -f -e BINARY 0xOFFSET names a +0x frame):\n";
-  (void)!write(2, head, sizeof head - 1);
-  backtrace_symbols_fd(frames, n, 2);
+  report_backtrace();
 }
 
 /* Report a fault inside the reservation, then do what the handler before ours
@@ -138,7 +181,11 @@ static void report(const char *a) {
  * signal). */
 static void on_fault(int sig, siginfo_t *info, void *context) {
   const char *a = info->si_addr;
-  if (g.base && a >= g.base && a < g.end) report(a);
+  const pending *p = pending_at(a);
+  if (p)
+    report_pending(a, p);
+  else if (g.base && a >= g.base && a < g.end)
+    report(a);
   const struct sigaction *b = &g_before[sig == SIGSEGV ? 0 : 1];
   sigaction(sig, b, NULL);
   if (b->sa_flags & SA_SIGINFO)
@@ -339,9 +386,153 @@ static void s_memory_stats(td_device *d, size_t *allocated, size_t *peak) {
   unlock();
 }
 
+/* ------------------------------------------------------------ host memory, async copies
+ * host_alloc hands out whole pages mapped apart from the reservation, open to the
+ * host. An async copy runs at once, as every op here does, and then closes the
+ * pages of its host side until a wait says a GPU's copy would be done: a d2h
+ * destination to reads and writes (reading it early is the bug), an h2d source
+ * to writes. The check is per page: two copies' host sides should not share one. */
+
+static void grow(void **arr, size_t *cap, size_t n, size_t elem, const char *what) {
+  if (n < *cap) return;
+  size_t c = *cap ? 2 * *cap : 16;
+  void *a = realloc(*arr, c * elem);
+  if (!a) td_fail("sealed device: out of host memory for its %s table", what);
+  *arr = a, *cap = c;
+}
+
+static void set_prot(char *p, size_t bytes, int prot) {
+  int rc = mprotect(p, bytes, prot);
+  TD_CHECK(rc == 0, "sealed device: mprotect of %zu host bytes at %p: %s", bytes, (void *)p,
+           strerror(errno));
+}
+
+/* Every host block open, then the pending copies' pages closed again (read-only
+ * ones first, so a page that is both ends up closed). */
+static void reprotect(void) {
+  for (size_t i = 0; i < g.n_hosts; i++)
+    set_prot(g.hosts[i].start, g.hosts[i].span, PROT_READ | PROT_WRITE);
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < g.n_pend; i++)
+      if ((g.pend[i].prot == PROT_NONE) == pass)
+        set_prot(g.pend[i].lo, (size_t)(g.pend[i].hi - g.pend[i].lo), g.pend[i].prot);
+}
+
+/* Forget the pending copies numbered <= seq (all: UINT64_MAX). */
+static void release(uint64_t seq) {
+  lock();
+  size_t k = 0;
+  for (size_t i = 0; i < g.n_pend; i++)
+    if (g.pend[i].seq > seq) g.pend[k++] = g.pend[i];
+  if (k != g.n_pend) {
+    g.n_pend = k;
+    reprotect();
+  }
+  unlock();
+}
+
 static void s_synchronize(td_device *d) {
   (void)d;
   g_cpu.ops->synchronize(&g_cpu);
+  release(UINT64_MAX);
+}
+
+static void *s_host_alloc(td_device *d, size_t bytes) {
+  (void)d;
+  size_t span = (size_t)round_up(bytes + (bytes == 0), g.page);
+  void *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    td_fail("sealed device: host_alloc of %zu bytes: %s", bytes, strerror(errno));
+  lock();
+  grow((void **)&g.hosts, &g.cap_hosts, g.n_hosts, sizeof *g.hosts, "host memory");
+  g.hosts[g.n_hosts++] = (block){p, bytes, span};
+  unlock();
+  return p;
+}
+
+static void s_host_free(td_device *d, void *p) {
+  (void)d;
+  if (!p) return;
+  lock();
+  size_t i = 0;
+  while (i < g.n_hosts && g.hosts[i].start != (char *)p) i++;
+  TD_CHECK(i < g.n_hosts, "sealed device: host_free(%p): not memory from host_alloc", p);
+  block b = g.hosts[i];
+  g.hosts[i] = g.hosts[--g.n_hosts];
+  size_t k = 0; /* a freed buffer's copies are moot */
+  for (size_t j = 0; j < g.n_pend; j++)
+    if (g.pend[j].lo < b.start || g.pend[j].lo >= b.start + b.span) g.pend[k++] = g.pend[j];
+  g.n_pend = k;
+  int rc = munmap(b.start, b.span);
+  TD_CHECK(rc == 0, "sealed device: munmap: %s", strerror(errno));
+  unlock();
+}
+
+/* The host side of an async copy must lie in one host_alloc block, as CUDA's
+ * copies are only asynchronous from pinned memory. */
+static void check_host_side(const char *op, const void *p, size_t bytes) {
+  const char *a = p;
+  for (size_t i = 0; i < g.n_hosts; i++)
+    if (a >= g.hosts[i].start && bytes <= g.hosts[i].size &&
+        (size_t)(a - g.hosts[i].start) <= g.hosts[i].size - bytes)
+      return;
+  td_fail("sealed device: %s: the host side (%zu bytes at %p) is not inside memory from "
+          "host_alloc (async copies take pinned host memory)", op, bytes, p);
+}
+
+static void async_copy(td_device *d, const char *op, void *dst, const void *src, size_t bytes,
+                       int to_host) {
+  lock();
+  const void *host = to_host ? dst : src;
+  check_host_side(op, host, bytes);
+  if (bytes) {
+    for (size_t i = 0; i < g.n_hosts; i++) /* stream order: an earlier copy is done */
+      set_prot(g.hosts[i].start, g.hosts[i].span, PROT_READ | PROT_WRITE);
+    ENTER(d, op, to_host ? src : dst);
+    if (to_host)
+      FWD(copy_d2h, dst, src, bytes);
+    else
+      FWD(copy_h2d, dst, src, bytes);
+    leave();
+    grow((void **)&g.pend, &g.cap_pend, g.n_pend, sizeof *g.pend, "pending copy");
+    char *lo = (char *)((uintptr_t)host / g.page * g.page);
+    char *hi = (char *)round_up((uintptr_t)host + bytes, g.page);
+    g.pend[g.n_pend++] = (pending){lo, hi, to_host ? PROT_NONE : PROT_READ, ++g.issued,
+                                   to_host ? "destination of a copy_d2h_async"
+                                           : "source (written to) of a copy_h2d_async"};
+    reprotect();
+  }
+  unlock();
+}
+
+static void s_copy_h2d_async(td_device *d, void *dst, const void *src, size_t bytes) {
+  async_copy(d, "copy_h2d_async", dst, src, bytes, 0);
+}
+static void s_copy_d2h_async(td_device *d, void *dst, const void *src, size_t bytes) {
+  async_copy(d, "copy_d2h_async", dst, src, bytes, 1);
+}
+
+static td_event *s_event_create(td_device *d) {
+  (void)d;
+  td_event *e = calloc(1, sizeof *e);
+  if (!e) td_fail("sealed device: out of host memory for an event");
+  return e;
+}
+static void s_event_destroy(td_device *d, td_event *e) {
+  (void)d;
+  free(e);
+}
+static void s_event_record(td_device *d, td_event *e) {
+  (void)d;
+  lock();
+  e->seq = g.issued;
+  unlock();
+}
+/* Ops run when issued: a later op on any handle already follows e's mark. */
+static void s_event_wait(td_device *d, td_event *e) { (void)d, (void)e; }
+static void s_event_synchronize(td_device *d, td_event *e) {
+  (void)d;
+  release(e->seq);
 }
 
 static void s_copy_h2d(td_device *d, void *dst, const void *src, size_t bytes) {
@@ -459,11 +650,11 @@ static void s_cross_entropy_combine(td_device *d, float *lse, float *losses,
   FWD(cross_entropy_combine, lse, losses, lse_parts, target_logit, n, parts);
   leave();
 }
-static double s_masked_sum(td_device *d, const float *x, const float *mask, int64_t n) {
-  ENTER(d, "masked_sum", x, mask);
-  double s = FWD(masked_sum, x, mask, n);
+static void s_masked_sum(td_device *d, double *out, const float *x, const float *mask,
+                         int64_t n) {
+  ENTER(d, "masked_sum", out, x, mask);
+  FWD(masked_sum, out, x, mask, n);
   leave();
-  return s;
 }
 static void s_cross_entropy_backward(td_device *d, float *dlogits, const float *logits,
                                      const float *lse, const int32_t *targets, const float *dloss,
@@ -490,17 +681,15 @@ static void s_scale(td_device *d, float *x, int64_t n, float alpha) {
   FWD(scale, x, n, alpha);
   leave();
 }
-static double s_sum_squares(td_device *d, const float *x, int64_t n) {
-  ENTER(d, "sum_squares", x);
-  double s = FWD(sum_squares, x, n);
+static void s_sum_squares(td_device *d, double *out, const float *x, int64_t n) {
+  ENTER(d, "sum_squares", out, x);
+  FWD(sum_squares, out, x, n);
   leave();
-  return s;
 }
-static int64_t s_count_zeros(td_device *d, const float *x, int64_t n) {
-  ENTER(d, "count_zeros", x);
-  int64_t z = FWD(count_zeros, x, n);
+static void s_count_zeros(td_device *d, double *out, const float *x, int64_t n) {
+  ENTER(d, "count_zeros", out, x);
+  FWD(count_zeros, out, x, n);
   leave();
-  return z;
 }
 
 /* ------------------------------------------------------------ public */
@@ -517,6 +706,15 @@ static const td_device_ops k_ops = {
     .fill = s_fill,
     .synchronize = s_synchronize,
     .memory_stats = s_memory_stats,
+    .event_create = s_event_create,
+    .event_destroy = s_event_destroy,
+    .event_record = s_event_record,
+    .event_wait = s_event_wait,
+    .event_synchronize = s_event_synchronize,
+    .host_alloc = s_host_alloc,
+    .host_free = s_host_free,
+    .copy_h2d_async = s_copy_h2d_async,
+    .copy_d2h_async = s_copy_d2h_async,
     .matmul = s_matmul,
     .bias_backward = s_bias_backward,
     .layernorm_forward = s_layernorm_forward,
@@ -543,8 +741,8 @@ static const td_device_ops k_ops = {
 
 const td_device_ops *td_sealed_device_ops(void) { return &k_ops; }
 
-void *td_sealed_open(int index) {
-  (void)index;
+void *td_sealed_open(int *index) {
+  *index = 0;
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, init_once);
   return NULL;

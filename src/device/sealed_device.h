@@ -14,8 +14,13 @@
  *  - an op makes the allocations its pointer arguments lie in readable and
  *    writable, runs the CPU backend's op and seals them again, so an op that
  *    strays outside its arguments faults too;
- *  - a SIGSEGV / SIGBUS handler names faults inside the reservation, then hands
- *    the signal to the handler installed before it (the MPI layer's crash line).
+ *  - host_alloc memory is open to the host, except the pages of an async copy's
+ *    host side until a wait (synchronize, event_synchronize) says a GPU's copy
+ *    would be done: reading a copy_d2h_async destination, or writing a
+ *    copy_h2d_async source, too early faults;
+ *  - a SIGSEGV / SIGBUS handler names faults inside the reservation and in
+ *    closed host pages, then hands the signal to the handler installed before it
+ *    (the MPI layer's crash line).
  *
  * It is a test device: "sealed" opens it by name (`--device sealed`,
  * TRIDENT_DEVICE=sealed) but td_device_names() does not list it to users. */
@@ -29,8 +34,8 @@
 /* The backend's entry points for device.c's registry. */
 const td_device_ops *td_sealed_device_ops(void);
 /* Reserves the address space and installs the fault handler (once per process);
- * the handle has no state of its own (returns NULL); index is ignored. */
-void *td_sealed_open(int index);
+ * the handle has no state of its own (returns NULL); there is one device (*index = 0). */
+void *td_sealed_open(int *index);
 void td_sealed_describe(const void *impl, char *buf, size_t n);
 
 #endif

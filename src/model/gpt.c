@@ -486,9 +486,9 @@ static void check_tokens(const td_gpt *m, const int32_t *ids, const char *what) 
               what, ids[i], (long long)i, (long long)m->cfg.vocab_size);
 }
 
-double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
-                      const float *loss_mask, uint64_t dropout_seed, int training,
-                      double *mask_sum) {
+void td_gpt_forward_to(td_gpt *m, const int32_t *tokens, const int32_t *targets,
+                       const float *loss_mask, uint64_t dropout_seed, int training,
+                       double *loss_sum, double *mask_sum) {
   const td_device_ops *ops = OPS(m);
   size_t ids_bytes = (size_t)m->N * sizeof(int32_t);
   check_tokens(m, tokens, "token");
@@ -512,7 +512,19 @@ double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
   double msum = 0;
   for (int64_t i = 0; i < m->N; i++) msum += loss_mask[i]; /* the caller's host mask */
   if (mask_sum) *mask_sum = msum;
-  return m->lay.has_head ? ops->masked_sum(m->dev, m->losses, m->mask, m->N) : 0.0;
+  if (m->lay.has_head)
+    ops->masked_sum(m->dev, loss_sum, m->losses, m->mask, m->N);
+  else
+    ops->fill(m->dev, loss_sum, TD_F64, 1, 0.0f);
+}
+
+double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
+                      const float *loss_mask, uint64_t dropout_seed, int training,
+                      double *mask_sum) {
+  double loss;
+  td_gpt_forward_to(m, tokens, targets, loss_mask, dropout_seed, training, m->loss_sum, mask_sum);
+  OPS(m)->copy_d2h(m->dev, &loss, m->loss_sum, sizeof loss);
+  return loss;
 }
 
 float *td_gpt_stage_input(td_gpt *m) { return m->emb; }
@@ -674,6 +686,7 @@ static void carve_rest(td_gpt *m, bump *b) {
   m->losses = take(b, N, TD_F32), m->ce_lse = take(b, N, TD_F32);
   m->ce_parts = m->lay.tp_size > 1 ? take(b, m->lay.tp_size * N, TD_F32) : NULL;
   m->mask = take(b, N, TD_F32), m->dloss = take(b, N, TD_F32);
+  m->loss_sum = take(b, 1, TD_F64);
   m->hidden = take(b, N * C, TD_F32);
   m->dres = take(b, m->NS * C, TD_F32), m->dln = take(b, N * C, TD_F32);
   m->gf = take(b, N * (C > 3 * m->A ? C : 3 * m->A), TD_F32);

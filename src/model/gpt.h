@@ -188,8 +188,14 @@ void td_gpt_set_seq_length(td_gpt *m, int64_t T);
 
 /* Forward one micro-batch. tokens, targets: [micro_batch, seq_len] int32 and
  * loss_mask: [micro_batch, seq_len] float, host memory (seq_len: the one set by
- * td_gpt_set_seq_length, else the config's). training = 0 disables
- * dropout. Returns sum_t loss_t * mask_t (double) and sets *mask_sum = sum_t mask_t. */
+ * td_gpt_set_seq_length, else the config's). training = 0 disables dropout.
+ * Writes sum_t loss_t * mask_t into loss_sum, one double of the model's device
+ * memory, without waiting for it (a step reads its micro-batches' losses back
+ * together), and sets *mask_sum = sum_t mask_t (host; may be NULL). */
+void td_gpt_forward_to(td_gpt *m, const int32_t *tokens, const int32_t *targets,
+                       const float *loss_mask, uint64_t dropout_seed, int training,
+                       double *loss_sum, double *mask_sum);
+/* The same, returning the loss sum to the host (it waits for the device). */
 double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
                       const float *loss_mask, uint64_t dropout_seed, int training,
                       double *mask_sum);

@@ -72,6 +72,7 @@ struct td_gpt {
   void *lnf;                         /* NS x C  md */
   float *logits;                     /* N x V   (dlogits in backward, in place) */
   float *losses, *ce_lse, *mask, *dloss; /* N */
+  double *loss_sum;                      /* 1: td_gpt_forward's slot for the loss */
   float *ce_parts;  /* tp x N: the TP ranks' lse's (vocabulary-parallel cross-entropy) */
   float *hidden;                     /* N x C   linear output before dropout + residual */
   /* backward scratch */

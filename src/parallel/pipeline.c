@@ -14,8 +14,10 @@ static void wait_all_sends(td_pipeline *p) {
   for (int r = 0; r < p->n_replicas; r++) wait_sends(p, r);
 }
 
-static double stage_forward(td_pipeline *p, const td_pipeline_batch *b, int64_t m, int training,
-                            double *ms) {
+/* Micro-batch m's loss goes to device slot m (read back once a step, not once a
+ * micro-batch). */
+static void stage_forward(td_pipeline *p, const td_pipeline_batch *b, int64_t m, int training,
+                          double *ms) {
   const int64_t o = m * b->micro_tokens, n = td_gpt_stage_numel(p->replicas[0]);
   int r = (int)(m % p->n_replicas);
   td_gpt *g = p->replicas[r];
@@ -23,13 +25,13 @@ static double stage_forward(td_pipeline *p, const td_pipeline_batch *b, int64_t 
   if (!first_stage(p)) td_dcomm_recv(p->pp, td_gpt_device(g), td_gpt_stage_input(g), n, TD_F32, p->stage - 1, (int)m);
   td_timers_start(p->timers, TD_TIMER_FORWARD_COMPUTE);
   uint64_t seed = training ? b->seed(b->ctx, m) : 0;
-  double loss = td_gpt_forward(g, b->tokens + o, b->targets + o, b->mask + o, seed, training, ms);
+  td_gpt_forward_to(g, b->tokens + o, b->targets + o, b->mask + o, seed, training,
+                    p->loss_dev + m, ms);
   td_timers_stop(p->timers, TD_TIMER_FORWARD_COMPUTE);
   if (!last_stage(p)) {
     td_dcomm_isend(p->pp, td_gpt_device(g), td_gpt_stage_output(g), n, TD_F32, p->stage + 1, (int)m, &p->sends[r][0]);
     p->sending[r][0] = 1;
   }
-  return loss;
 }
 
 static void stage_backward(td_pipeline *p, int64_t m, int64_t M, float dloss_scale) {
@@ -50,40 +52,65 @@ static void stage_backward(td_pipeline *p, int64_t m, int64_t M, float dloss_sca
   }
 }
 
-static double one_f_one_b(td_pipeline *p, const td_pipeline_batch *b, int64_t M, float dloss_scale) {
+static void one_f_one_b(td_pipeline *p, const td_pipeline_batch *b, int64_t M, float dloss_scale) {
   const int64_t later = p->stages - p->stage - 1, warmup = later < M ? later : M;
-  double loss = 0, ms;
-  for (int64_t m = 0; m < warmup; m++) loss += stage_forward(p, b, m, 1, &ms);
+  double ms;
+  for (int64_t m = 0; m < warmup; m++) stage_forward(p, b, m, 1, &ms);
   for (int64_t i = 0; i < M - warmup; i++) {
-    loss += stage_forward(p, b, warmup + i, 1, &ms);
+    stage_forward(p, b, warmup + i, 1, &ms);
     stage_backward(p, i, M, dloss_scale);
   }
   for (int64_t m = M - warmup; m < M; m++) stage_backward(p, m, M, dloss_scale);
   wait_all_sends(p);
-  return loss;
 }
 
-static double no_pipelining(td_pipeline *p, const td_pipeline_batch *b, int64_t M, float dloss_scale) {
-  double loss = 0, ms;
+static void no_pipelining(td_pipeline *p, const td_pipeline_batch *b, int64_t M, float dloss_scale) {
+  double ms;
   for (int64_t m = 0; m < M; m++) {
-    loss += stage_forward(p, b, m, 1, &ms);
+    stage_forward(p, b, m, 1, &ms);
     stage_backward(p, m, M, dloss_scale);
   }
-  return loss;
 }
 
 td_pipeline_schedule td_pipeline_select(int stages) { return stages > 1 ? one_f_one_b : no_pipelining; }
 
+/* Room for M micro-batches' losses, on the device and on the host. */
+static void loss_slots(td_pipeline *p, int64_t M) {
+  if (M <= p->loss_cap) return;
+  td_device *d = td_gpt_device(p->replicas[0]);
+  if (p->loss_dev) d->ops->free(d, p->loss_dev);
+  td_free(p->loss_host);
+  p->loss_dev = d->ops->alloc(d, (size_t)M * sizeof(double));
+  p->loss_host = td_malloc((size_t)M * sizeof(double));
+  p->loss_cap = M;
+}
+
+/* The slots' sum in micro-batch order: one wait for the step's losses. */
+static double read_losses(td_pipeline *p, int64_t M) {
+  td_device *d = td_gpt_device(p->replicas[0]);
+  d->ops->copy_d2h(d, p->loss_host, p->loss_dev, (size_t)M * sizeof(double));
+  double loss = 0;
+  for (int64_t m = 0; m < M; m++) loss += p->loss_host[m];
+  return loss;
+}
+
+double td_pipeline_step(td_pipeline *p, const td_pipeline_batch *b, int64_t M, float dloss_scale) {
+  loss_slots(p, M);
+  p->schedule(p, b, M, dloss_scale);
+  return read_losses(p, M);
+}
+
 double td_pipeline_forward_only(td_pipeline *p, const td_pipeline_batch *b, int64_t M,
                                 double *mask_sum) {
-  double loss = 0, ms;
+  double ms;
+  loss_slots(p, M);
   *mask_sum = 0;
   for (int64_t m = 0; m < M; m++) {
-    loss += stage_forward(p, b, m, 0, &ms);
+    stage_forward(p, b, m, 0, &ms);
     *mask_sum += ms;
   }
   wait_all_sends(p);
-  return loss;
+  return read_losses(p, M);
 }
 
 void td_pipeline_init(td_pipeline *p, td_gpt *model, td_comm *pp, int stage, int stages,
@@ -103,6 +130,8 @@ void td_pipeline_init(td_pipeline *p, td_gpt *model, td_comm *pp, int stage, int
 }
 
 void td_pipeline_free(td_pipeline *p) {
+  if (p->loss_dev) td_gpt_device(p->replicas[0])->ops->free(td_gpt_device(p->replicas[0]), p->loss_dev);
+  td_free(p->loss_host);
   for (int r = 1; r < p->n_replicas; r++) td_gpt_destroy(p->replicas[r]);
   td_free(p->replicas), td_free(p->sends), td_free(p->sending);
 }

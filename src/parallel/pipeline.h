@@ -38,10 +38,10 @@ typedef struct {
 
 typedef struct td_pipeline td_pipeline;
 /* Forward and backward of M micro-batches (gradients accumulate; the last
- * backward is the one td_zero reduces in at stage 0/1); the sum over this
- * stage's micro-batches of their masked losses (0 off the last stage). */
-typedef double (*td_pipeline_schedule)(td_pipeline *p, const td_pipeline_batch *b, int64_t M,
-                                       float dloss_scale);
+ * backward is the one td_zero reduces in at stage 0/1); micro-batch m's masked
+ * loss sum lands in the device slot loss_dev[m] (0 off the last stage). */
+typedef void (*td_pipeline_schedule)(td_pipeline *p, const td_pipeline_batch *b, int64_t M,
+                                     float dloss_scale);
 
 struct td_pipeline {
   td_gpt **replicas; /* an activation arena per micro-batch in flight (replicas[0] = model) */
@@ -53,6 +53,8 @@ struct td_pipeline {
   td_timers *timers;
   td_zero *zero;
   td_pipeline_schedule schedule;
+  double *loss_dev, *loss_host; /* the micro-batches' loss sums: device slots, host copy */
+  int64_t loss_cap;
 };
 
 /* Stage `stage` of `stages` (pp its group), up to max_micro micro-batches per
@@ -63,6 +65,11 @@ void td_pipeline_free(td_pipeline *p);
 
 /* Megatron's get_forward_backward_func: 1F1B with stages, else no pipelining. */
 td_pipeline_schedule td_pipeline_select(int stages);
+
+/* A training step's forward and backward by the selected schedule: the sum over
+ * this stage's micro-batches of their masked losses (0 off the last stage), read
+ * back once, after the schedule has issued all of its work. */
+double td_pipeline_step(td_pipeline *p, const td_pipeline_batch *b, int64_t M, float dloss_scale);
 
 /* Forward only (evaluation): the sum of masked losses; *mask_sum the mask's. */
 double td_pipeline_forward_only(td_pipeline *p, const td_pipeline_batch *b, int64_t M,

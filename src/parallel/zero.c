@@ -71,6 +71,9 @@ struct td_zero {
   int *run_tensor, n_runs;
   double comm_seconds;
   uint64_t transient, transient_peak;
+  /* statistics: one device slot per (rank, tensor) piece, read back together */
+  double *stat_dev, *stat_host;
+  int64_t n_stat;
 };
 
 static const td_device_ops *OPS(const td_zero *z) { return z->dev->ops; }
@@ -489,6 +492,8 @@ void td_zero_free(td_zero *z) {
   td_free(z->grad_buf), td_free(z->slot_of);
   td_free(z->trace), td_free(z->buckets), td_free(z->bucket_of), td_free(z->runs);
   td_free(z->run_tensor);
+  if (z->stat_dev) ops->free(z->dev, z->stat_dev);
+  td_free(z->stat_host);
   td_free(z);
 }
 
@@ -518,10 +523,11 @@ static void piece_range(const td_zero *z, int u, int r, int64_t *lo, int64_t *hi
 }
 
 /* Rank r's part of the statistic, read from data laid out as the flat buffer
- * (flat) or as r's shard (shard; r == this rank). */
-static double piece_sum(td_zero *z, int r, const float *flat, const float *shard, int squares,
-                        const unsigned char *counted) {
-  double s = 0;
+ * (flat) or as r's shard (shard; r == this rank): one reduction op per tensor
+ * piece into the device slots from `slot` on. Returns the pieces' count. */
+static int64_t piece_stats(td_zero *z, int r, const float *flat, const float *shard, int squares,
+                           const unsigned char *counted, int64_t slot) {
+  const int64_t first = slot;
   for (int u = 0; u < z->n_units; u++) {
     const td_gpt_unit *un = U(z, u);
     int64_t lo, hi;
@@ -532,27 +538,56 @@ static double piece_sum(td_zero *z, int r, const float *flat, const float *shard
       int64_t e = t->offset + t->numel < hi ? t->offset + t->numel : hi;
       if (b >= e || (counted && !counted[i])) continue;
       const float *x = flat ? flat + b : shard + z->shard_off[u] + (b - lo);
-      s += squares ? OPS(z)->sum_squares(z->dev, x, e - b)
-                   : (double)OPS(z)->count_zeros(z->dev, x, e - b);
+      TD_CHECK(slot < z->n_stat, "ZeRO statistics: more pieces than the %lld slots",
+               (long long)z->n_stat);
+      double *out = z->stat_dev + slot++;
+      if (squares)
+        OPS(z)->sum_squares(z->dev, out, x, e - b);
+      else
+        OPS(z)->count_zeros(z->dev, out, x, e - b);
     }
   }
+  return slot - first;
+}
+
+/* The sum of n slots from `first`, in slot order (the order of the tensors). */
+static double slots_sum(const td_zero *z, int64_t first, int64_t n) {
+  double s = 0;
+  for (int64_t k = first; k < first + n; k++) s += z->stat_host[k];
   return s;
 }
 
+/* Each rank's part is the sum of its pieces in tensor order, as when each
+ * piece's value came back one at a time, so the bits do not depend on the
+ * device; the host waits once, for all of them. */
 double td_zero_model_sum(td_zero *z, td_zero_what what, int squares, const unsigned char *counted) {
   int sharded = what == TD_ZERO_GRADS ? z->stage >= 2 : z->stage == 3;
   const float *flat = what == TD_ZERO_GRADS ? td_gpt_grads(z->model) : td_gpt_params(z->model);
   double *part = td_malloc(sizeof *part * (size_t)z->dp_size), s = 0;
+  int64_t *count = td_malloc(sizeof *count * (size_t)z->dp_size), used = 0;
+  if (!z->stat_dev) {
+    z->n_stat = (int64_t)z->dp_size * td_gpt_num_tensors(z->model);
+    z->stat_dev = OPS(z)->alloc(z->dev, (size_t)(z->n_stat ? z->n_stat : 1) * sizeof(double));
+    z->stat_host = td_malloc((size_t)(z->n_stat ? z->n_stat : 1) * sizeof(double));
+  }
+  const int ranks = sharded ? 1 : z->dp_size;
+  for (int k = 0; k < ranks; k++) {
+    const int r = sharded ? z->dp_rank : k;
+    const float *shard = what == TD_ZERO_GRADS ? z->grad_shard : z->param_shard;
+    count[k] = piece_stats(z, r, sharded ? NULL : flat, sharded ? shard : NULL, squares, counted,
+                           used);
+    used += count[k];
+  }
+  if (used) OPS(z)->copy_d2h(z->dev, z->stat_host, z->stat_dev, (size_t)used * sizeof(double));
+  used = 0;
+  for (int k = 0; k < ranks; k++) part[k] = slots_sum(z, used, count[k]), used += count[k];
+  td_free(count);
   if (sharded) {
-    double mine = piece_sum(z, z->dp_rank, NULL, what == TD_ZERO_GRADS ? z->grad_shard
-                                                                        : z->param_shard,
-                            squares, counted);
+    double mine = part[0];
     if (z->dp_size > 1)
       td_comm_all_gather(z->dp, &mine, part, 1, TD_F64);
     else
       part[0] = mine;
-  } else {
-    for (int r = 0; r < z->dp_size; r++) part[r] = piece_sum(z, r, flat, NULL, squares, counted);
   }
   for (int r = 0; r < z->dp_size; r++) s += part[r];
   td_free(part);

@@ -575,7 +575,7 @@ static step_result train_step(trainer *t) {
   float scale = t->scaler.scale;
   td_zero_zero_grads(t->zero);
   const td_pipeline_batch batch = staged_batch(t);
-  double loss_sum = t->pipe.schedule(&t->pipe, &batch, t->cur_micro, (float)(scale / denom));
+  double loss_sum = td_pipeline_step(&t->pipe, &batch, t->cur_micro, (float)(scale / denom));
   check_local_loss(t, loss_sum);
   td_timers_start(tm, TD_TIMER_ALL_GRADS_SYNC);
   td_zero_finish_grads(t->zero);
@@ -1181,6 +1181,7 @@ static void trainer_free(trainer *t) {
   td_adamw_free(&t->opt);
   td_zero_free(t->zero);
   td_gpt_destroy(t->model);
+  td_dcomm_release(t->dev);
   td_device_close(t->dev);
   td_topology_free(&t->topo);
 }

@@ -43,6 +43,31 @@ static void cpu_copy(td_device *d, void *dst, const void *src, size_t bytes) {
 }
 static void cpu_synchronize(td_device *d) { (void)d; }
 
+/* Every op is done when it returns: an event has nothing to mark, but each is
+ * its own allocation so create/destroy pair up under the sanitizers. */
+struct td_event {
+  int unused;
+};
+static td_event *cpu_event_create(td_device *d) {
+  (void)d;
+  return td_calloc(sizeof(td_event));
+}
+static void cpu_event_destroy(td_device *d, td_event *e) {
+  (void)d;
+  td_free(e);
+}
+static void cpu_event_noop(td_device *d, td_event *e) { (void)d, (void)e; }
+
+/* Host memory is all the CPU has: "pinned" memory is plain memory. */
+static void *cpu_host_alloc(td_device *d, size_t bytes) {
+  (void)d;
+  return td_calloc(bytes ? bytes : 1);
+}
+static void cpu_host_free(td_device *d, void *p) {
+  (void)d;
+  td_free(p);
+}
+
 const td_device_ops *td_cpu_device_ops(void) {
   static td_device_ops ops;
   static int ready;
@@ -57,6 +82,15 @@ const td_device_ops *td_cpu_device_ops(void) {
       ops.copy_d2h = cpu_copy;
       ops.copy_d2d = cpu_copy;
       ops.synchronize = cpu_synchronize;
+      ops.event_create = cpu_event_create;
+      ops.event_destroy = cpu_event_destroy;
+      ops.event_record = cpu_event_noop;
+      ops.event_wait = cpu_event_noop;
+      ops.event_synchronize = cpu_event_noop;
+      ops.host_alloc = cpu_host_alloc;
+      ops.host_free = cpu_host_free;
+      ops.copy_h2d_async = cpu_copy;
+      ops.copy_d2h_async = cpu_copy;
       ops.memory_stats = cpu_memory_stats;
       td_cpu_register_gemm(&ops);
       td_cpu_register_elementwise(&ops);

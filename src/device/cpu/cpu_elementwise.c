@@ -357,11 +357,12 @@ static void cpu_cross_entropy_combine(td_device *d, float *lse, float *losses,
 }
 
 /* Sequential on purpose: n is a micro-batch's tokens, and the order fixes the bits. */
-static double cpu_masked_sum(td_device *d, const float *x, const float *mask, int64_t n) {
+static void cpu_masked_sum(td_device *d, double *out, const float *x, const float *mask,
+                           int64_t n) {
   (void)d;
   double s = 0;
   for (int64_t i = 0; i < n; i++) s += (double)x[i] * mask[i];
-  return s;
+  *out = s;
 }
 
 /* dlogits[r, j] = (exp(logits[r, j] - lse[r]) - [j + vocab_start == targets[r]]) dloss[r]
@@ -423,7 +424,7 @@ static void cpu_cast(td_device *d, void *dst, td_dtype dst_dtype, const void *sr
 }
 
 /* sum x^2 in double: one partial per EW_CHUNK piece, added in piece order */
-static double cpu_sum_squares(td_device *d, const float *x, int64_t n) {
+static void cpu_sum_squares(td_device *d, double *out, const float *x, int64_t n) {
   (void)d;
   const td_ew_isa *isa = ew_isa();
   int64_t np = (n + EW_CHUNK - 1) / EW_CHUNK;
@@ -432,15 +433,15 @@ static double cpu_sum_squares(td_device *d, const float *x, int64_t n) {
   for (int64_t k = 0; k < np; k++)
     part[k] = isa->sum_squares(x + k * EW_CHUNK, min64(EW_CHUNK, n - k * EW_CHUNK));
   for (int64_t k = 0; k < np; k++) s += part[k];
-  return s;
+  *out = s;
 }
 
-static int64_t cpu_count_zeros(td_device *d, const float *x, int64_t n) {
+static void cpu_count_zeros(td_device *d, double *out, const float *x, int64_t n) {
   (void)d;
   int64_t zeros = 0;
 #pragma omp parallel for schedule(static) reduction(+ : zeros) if (n > EW_PAR_MIN)
   for (int64_t i = 0; i < n; i++) zeros += x[i] == 0.0f;
-  return zeros;
+  *out = (double)zeros;
 }
 
 void td_cpu_register_elementwise(td_device_ops *ops) {

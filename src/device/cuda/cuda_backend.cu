@@ -3,7 +3,9 @@
  *
  * Memory is plain cudaMalloc (never managed memory), zeroed on the handle's
  * stream before alloc returns. copy_h2d and copy_d2h return with the copy done;
- * copy_d2d and fill are asynchronous on the stream like the kernels. */
+ * copy_d2d, fill and the async copies are asynchronous on the stream like the
+ * kernels. Events are cudaEvent_t without timing (the cheapest kind); host_alloc
+ * is cudaMallocHost (page-locked, so the async copies really are). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,7 +84,7 @@ static const char *no_device_hint(cudaError_t e) {
              : "";
 }
 
-extern "C" void *td_cuda_open(int index) {
+extern "C" void *td_cuda_open(int *index) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -91,7 +93,8 @@ extern "C" void *td_cuda_open(int index) {
   }
   if (count == 0) td_fail("no CUDA device visible: %s", cudaGetErrorString(cudaErrorNoDevice));
   td_cuda *c = (td_cuda *)td_calloc(sizeof *c);
-  c->index = (index < 0 ? 0 : index) % count;
+  c->index = (*index < 0 ? 0 : *index) % count;
+  *index = c->index;
   TD_CUDA_OK(cudaSetDevice(c->index));
   cudaDeviceProp prop;
   TD_CUDA_OK(cudaGetDeviceProperties(&prop, c->index));
@@ -106,7 +109,6 @@ extern "C" void *td_cuda_open(int index) {
   TD_LT_OK(td_lt.cublasLtCreate(&c->lt));
   TD_CUDA_OK(cudaMalloc(&c->workspace, TD_CUDA_WORKSPACE_BYTES));
   TD_CUDA_OK(cudaMalloc(&c->reduce, 16));
-  TD_CUDA_OK(cudaMallocHost(&c->host_result, 16));
   TD_CUDA_OK(cudaHostAlloc((void **)&c->err_host, sizeof(int), cudaHostAllocMapped));
   TD_CUDA_OK(cudaHostGetDevicePointer((void **)&c->err_dev, c->err_host, 0));
   *c->err_host = 0;
@@ -124,7 +126,6 @@ extern "C" void td_cuda_close(void *impl) {
   if (c->scratch) TD_CUDA_OK(cudaFree(c->scratch));
   TD_CUDA_OK(cudaFree(c->workspace));
   TD_CUDA_OK(cudaFree(c->reduce));
-  TD_CUDA_OK(cudaFreeHost(c->host_result));
   TD_CUDA_OK(cudaFreeHost(c->err_host));
   TD_LT_OK(td_lt.cublasLtDestroy(c->lt));
   TD_CUDA_OK(cudaStreamDestroy(c->stream));
@@ -189,6 +190,63 @@ static void cu_copy_d2d(td_device *d, void *dst, const void *src, size_t bytes) 
 
 static void cu_synchronize(td_device *d) { td_cuda_sync(td_cuda_enter(d)); }
 
+/* ------------------------------------------------------- events, pinned memory */
+
+struct td_event {
+  cudaEvent_t ev;
+};
+
+static td_event *cu_event_create(td_device *d) {
+  td_cuda_enter(d);
+  td_event *e = (td_event *)td_calloc(sizeof *e);
+  TD_CUDA_OK(cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming));
+  return e;
+}
+static void cu_event_destroy(td_device *d, td_event *e) {
+  td_cuda_enter(d);
+  if (!e) return;
+  TD_CUDA_OK(cudaEventDestroy(e->ev));
+  td_free(e);
+}
+static void cu_event_record(td_device *d, td_event *e) {
+  td_cuda *c = td_cuda_enter(d);
+  TD_CUDA_OK(cudaEventRecord(e->ev, c->stream));
+}
+static void cu_event_wait(td_device *d, td_event *e) {
+  td_cuda *c = td_cuda_enter(d);
+  TD_CUDA_OK(cudaStreamWaitEvent(c->stream, e->ev, 0));
+}
+/* Kernels flag bad input through err_host; a wait on the handle's own work reports it. */
+static void cu_event_synchronize(td_device *d, td_event *e) {
+  td_cuda_enter(d);
+  TD_CUDA_OK(cudaEventSynchronize(e->ev));
+}
+
+static void *cu_host_alloc(td_device *d, size_t bytes) {
+  td_cuda *c = td_cuda_enter(d);
+  void *p = NULL;
+  if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+    (void)cudaGetLastError();
+    td_fail("cuda:%d: cannot allocate %.1f MiB of pinned host memory", c->index,
+            bytes / 1048576.0);
+  }
+  memset(p, 0, bytes);
+  return p;
+}
+static void cu_host_free(td_device *d, void *p) {
+  td_cuda_enter(d);
+  if (p) TD_CUDA_OK(cudaFreeHost(p));
+}
+
+static void cu_copy_h2d_async(td_device *d, void *dst, const void *src, size_t bytes) {
+  td_cuda *c = td_cuda_enter(d);
+  if (bytes) TD_CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+}
+static void cu_copy_d2h_async(td_device *d, void *dst, const void *src, size_t bytes) {
+  td_cuda *c = td_cuda_enter(d);
+  if (bytes) TD_CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+}
+
 /* dst[i] = pattern, n elements of 2, 4 or 8 bytes */
 template <typename U>
 __global__ void fill_kernel(U *dst, int64_t n, U pattern) {
@@ -236,6 +294,15 @@ void td_cuda_register_memory(td_device_ops *ops) {
   ops->copy_d2d = cu_copy_d2d;
   ops->fill = cu_fill;
   ops->synchronize = cu_synchronize;
+  ops->event_create = cu_event_create;
+  ops->event_destroy = cu_event_destroy;
+  ops->event_record = cu_event_record;
+  ops->event_wait = cu_event_wait;
+  ops->event_synchronize = cu_event_synchronize;
+  ops->host_alloc = cu_host_alloc;
+  ops->host_free = cu_host_free;
+  ops->copy_h2d_async = cu_copy_h2d_async;
+  ops->copy_d2h_async = cu_copy_d2h_async;
 }
 
 /* ------------------------------------------------------------------ table */

@@ -2,9 +2,9 @@
  *
  * One handle = one GPU, one cudaStream_t that every op of the handle runs on, a
  * cuBLASLt handle and a fixed GEMM workspace (cuda_internal.cuh). Ops are
- * asynchronous on that stream except where device.h returns a value to the host
- * (sum_squares, count_zeros), copy_d2h and copy_h2d (both return with the copy
- * done, so the host buffer may be reused or read at once) and synchronize. */
+ * asynchronous on that stream except copy_d2h and copy_h2d (both return with the
+ * copy done, so the host buffer may be reused or read at once), synchronize and
+ * event_synchronize. */
 #ifndef TD_DEVICE_CUDA_CUDA_DEVICE_H
 #define TD_DEVICE_CUDA_CUDA_DEVICE_H
 
@@ -17,10 +17,11 @@ extern "C" {
 #endif
 
 const td_device_ops *td_cuda_device_ops(void);
-/* Backend state for GPU (index mod the number of visible GPUs). No GPU or no
+/* Backend state for GPU *index mod the number of visible GPUs (written back to
+ * *index). No GPU or no
  * driver: td_fail("no CUDA device visible: <cudaGetErrorString>"); the first
  * open loads cuBLASLt (cuda_cublaslt.cuh), and fails naming it when it cannot. */
-void *td_cuda_open(int index);
+void *td_cuda_open(int *index);
 void td_cuda_close(void *impl);
 /* 1 when at least one GPU is visible and the driver works; never fails. Asks
  * the driver only: cuBLASLt is not loaded until td_cuda_open. */

@@ -37,8 +37,7 @@ typedef struct td_cuda {
   void *workspace;           /* TD_CUDA_WORKSPACE_BYTES for cuBLASLt */
   void *scratch;             /* kernels' partial sums and staging; grows, never shrinks */
   size_t scratch_bytes;
-  void *reduce;              /* 16 device bytes: a reduction's result */
-  void *host_result;         /* 16 pinned host bytes it is copied to */
+  void *reduce;              /* 16 device bytes: count_zeros' counter */
   int *err_host, *err_dev;   /* mapped pinned flag: kernels report bad input (TD_CUDA_ERR_*) */
   td_cuda_gemm_cache *gemm;  /* cuBLASLt plans per shape (cuda_gemm.cu) */
   int tf32;                  /* TRIDENT_CUDA_TF32=1: fp32 GEMMs on TF32 tensor cores */

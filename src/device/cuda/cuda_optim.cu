@@ -5,8 +5,8 @@
  * then td_block_sum's tree), one block adds the chunks' sums (each thread a fixed
  * stride of them, then the tree). The blocking depends on n alone, so the result
  * is reproducible bit for bit; NaN and Inf propagate through the sums. count_zeros
- * adds integers, exact in any order. Both return to the host, so they wait for
- * the stream. */
+ * adds integers, exact in any order. Both leave their result in device memory
+ * and do not wait. */
 #include <math.h>
 
 #include "device/cuda/cuda_internal.cuh"
@@ -64,20 +64,23 @@ __global__ void td_sum_parts_kernel(double *out, const double *part, int64_t npa
   if (threadIdx.x == 0) *out = s;
 }
 
-static double cu_sum_squares(td_device *d, const float *x, int64_t n) {
+/* *out = 0 (an empty reduction) */
+__global__ void td_zero_double_kernel(double *out) { *out = 0.0; }
+
+static void cu_sum_squares(td_device *d, double *out, const float *x, int64_t n) {
   td_cuda *c = td_cuda_enter(d);
-  if (n <= 0) return 0.0;
+  if (n <= 0) {
+    td_zero_double_kernel<<<1, 1, 0, c->stream>>>(out);
+    TD_CUDA_LAUNCHED();
+    return;
+  }
   int64_t nchunks = (n + SQ_CHUNK - 1) / SQ_CHUNK;
   double *part = (double *)td_cuda_scratch(c, (size_t)nchunks * sizeof(double));
   unsigned grid = (unsigned)(nchunks < 65536 * 16 ? nchunks : 65536 * 16);
   td_sumsq_partial_kernel<<<grid, TD_CUDA_THREADS, 0, c->stream>>>(part, x, n, nchunks);
   TD_CUDA_LAUNCHED();
-  td_sum_parts_kernel<<<1, SQ_FINAL_THREADS, 0, c->stream>>>((double *)c->reduce, part, nchunks);
+  td_sum_parts_kernel<<<1, SQ_FINAL_THREADS, 0, c->stream>>>(out, part, nchunks);
   TD_CUDA_LAUNCHED();
-  TD_CUDA_OK(cudaMemcpyAsync(c->host_result, c->reduce, sizeof(double), cudaMemcpyDeviceToHost,
-                             c->stream));
-  td_cuda_sync(c);
-  return *(volatile double *)c->host_result;
 }
 
 /* *count += the number of x[i] == 0 (+0 or -0): per-block counts, one integer
@@ -90,18 +93,22 @@ __global__ void td_count_zeros_kernel(unsigned long long *count, const float *x,
   if (threadIdx.x == 0 && z) atomicAdd(count, z);
 }
 
-static int64_t cu_count_zeros(td_device *d, const float *x, int64_t n) {
+/* *out = (double)*count */
+__global__ void td_count_to_double_kernel(double *out, const unsigned long long *count) {
+  *out = (double)*count;
+}
+
+static void cu_count_zeros(td_device *d, double *out, const float *x, int64_t n) {
   td_cuda *c = td_cuda_enter(d);
-  if (n <= 0) return 0;
-  unsigned long long *count = (unsigned long long *)c->reduce + 1;
+  unsigned long long *count = (unsigned long long *)c->reduce;
   TD_CUDA_OK(cudaMemsetAsync(count, 0, sizeof *count, c->stream));
-  td_count_zeros_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(
-      count, x, n);
+  if (n > 0) {
+    td_count_zeros_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0,
+                            c->stream>>>(count, x, n);
+    TD_CUDA_LAUNCHED();
+  }
+  td_count_to_double_kernel<<<1, 1, 0, c->stream>>>(out, count);
   TD_CUDA_LAUNCHED();
-  TD_CUDA_OK(cudaMemcpyAsync((char *)c->host_result + 8, count, sizeof *count,
-                             cudaMemcpyDeviceToHost, c->stream));
-  td_cuda_sync(c);
-  return (int64_t) * (volatile unsigned long long *)((char *)c->host_result + 8);
 }
 
 void td_cuda_register_optim(td_device_ops *ops) {
