@@ -360,6 +360,38 @@ static void test_applied(void) {
   td_args_free(&a);
 }
 
+/* --zero-stage against the file (but 3 over a file below it): the file's stage
+ * runs, with a note (Megatron-DeepSpeed passes the flag only to deepspeed.zero.Init). */
+static void test_zero_stage_from_file(void) {
+  static const struct {
+    const char *flag, *json, *note;
+    int stage;
+  } cases[] = {
+      {"--zero-stage 1", "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2}}",
+       "--zero-stage 1 vs zero_optimization.stage 2: ZeRO stage 2 runs, as in DeepSpeed", 2},
+      {"--zero-stage 1", "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3}}",
+       "--zero-stage 1 vs zero_optimization.stage 3: ZeRO stage 3 runs", 3},
+      {"--zero-stage 2", "{\"train_batch_size\": 8}",
+       "--zero-stage 2 vs zero_optimization.stage 0 (absent: DeepSpeed's default): ZeRO stage 0 "
+       "runs", 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    td_args a;
+    char err[1024];
+    int rc = run(&a, cases[i].flag, cases[i].json, 2, err, sizeof err);
+    char *notes = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&notes, &len);
+    if (rc == 0) td_args_print_notes(&a, f);
+    fclose(f);
+    CHECK(rc == 0 && a.zero_stage == cases[i].stage && strstr(notes, cases[i].note),
+          "%s with %s: stage %d runs, noted (rc %d, %s):\n%s", cases[i].flag, cases[i].json,
+          cases[i].stage, rc, err, notes);
+    free(notes);
+    td_args_free(&a);
+  }
+}
+
 static void test_conflicts(void) {
   const char *base = "{\"train_batch_size\": 8, ";
   char j[512];
@@ -379,8 +411,9 @@ static void test_conflicts(void) {
                1,
                "--weight-decay 0.1 vs optimizer.params.weight_decay (not in the file: DeepSpeed's "
                "default 0)");
-  expect_error("--zero-stage 2", JSON("\"zero_optimization\": {\"stage\": 1}}"), 1,
-               "--zero-stage 2 vs zero_optimization.stage 1 in the file");
+  expect_error("--zero-stage 3", JSON("\"zero_optimization\": {\"stage\": 1}}"), 1,
+               "--zero-stage 3 vs zero_optimization.stage 1: Megatron-DeepSpeed builds the model "
+               "partitioned for stage 3");
   expect_error("--use-distributed-optimizer", JSON("\"steps_per_print\": 1}"), 1,
                "--use-distributed-optimizer (ZeRO-1) vs zero_optimization.stage 0");
   expect_error("--ddp-bucket-size 100",
@@ -683,6 +716,7 @@ int main(void) {
   test_batch_auto_and_errors();
   test_applied();
   test_conflicts();
+  test_zero_stage_from_file();
   test_scaler_script();
   test_scaler_consecutive();
   test_scaler_floor();

@@ -1103,10 +1103,31 @@ static void apply_scheduler(td_ds_config *c, td_args *a) {
 
 /* ------------------------------------------------------------------ apply: the rest */
 
+/* Megatron-DeepSpeed hands --zero-stage only to deepspeed.zero.Init (stage 3's
+ * partitioning of the parameters as they are built); DeepSpeed's engine runs the
+ * file's stage. So a disagreement trains at the file's stage, as there, with a
+ * note; except --zero-stage 3 over a file below it, which there builds
+ * partitioned parameters for an engine that does not expect them: refused. */
+static void zero_stage_from_file(td_ds_config *c, const td_args *a, int64_t stage) {
+  if (!td_args_given(a, "zero-stage") || a->zero_stage == stage) return;
+  const char *where = c->zero.stage == TD_DS_ABSENT ? " (absent: DeepSpeed's default)" : "";
+  if (a->zero_stage == 3)
+    add_error(c,
+              "--zero-stage 3 vs zero_optimization.stage %lld%s: Megatron-DeepSpeed builds the "
+              "model partitioned for stage 3 (deepspeed.zero.Init) by the flag, and DeepSpeed "
+              "runs the file's stage %lld on it; make them agree",
+              (long long)stage, where, (long long)stage);
+  else
+    add_note(c,
+             "--zero-stage %d vs zero_optimization.stage %lld%s: ZeRO stage %lld runs, as in "
+             "DeepSpeed, whose engine reads the file (Megatron-DeepSpeed passes the flag only to "
+             "deepspeed.zero.Init)",
+             a->zero_stage, (long long)stage, where, (long long)stage);
+}
+
 static void apply_zero(td_ds_config *c, td_args *a) {
   int64_t stage = c->zero.stage != TD_DS_ABSENT ? c->zero.stage : 0;
-  conflict_num(c, a, "zero-stage", (double)a->zero_stage, "zero_optimization.stage", (double)stage,
-               c->zero.stage == TD_DS_ABSENT ? "DeepSpeed's default 0" : NULL);
+  zero_stage_from_file(c, a, stage);
   if (a->use_distributed_optimizer && stage == 0)
     add_error(c, "--use-distributed-optimizer (ZeRO-1) vs zero_optimization.stage 0%s",
               c->zero.stage == TD_DS_ABSENT ? " (absent: DeepSpeed's default)" : "");
