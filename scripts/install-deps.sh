@@ -9,6 +9,7 @@ pkgs=(
   libcjson-dev                       # cJSON: checkpoint metadata, safetensors headers, configs
   openmpi-bin libopenmpi-dev         # MPI: the distributed engine (mpirun, collectives)
   libpcre2-dev                       # PCRE2 (UTF + UCP, JIT): GPT-2 BPE pre-tokenizer regex
+  python3                            # tests only: reading checkpoints and TensorBoard files (stdlib)
 )
 missing=()
 for p in "${pkgs[@]}"; do
