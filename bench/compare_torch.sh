@@ -7,14 +7,19 @@
 #
 # Usage: bench/compare_torch.sh [--trident BIN] [--rounds R] [--dtype fp32|bf16]
 #          [--seq-len T] [--micro-batch B] [--threads P] [--steps N] [--warmup W]
-#          [--wait-idle]
+#          [--peer debian|pypi|pypi-compile] [--wait-idle]
+#   --peer        which PyTorch (default debian): Debian's torch 1.13 in its fastest setting
+#                 here (bench/run_peer_torch.sh), or the newest torch from PyPI in a venv
+#                 ($TORCH_VENV, default ~/.cache/trident/torch-pypi; made with `pip install
+#                 torch numpy` on first use; plain, as a user runs it), eager or under
+#                 torch.compile (its warm-up steps hold the compilation)
 #   --wait-idle   before each run, wait until the machine has been idle (less than 15% of
 #                 one CPU busy) for 3 s (shared machines: a neighbour's job skews a run)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 trident=$here/../build/trident
 peer=$here/run_peer_torch.sh
-rounds=3 dtype=fp32 seq=256 mb=4 threads=2 steps=6 warmup=2 wait_idle=0
+rounds=3 dtype=fp32 seq=256 mb=4 threads=2 steps=6 warmup=2 wait_idle=0 peer_kind=debian
 while [ $# -gt 0 ]; do
   case $1 in
     --trident) trident=$2; shift 2 ;;
@@ -26,10 +31,27 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --wait-idle) wait_idle=1; shift ;;
+    --peer) peer_kind=$2; shift 2 ;;
     *) echo "compare_torch.sh: unknown flag '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
 [ -x "$trident" ] || { echo "compare_torch.sh: no trident binary at $trident (--trident BIN)" >&2; exit 2; }
+peer_args=()
+case $peer_kind in
+  debian) ;;
+  pypi | pypi-compile)
+    venv=${TORCH_VENV:-$HOME/.cache/trident/torch-pypi}
+    if ! "$venv/bin/python" -c 'import torch, numpy' 2>/dev/null; then
+      echo "compare_torch.sh: installing torch and numpy from PyPI into $venv" >&2
+      python3 -m venv "$venv" && "$venv/bin/pip" install -q torch numpy ||
+        { echo "compare_torch.sh: could not install torch from PyPI into $venv" >&2; exit 1; }
+    fi
+    peer=$venv/bin/python
+    peer_args=("$here/peer_torch.py")
+    [ "$peer_kind" = pypi-compile ] && peer_args+=(--compile)
+    ;;
+  *) echo "compare_torch.sh: --peer '$peer_kind': want debian, pypi or pypi-compile" >&2; exit 2 ;;
+esac
 
 # CPU time (all CPUs, in clock ticks) spent busy and in total, from /proc/stat
 cpu_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8}' /proc/stat; }
@@ -53,11 +75,11 @@ median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (
 tps() { awk -v n="$tokens" -v ms="$1" 'BEGIN {printf "%.1f", n / ms * 1000}'; }
 
 tokens=$((seq * mb))
-echo "GPT-2 124M (12 x 768, 12 heads, vocab 50257), seq $seq, micro-batch $mb, $dtype, $threads threads, $rounds rounds"
+echo "GPT-2 124M (12 x 768, 12 heads, vocab 50257), seq $seq, micro-batch $mb, $dtype, $threads threads, $rounds rounds, peer: $peer_kind"
 t_ms=() p_ms=()
 for r in $(seq 1 "$rounds"); do
   [ $wait_idle = 1 ] && wait_for_idle
-  p=$("$peer" --n-layer 12 --n-head 12 --n-embd 768 --seq-len "$seq" --micro-batch "$mb" \
+  p=$("$peer" "${peer_args[@]}" --n-layer 12 --n-head 12 --n-embd 768 --seq-len "$seq" --micro-batch "$mb" \
         --vocab 50257 --steps $((steps + warmup)) --warmup "$warmup" --dtype "$dtype" \
         --threads "$threads" | sed -n 's/^RESULT median over [0-9]* steps.*: \([0-9.]*\) ms\/step.*/\1/p')
   [ $wait_idle = 1 ] && wait_for_idle
