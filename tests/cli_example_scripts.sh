@@ -16,6 +16,9 @@
 #  - Megatron-DeepSpeed rebase/ds_pretrain_gpt_1.3B.sh at ZeRO stage 2 on 2 ranks
 #    (DP 2, fp16, the same template): exit 0, the ZeRO stage 2 start-up lines,
 #    the lm loss lower at the last log line than at the first, its checkpoint.
+#  - Megatron-DeepSpeed universal_checkpointing/run_bf16.sh (TP 2 x PP 2 x DP 2,
+#    bf16, ZeRO-1) with --loss-scale and --clip-grad that DeepSpeed does not read:
+#    trains to --exit-interval, noting the two flags, and saves.
 # Arguments: the trident binary and the source directory.
 set -u
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -168,6 +171,27 @@ c=$(ls -d "$d"/output/checkpoint/*/ 2>/dev/null | head -1)
   ok "ds_pretrain_gpt_1.3B.sh: checkpoint at iteration 20 (the ZeRO-2 shards gathered whole)" ||
   fail "ds_pretrain_gpt_1.3B.sh: checkpoint: $(find "$d/output/checkpoint" | head)"
 grep -q '^trident: error' "$log" && fail "ds_pretrain_gpt_1.3B.sh: errors: $(grep error "$log")"
+
+# 5. Megatron-DeepSpeed universal_checkpointing/run_bf16.sh on 8 ranks (TP 2 x PP 2
+# x DP 2, bf16, ZeRO-1): it passes --loss-scale 12 and --clip-grad 1.0 beside a
+# bf16 config without gradient_clipping, which DeepSpeed's engine does not read.
+# It writes ds_config.json beside itself, so it runs from a copy; its `set +x`
+# makes its exit status 0 whatever happened, so the output says.
+d=$tmp/uc
+stage "$d" "" meg-gpt2_text_document
+cp "$scripts/uc_run_bf16.sh" "$d/"
+(cd "$d" && HL_DATA_DIR_ROOT=$d timeout -k 5 120 bash "$d/uc_run_bf16.sh" >"$d/out" 2>&1)
+errs=$(grep '^trident: error: ' "$d/out" | sort -u)
+c=$d/z1_uni_ckpt/checkpoints/gpt2/z1/bf16/tp2_pp2_dp2_sp1_toy
+[ -z "$errs" ] && [ "$(grep -cE '^ iteration +[1-4]/ +100000 \| consumed samples: +[0-9]+ \| consumed tokens: ' "$d/out")" -eq 4 ] &&
+  [ "$(cat "$c/latest_checkpointed_iteration.txt" 2>/dev/null)" = 4 ] &&
+  [ -n "$(ls "$c"/iter_0000004/mp_rank_01_001/model.safetensors 2>/dev/null)" ] &&
+  ok "uc_run_bf16.sh: 4 iterations on TP 2 x PP 2 x DP 2 and the checkpoint at --exit-interval 4" ||
+  fail "uc_run_bf16.sh: errors: $errs; $(grep ' iteration ' "$d/out" | head -2); $(find "$d/z1_uni_ckpt" -maxdepth 6 | head -3)"
+grep -q 'note: --loss-scale 12 is not read under DeepSpeed: bf16.enabled true' "$d/out" &&
+  grep -q "note: --clip-grad 1 is not read under DeepSpeed: gradient_clipping (not in the file: DeepSpeed's default 0" "$d/out" &&
+  ok "uc_run_bf16.sh: --loss-scale and --clip-grad noted as not read, the config's values run" ||
+  fail "uc_run_bf16.sh: notes: $(grep 'note: --' "$d/out" | sort -u)"
 
 [ $failed -eq 0 ] && echo "cli_example_scripts: all passed"
 exit $failed

@@ -887,6 +887,23 @@ static int conflict_num(td_ds_config *c, const td_args *a, const char *flag, dou
   return 1;
 }
 
+/* A Megatron flag given on the command line that DeepSpeed's engine does not read
+ * (its clipping and loss scaling come from the file: Megatron-DeepSpeed hands the
+ * engine Megatron's bare optimizer). The file's value runs, as there; a note
+ * says the flag was not used. */
+static void ignored_num(td_ds_config *c, const td_args *a, const char *flag, double flag_value,
+                        const char *key, double value, const char *absent_why) {
+  if (!td_args_given(a, flag) || flag_value == value) return;
+  if (absent_why)
+    add_note(c, "--%s %g is not read under DeepSpeed: %s (not in the file: %s) applies, as in "
+                "Megatron-DeepSpeed, whose DeepSpeed engine takes it from the config",
+             flag, flag_value, key, absent_why);
+  else
+    add_note(c, "--%s %g is not read under DeepSpeed: %s %g from the file applies, as in "
+                "Megatron-DeepSpeed, whose DeepSpeed engine takes it from the config",
+             flag, flag_value, key, value);
+}
+
 /* "auto": Megatron-DeepSpeed's placeholder for the flag's value. */
 static int64_t resolve_auto(td_ds_config *c, const td_args *a, int64_t v, const char *key) {
   if (v != TD_DS_AUTO) return v;
@@ -994,7 +1011,9 @@ static void apply_dtype(td_ds_config *c, td_args *a) {
 
 static void apply_loss_scale(td_ds_config *c, td_args *a) {
   if (c->bf16.enabled == 1 && td_args_given(a, "loss-scale"))
-    add_error(c, "--loss-scale vs bf16.enabled true: DeepSpeed does not scale bf16 losses");
+    add_note(c, "--loss-scale %g is not read under DeepSpeed: bf16.enabled true, and DeepSpeed "
+                "does not scale bf16 losses",
+             a->loss_scale);
   if (c->fp16.enabled != 1) return;
   int dynamic = isnan(c->fp16.loss_scale) || c->fp16.loss_scale == 0;
   int64_t power = c->fp16.initial_scale_power != TD_DS_ABSENT ? c->fp16.initial_scale_power : 16;
@@ -1003,21 +1022,23 @@ static void apply_loss_scale(td_ds_config *c, td_args *a) {
   int64_t window = c->fp16.loss_scale_window != TD_DS_ABSENT ? c->fp16.loss_scale_window : 1000;
   int64_t hyst = c->fp16.hysteresis != TD_DS_ABSENT ? c->fp16.hysteresis : 2;
   if (dynamic && td_args_given(a, "loss-scale"))
-    add_error(c, "--loss-scale %g vs fp16.loss_scale 0 (dynamic, DeepSpeed's default)",
-              a->loss_scale);
+    add_note(c, "--loss-scale %g is not read under DeepSpeed: fp16.loss_scale 0 (dynamic, "
+                "DeepSpeed's default) applies, as in Megatron-DeepSpeed, whose DeepSpeed engine "
+                "takes it from the config",
+             a->loss_scale);
   else if (!dynamic)
-    conflict_num(c, a, "loss-scale", a->loss_scale, "fp16.loss_scale", c->fp16.loss_scale, NULL);
+    ignored_num(c, a, "loss-scale", a->loss_scale, "fp16.loss_scale", c->fp16.loss_scale, NULL);
   if (dynamic) {
     char key[64];
     snprintf(key, sizeof key, "2^fp16.initial_scale_power = %g", init);
-    conflict_num(c, a, "initial-loss-scale", a->initial_loss_scale, key, init,
+    ignored_num(c, a, "initial-loss-scale", a->initial_loss_scale, key, init,
                  c->fp16.initial_scale_power == TD_DS_ABSENT ? "DeepSpeed's default 2^16" : NULL);
-    conflict_num(c, a, "min-loss-scale", a->min_loss_scale, "fp16.min_loss_scale", min,
+    ignored_num(c, a, "min-loss-scale", a->min_loss_scale, "fp16.min_loss_scale", min,
                  isnan(c->fp16.min_loss_scale) ? "DeepSpeed's default 1" : NULL);
-    conflict_num(c, a, "loss-scale-window", (double)a->loss_scale_window, "fp16.loss_scale_window",
+    ignored_num(c, a, "loss-scale-window", (double)a->loss_scale_window, "fp16.loss_scale_window",
                  (double)window,
                  c->fp16.loss_scale_window == TD_DS_ABSENT ? "DeepSpeed's default 1000" : NULL);
-    conflict_num(c, a, "hysteresis", (double)a->hysteresis, "fp16.hysteresis", (double)hyst,
+    ignored_num(c, a, "hysteresis", (double)a->hysteresis, "fp16.hysteresis", (double)hyst,
                  c->fp16.hysteresis == TD_DS_ABSENT ? "DeepSpeed's default 2" : NULL);
   }
   a->loss_scale = dynamic ? NAN : c->fp16.loss_scale;
@@ -1026,11 +1047,11 @@ static void apply_loss_scale(td_ds_config *c, td_args *a) {
 }
 
 /* DeepSpeed clips by gradient_clipping (its default 0: no clipping); Megatron's
- * --clip-grad is not read under DeepSpeed. */
+ * --clip-grad is not read under DeepSpeed (a note says so when they differ). */
 static void apply_clip(td_ds_config *c, td_args *a) {
   int absent = isnan(c->gradient_clipping);
   double clip = absent ? 0.0 : c->gradient_clipping;
-  conflict_num(c, a, "clip-grad", a->clip_grad, "gradient_clipping", clip,
+  ignored_num(c, a, "clip-grad", a->clip_grad, "gradient_clipping", clip,
                absent ? "DeepSpeed's default 0, no clipping" : NULL);
   if (absent && !td_args_given(a, "clip-grad"))
     add_note(c, "gradient_clipping: not in the file: DeepSpeed's default 0 (no clipping) replaces "
