@@ -75,7 +75,24 @@ static double fp32_gemm_tol(void) {
 
 /* ------------------------------------------------------------------ memory */
 
+/* memory_stats: the bytes of live allocations, up and down, and their peak. */
+static void test_memory_stats(void) {
+  const td_device_ops *o = g_gpu->ops;
+  size_t a0, p0, a1, p1, a2, p2;
+  CHECK(o->memory_stats != NULL, "the CUDA backend reports memory_stats");
+  if (!o->memory_stats) return;
+  o->memory_stats(g_gpu, &a0, &p0);
+  void *x = o->alloc(g_gpu, 3000), *y = o->alloc(g_gpu, (size_t)5 << 20);
+  o->memory_stats(g_gpu, &a1, &p1);
+  o->free(g_gpu, y);
+  o->memory_stats(g_gpu, &a2, &p2);
+  o->free(g_gpu, x);
+  CHECK(a1 == a0 + 3000 + ((size_t)5 << 20) && p1 >= a1 && a2 == a0 + 3000 && p2 == p1,
+        "memory_stats: %zu -> %zu -> %zu bytes allocated, peak %zu kept", a0, a1, a2, p2);
+}
+
 static void test_memory(void) {
+  test_memory_stats();
   const int64_t n = 1000;
   float *h = randf(n, -1, 1), *back = alloc_host(n * 4);
   bufs b = {.d = g_gpu};

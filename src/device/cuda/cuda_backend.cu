@@ -6,6 +6,8 @@
  * copy_d2d, fill and the async copies are asynchronous on the stream like the
  * kernels. Events are cudaEvent_t without timing (the cheapest kind); host_alloc
  * is cudaMallocHost (page-locked, so the async copies really are). */
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +143,80 @@ extern "C" void td_cuda_describe(const void *impl, char *buf, size_t n) {
 
 /* ------------------------------------------------------------------ memory */
 
+/* Live allocations and their sizes, for memory_stats (Megatron's "allocated" /
+ * "max allocated", which torch.cuda reads from its caching allocator): an
+ * open-addressing table keyed by pointer, on the host, for every handle of the
+ * process (a lock: handles may live on different threads). */
+static struct {
+  pthread_mutex_t lock;
+  void **ptr;
+  size_t *bytes;
+  size_t cap, used, tombstones, allocated, peak;
+} g_live = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0, 0, 0, 0};
+#define TD_LIVE_TOMBSTONE ((void *)1)
+
+static size_t live_slot(void *p, size_t cap) {
+  uintptr_t h = (uintptr_t)p >> 8; /* cudaMalloc aligns to 256 bytes */
+  h ^= h >> 17, h *= 0x9E3779B97F4A7C15ull, h ^= h >> 29;
+  return (size_t)h & (cap - 1);
+}
+
+static void live_put(void *p, size_t bytes);
+
+/* Double the table (or start it) and reinsert the live entries. */
+static void live_grow(void) {
+  void **old_p = g_live.ptr;
+  size_t *old_b = g_live.bytes, old_cap = g_live.cap;
+  g_live.cap = old_cap ? 2 * old_cap : 1024;
+  g_live.ptr = (void **)td_calloc(g_live.cap * sizeof *g_live.ptr);
+  g_live.bytes = (size_t *)td_calloc(g_live.cap * sizeof *g_live.bytes);
+  g_live.used = g_live.tombstones = 0;
+  for (size_t i = 0; i < old_cap; i++)
+    if (old_p[i] && old_p[i] != TD_LIVE_TOMBSTONE) live_put(old_p[i], old_b[i]);
+  td_free(old_p), td_free(old_b);
+}
+
+static void live_put(void *p, size_t bytes) {
+  if (2 * (g_live.used + g_live.tombstones + 1) > g_live.cap) live_grow();
+  size_t i = live_slot(p, g_live.cap);
+  while (g_live.ptr[i] && g_live.ptr[i] != TD_LIVE_TOMBSTONE) i = (i + 1) & (g_live.cap - 1);
+  if (g_live.ptr[i] == TD_LIVE_TOMBSTONE) g_live.tombstones--;
+  g_live.ptr[i] = p, g_live.bytes[i] = bytes;
+  g_live.used++;
+}
+
+static void live_add(void *p, size_t bytes) {
+  pthread_mutex_lock(&g_live.lock);
+  live_put(p, bytes);
+  g_live.allocated += bytes;
+  if (g_live.allocated > g_live.peak) g_live.peak = g_live.allocated;
+  pthread_mutex_unlock(&g_live.lock);
+}
+
+/* 1 when p was a live allocation (now forgotten). */
+static int live_remove(void *p) {
+  pthread_mutex_lock(&g_live.lock);
+  int found = 0;
+  if (g_live.cap) {
+    size_t i = live_slot(p, g_live.cap);
+    while (g_live.ptr[i] && g_live.ptr[i] != p) i = (i + 1) & (g_live.cap - 1);
+    if (g_live.ptr[i] == p) {
+      g_live.allocated -= g_live.bytes[i];
+      g_live.ptr[i] = TD_LIVE_TOMBSTONE, g_live.used--, g_live.tombstones++;
+      found = 1;
+    }
+  }
+  pthread_mutex_unlock(&g_live.lock);
+  return found;
+}
+
+static void cu_memory_stats(td_device *d, size_t *allocated, size_t *peak) {
+  (void)d;
+  pthread_mutex_lock(&g_live.lock);
+  *allocated = g_live.allocated, *peak = g_live.peak;
+  pthread_mutex_unlock(&g_live.lock);
+}
+
 static void *cu_alloc(td_device *d, size_t bytes) {
   td_cuda *c = td_cuda_enter(d);
   void *p = NULL;
@@ -153,12 +229,16 @@ static void *cu_alloc(td_device *d, size_t bytes) {
   }
   if (bytes) TD_CUDA_OK(cudaMemsetAsync(p, 0, bytes, c->stream));
   TD_CUDA_OK(cudaStreamSynchronize(c->stream));
+  live_add(p, bytes);
   return p;
 }
 
 static void cu_free(td_device *d, void *p) {
-  td_cuda_enter(d);
-  if (p) TD_CUDA_OK(cudaFree(p));
+  td_cuda *c = td_cuda_enter(d);
+  if (!p) return;
+  if (!live_remove(p))
+    td_fail("cuda:%d: free(%p): not a live allocation of this backend", c->index, p);
+  TD_CUDA_OK(cudaFree(p));
 }
 
 /* Host buffers may be reused as soon as this returns (pinned or not). */
@@ -294,6 +374,7 @@ void td_cuda_register_memory(td_device_ops *ops) {
   ops->copy_d2d = cu_copy_d2d;
   ops->fill = cu_fill;
   ops->synchronize = cu_synchronize;
+  ops->memory_stats = cu_memory_stats;
   ops->event_create = cu_event_create;
   ops->event_destroy = cu_event_destroy;
   ops->event_record = cu_event_record;
