@@ -343,8 +343,10 @@ static void test_flags(void) {
                        .max_positions = 32, .vocab_size = 128};
   td_gpt_layout lay = td_gpt_layout_single(&cfg);
   td_train_memory m, p2;
-  td_train_place one = {1, 0, 1, 0, 1, 0}, pp = {2, 0, 1, 0, 1, 0}, gpu = {1, 0, 1, 0, 0, 0};
-  td_train_place gpu_offload = {1, 0, 1, 0, 0, 1};
+  td_train_place one = {.pp_size = 1, .dp_size = 1, .device_is_host = 1};
+  td_train_place pp = {.pp_size = 2, .dp_size = 1, .device_is_host = 1};
+  td_train_place gpu = {.pp_size = 1, .dp_size = 1};
+  td_train_place gpu_offload = {.pp_size = 1, .dp_size = 1, .optimizer_on_host = 1};
   td_train_memory on_gpu, offload;
   lay.layer_end = 1, lay.has_head = 0;
   int ok = !td_train_memory_plan(&a, &cfg, &lay, TD_F32, &pp, &p2, err, sizeof err);
@@ -359,6 +361,20 @@ static void test_flags(void) {
         "a run's figures add up (total %llu, optimizer 2 x parameters, staging 8 x 32 x 12 + a sample)",
         (unsigned long long)m.total);
   CHECK(on_gpu.total == m.staging + m.tables, "on a GPU only the host's part counts against the host");
+  CHECK(on_gpu.device == m.total - m.staging - m.tables && m.device == on_gpu.device,
+        "the device's part: parameters, gradients, activations, Adam (%llu bytes)",
+        (unsigned long long)on_gpu.device);
+  /* a device with memory of its own: its part against what it has free */
+  td_train_place small = gpu;
+  small.device_free = on_gpu.device - 1, small.device_total = 80ull << 30;
+  small.device_name = "cuda:0 (a test GPU)";
+  CHECK(td_train_check_memory(&a, &cfg, &lay, TD_F32, &small, 1, err, sizeof err) == -1 &&
+            strstr(err, "of device memory on cuda:0 (a test GPU)") && strstr(err, "free of its 80.0 GiB"),
+        "one byte short of the device's free memory: %s", err);
+  td_train_place roomy = small;
+  roomy.device_free = on_gpu.device;
+  CHECK(td_train_check_memory(&a, &cfg, &lay, TD_F32, &roomy, 1, err, sizeof err) == 0,
+        "exactly the device's free memory fits (%s)", err);
   CHECK(offload.optimizer == 4 * m.model.params && offload.total == m.staging + m.tables + offload.optimizer,
         "Adam offloaded to the host: m, v and host copies of parameters and gradients count against "
         "the host (%llu)", (unsigned long long)offload.optimizer);

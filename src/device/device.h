@@ -108,6 +108,9 @@ typedef struct td_device_ops {
   /* Bytes of this backend's allocations now and at their peak since the process
    * started (Megatron's "allocated" / "max allocated"); NULL: not tracked. */
   void (*memory_stats)(td_device *d, size_t *allocated, size_t *peak);
+  /* The device's own memory, free now and in all (cudaMemGetInfo); NULL where its
+   * memory is the host's (TD_DEVICE_HOST_RAM: the host's check covers it). */
+  void (*memory_info)(td_device *d, size_t *free_bytes, size_t *total_bytes);
 
   /* ---- streams and events ----
    * A handle is a stream: its ops run in the order they are issued, and an op may

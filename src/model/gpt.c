@@ -883,12 +883,27 @@ uint64_t td_gpt_memory_total(const td_gpt_memory *m) {
 
 /* Whether dev's buffers come out of the host's RAM (the CPU backend, a profiler
  * wrapping it, the sealed test device): then they count against the host's
- * memory. A GPU's own memory is not checked here (the device API has no query
- * for it yet). */
+ * memory; else against the device's own (memory_info), when it says. */
 static int device_is_host(const td_device *dev) { return td_device_has(dev, TD_DEVICE_HOST_RAM); }
 
+/* A device with memory of its own: the model's part of it fits what is free. */
+static int check_device_memory(td_device *dev, uint64_t need, const char *detail, char *err,
+                               size_t n) {
+  if (device_is_host(dev) || !dev->ops->memory_info) return 0;
+  size_t free_b, total_b;
+  dev->ops->memory_info(dev, &free_b, &total_b);
+  if (need <= free_b) return 0;
+  char name[256], nb[32], fb[32], tb[32];
+  td_device_describe(dev, name, sizeof name);
+  td_bytes_text(need, nb, sizeof nb), td_bytes_text(free_b, fb, sizeof fb);
+  td_bytes_text(total_b, tb, sizeof tb);
+  return td_errorf(err, n, "the model needs %s of device memory on %s (%s), more than the %s free "
+                           "of its %s",
+                   nb, name, detail, fb, tb);
+}
+
 /* Refuse (td_fail) a model beyond the limits or the memory, before allocating. */
-static uint64_t check_create(const td_device *dev, const td_gpt_config *cfg,
+static uint64_t check_create(td_device *dev, const td_gpt_config *cfg,
                              const td_gpt_layout *lay, int64_t micro_batch, td_dtype cd) {
   td_gpt_memory need;
   char err[1536], detail[512], p[32], a[32], h[32];
@@ -906,6 +921,7 @@ static uint64_t check_create(const td_device *dev, const td_gpt_config *cfg,
            (long long)micro_batch, (long long)cfg->seq_len, h);
   uint64_t host = device_is_host(dev) ? td_gpt_memory_total(&need) : need.host;
   if (td_memory_check(host, td_comm_local_size(), "the model", detail, err, sizeof err) ||
+      check_device_memory(dev, td_gpt_memory_total(&need) - need.host, detail, err, sizeof err) ||
       td_gpt_check_layers(cfg, "--num-layers", err, sizeof err))
     td_fail("%s", err);
   return need.host;

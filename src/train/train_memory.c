@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/checked.h"
+#include "base/error.h"
 #include "base/memory_limit.h"
 #include "optim/nvme_state.h"
 #include "parallel/zero.h"
@@ -62,6 +63,7 @@ int td_train_memory_plan(const td_args *a, const td_gpt_config *cfg, const td_gp
   uint64_t host = td_sat_add(m->staging, m->tables);
   if (p->optimizer_on_host) host = td_sat_add(host, m->optimizer);
   m->total = td_sat_add(p->device_is_host ? device : 0, host);
+  m->device = device;
   return 0;
 }
 
@@ -131,5 +133,16 @@ int td_train_check_memory(const td_args *a, const td_gpt_config *cfg, const td_g
   if (td_train_memory_plan(a, cfg, lay, compute, p, &m, err, errlen)) return -1;
   char detail[1024];
   describe(&m, a, cfg, detail, sizeof detail);
-  return td_memory_check(m.total, ranks_per_node, "each rank of this run", detail, err, errlen);
+  if (td_memory_check(m.total, ranks_per_node, "each rank of this run", detail, err, errlen))
+    return -1;
+  if (p->device_is_host || !p->device_free || m.device <= p->device_free) return 0;
+  char need[32], free_b[32], total[32];
+  td_bytes_text(m.device, need, sizeof need);
+  td_bytes_text(p->device_free, free_b, sizeof free_b);
+  td_bytes_text(p->device_total, total, sizeof total);
+  return td_errorf(err, errlen,
+                   "each rank of this run needs %s of device memory on %s (%s), more than the %s "
+                   "free of its %s: a smaller model or micro-batch, more tensor- or "
+                   "pipeline-parallel ranks, a higher ZeRO stage, or --cpu-optimizer",
+                   need, p->device_name ? p->device_name : "the device", detail, free_b, total);
 }

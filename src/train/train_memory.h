@@ -23,6 +23,10 @@ typedef struct {
   int pp_size, pp_rank, dp_size, zero_stage;
   int device_is_host;
   int optimizer_on_host; /* Adam's state and update in host memory (td_adamw_init_host) */
+  /* A device with memory of its own (device_is_host 0): its free and total bytes
+   * (device.h memory_info; 0: unknown, not checked) and its name for messages. */
+  uint64_t device_free, device_total;
+  const char *device_name;
 } td_train_place;
 
 /* Bytes per rank, each saturating at TD_SIZE_HUGE (base/checked.h). */
@@ -37,6 +41,7 @@ typedef struct {
   uint64_t staging;       /* host: a global batch of tokens, targets and loss mask */
   uint64_t tables;        /* host: the model's and the trainer's per-tensor tables */
   uint64_t total;         /* of host memory: everything on the CPU backend */
+  uint64_t device;        /* of the device's memory: what the model, Adam and ZeRO allocate there */
 } td_train_memory;
 
 /* The figures for this run (after td_args_validate; cfg with the padded
@@ -47,7 +52,8 @@ int td_train_memory_plan(const td_args *a, const td_gpt_config *cfg, const td_gp
                          char *err, size_t errlen);
 
 /* td_train_memory_plan, then 0 when the total fits the memory available to one of
- * ranks_per_node ranks; else -1 with err giving every figure, the flags behind
+ * ranks_per_node ranks, and (a device with memory of its own) the device's part
+ * fits its free memory; else -1 with err giving every figure, the flags behind
  * the largest, and the limit with its source. */
 int td_train_check_memory(const td_args *a, const td_gpt_config *cfg, const td_gpt_layout *lay,
                           td_dtype compute, const td_train_place *p, int ranks_per_node,

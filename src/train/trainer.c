@@ -1225,7 +1225,15 @@ int td_train(td_args *a) {
   td_gpt_layout lay = model_layout(&t);
   char merr[2048]; /* the whole run's memory, before any of it is allocated */
   td_train_place place = {t.topo.layout.pp, t.topo.coord.pp, t.dp_size, t.zero_stage,
-                          td_device_has(t.dev, TD_DEVICE_HOST_RAM), optimizer_on_host(&t)};
+                          td_device_has(t.dev, TD_DEVICE_HOST_RAM), optimizer_on_host(&t),
+                          0, 0, NULL};
+  char dev_name[256];
+  if (!place.device_is_host && t.dev->ops->memory_info) {
+    size_t free_b, total_b;
+    t.dev->ops->memory_info(t.dev, &free_b, &total_b);
+    td_device_describe(t.dev, dev_name, sizeof dev_name);
+    place.device_free = free_b, place.device_total = total_b, place.device_name = dev_name;
+  }
   if (td_train_check_memory(a, &t.cfg, &lay, t.compute, &place, td_comm_local_size(), merr, sizeof merr))
     td_fail("%s", merr);
   t.model = td_gpt_create(t.dev, &t.cfg, &lay, a->micro_batch_size, t.compute);

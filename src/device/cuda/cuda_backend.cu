@@ -217,6 +217,11 @@ static void cu_memory_stats(td_device *d, size_t *allocated, size_t *peak) {
   pthread_mutex_unlock(&g_live.lock);
 }
 
+static void cu_memory_info(td_device *d, size_t *free_bytes, size_t *total_bytes) {
+  td_cuda_enter(d);
+  TD_CUDA_OK(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
 static void *cu_alloc(td_device *d, size_t bytes) {
   td_cuda *c = td_cuda_enter(d);
   void *p = NULL;
@@ -375,6 +380,7 @@ void td_cuda_register_memory(td_device_ops *ops) {
   ops->fill = cu_fill;
   ops->synchronize = cu_synchronize;
   ops->memory_stats = cu_memory_stats;
+  ops->memory_info = cu_memory_info;
   ops->event_create = cu_event_create;
   ops->event_destroy = cu_event_destroy;
   ops->event_record = cu_event_record;
