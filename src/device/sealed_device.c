@@ -482,26 +482,25 @@ static void check_host_side(const char *op, const void *p, size_t bytes) {
 
 static void async_copy(td_device *d, const char *op, void *dst, const void *src, size_t bytes,
                        int to_host) {
+  if (!bytes) return; /* nothing moves: any pointers will do, as for cudaMemcpyAsync */
   lock();
   const void *host = to_host ? dst : src;
   check_host_side(op, host, bytes);
-  if (bytes) {
-    for (size_t i = 0; i < g.n_hosts; i++) /* stream order: an earlier copy is done */
-      set_prot(g.hosts[i].start, g.hosts[i].span, PROT_READ | PROT_WRITE);
-    ENTER(d, op, to_host ? src : dst);
-    if (to_host)
-      FWD(copy_d2h, dst, src, bytes);
-    else
-      FWD(copy_h2d, dst, src, bytes);
-    leave();
-    grow((void **)&g.pend, &g.cap_pend, g.n_pend, sizeof *g.pend, "pending copy");
-    char *lo = (char *)((uintptr_t)host / g.page * g.page);
-    char *hi = (char *)round_up((uintptr_t)host + bytes, g.page);
-    g.pend[g.n_pend++] = (pending){lo, hi, to_host ? PROT_NONE : PROT_READ, ++g.issued,
-                                   to_host ? "destination of a copy_d2h_async"
-                                           : "source (written to) of a copy_h2d_async"};
-    reprotect();
-  }
+  for (size_t i = 0; i < g.n_hosts; i++) /* stream order: an earlier copy is done */
+    set_prot(g.hosts[i].start, g.hosts[i].span, PROT_READ | PROT_WRITE);
+  ENTER(d, op, to_host ? src : dst);
+  if (to_host)
+    FWD(copy_d2h, dst, src, bytes);
+  else
+    FWD(copy_h2d, dst, src, bytes);
+  leave();
+  grow((void **)&g.pend, &g.cap_pend, g.n_pend, sizeof *g.pend, "pending copy");
+  char *lo = (char *)((uintptr_t)host / g.page * g.page);
+  char *hi = (char *)round_up((uintptr_t)host + bytes, g.page);
+  g.pend[g.n_pend++] = (pending){lo, hi, to_host ? PROT_NONE : PROT_READ, ++g.issued,
+                                 to_host ? "destination of a copy_d2h_async"
+                                         : "source (written to) of a copy_h2d_async"};
+  reprotect();
   unlock();
 }
 
