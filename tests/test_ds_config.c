@@ -409,6 +409,35 @@ static void expect_note(const char *extra, const char *json, const char *want) {
   td_args_free(&a);
 }
 
+/* Which of DeepSpeed's optimizer wrappers runs, by whether it has a loss scale
+ * (Megatron-DeepSpeed's log line prints it only then). */
+static void test_logs_loss_scale(void) {
+  static const struct {
+    const char *json;
+    int stage, want;
+  } cases[] = {
+      {"\"fp16\": {\"enabled\": true}}", 0, 1},                        /* FP16_Optimizer */
+      {"\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2}}", 2, 1},
+      {"\"steps_per_print\": 1}", 0, 0},                                 /* fp32: bare optimizer */
+      {"\"zero_optimization\": {\"stage\": 1}}", 1, 1},                 /* DeepSpeedZeroOptimizer */
+      {"\"bf16\": {\"enabled\": true}}", 0, 0},                        /* BF16_Optimizer */
+      {"\"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}}", 1, 1},
+      {"\"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}, "
+       "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}}", 1, 0},       /* BF16_Optimizer */
+      {"\"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2}, "
+       "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}}", 2, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char json[512], err[1024];
+    snprintf(json, sizeof json, "{\"train_batch_size\": 8, %s", cases[i].json);
+    td_ds_config *c = td_ds_config_parse(json, "test", err, sizeof err);
+    int got = c ? td_ds_config_logs_loss_scale(c, cases[i].stage) : -1;
+    CHECK(got == cases[i].want, "%s at ZeRO %d: loss scale logged %d (want %d) %s", json,
+          cases[i].stage, got, cases[i].want, c ? "" : err);
+    td_ds_config_free(c);
+  }
+}
+
 static void test_conflicts(void) {
   const char *base = "{\"train_batch_size\": 8, ";
   char j[512];
@@ -739,6 +768,7 @@ int main(void) {
   test_applied();
   test_conflicts();
   test_zero_stage_from_file();
+  test_logs_loss_scale();
   test_scaler_script();
   test_scaler_consecutive();
   test_scaler_floor();

@@ -112,7 +112,7 @@ static void test_flops(void) {
 static void test_megatron_deepspeed_line(void) {
   td_train_log l = sample_line();
   l.deepspeed = 1, l.consumed_tokens = 6400 * 256, l.seq_length = 256;
-  l.mds_flops_per_iteration = 2.56e13, l.loss_scale = 1.0;
+  l.mds_flops_per_iteration = 2.56e13, l.loss_scale = 1.0, l.has_loss_scale = 1;
   td_log_interval w = {.loss_sum = 512.3456, .advanced = 100};
   char buf[1024];
   int n = td_format_train_log(buf, sizeof buf, &l, &w);
@@ -124,6 +124,11 @@ static void test_megatron_deepspeed_line(void) {
       " samples per second: 500.000 | TFLOPs: 200.00 |";
   CHECK(!strcmp(buf, want) && n == (int)strlen(want), "Megatron-DeepSpeed's line:\n%s\n%s", buf,
         want);
+  /* an optimizer without a loss scale (DeepSpeed's bare or BF16_Optimizer): the field goes */
+  l.has_loss_scale = 0;
+  td_format_train_log(buf, sizeof buf, &l, &w);
+  CHECK(strstr(buf, " | lm loss: 5.123456E+00 | grad norm: 1.234 |") && !strstr(buf, "loss scale"),
+        "without DeepSpeed's loss scale: %s", buf);
 }
 
 /* throughput_calculator's count, term by term as Megatron-DeepSpeed writes it

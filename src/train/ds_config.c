@@ -806,8 +806,17 @@ static void check_meaning(td_ds_config *c, const cJSON *root) {
   check_curriculum(c, root);
   check_dtype(c, lookup(root, "communication_data_type", NULL), "communication_data_type",
               "gradients are all-reduced");
-  check_dtype(c, lookup(root, "data_types", "grad_accum_dtype"), "data_types.grad_accum_dtype",
-              "gradients are accumulated");
+  const cJSON *acc = lookup(root, "data_types", "grad_accum_dtype");
+  check_dtype(c, acc, "data_types.grad_accum_dtype", "gradients are accumulated");
+  c->grad_accum_fp32 = cJSON_IsString(acc) && !strcasecmp(acc->valuestring, "fp32");
+}
+
+int td_ds_config_logs_loss_scale(const td_ds_config *c, int zero_stage) {
+  if (c->fp16.enabled == 1) return 1;
+  if (zero_stage == 0) return 0;
+  int offload = c->zero.offload_optimizer_device == 1 || c->zero.offload_optimizer_device == 2 ||
+                c->zero.cpu_offload == 1;
+  return !(c->bf16.enabled == 1 && zero_stage == 1 && c->grad_accum_fp32 && !offload);
 }
 
 /* ------------------------------------------------------------------ parse */

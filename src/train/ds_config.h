@@ -80,6 +80,7 @@ typedef struct td_ds_config_s {
     int cpu_offload;
   } zero;
   int activation_checkpointing; /* the block is there (it only tunes --checkpoint-activations) */
+  int grad_accum_fp32;          /* data_types.grad_accum_dtype "fp32" (the only one accepted) */
   struct {                      /* legacy curriculum_learning (train/curriculum.h) */
     int enabled, type, schedule_type, schedule_config; /* type: 0 "seqlen" */
     int64_t min_difficulty, max_difficulty, total_curriculum_step, difficulty_step;
@@ -121,6 +122,14 @@ int td_ds_config_loss_scaler(const td_ds_config *c, td_loss_scaler *s);
 /* The config's scheduler onto s (1: set), whose peak is the optimizer's lr and
  * step unit the global batch; 0 when the file has none. */
 int td_ds_config_lr_schedule(const td_ds_config *c, const td_args *a, td_lr_schedule *s);
+
+/* Whether DeepSpeed's optimizer wrapper for this config has a loss scale
+ * (cur_scale), which Megatron-DeepSpeed's log line prints only then: fp16
+ * (FP16_Optimizer or ZeRO's) and ZeRO stages 1-3 (DeepSpeedZeroOptimizer) do;
+ * without ZeRO, fp32 runs the bare optimizer and bf16 its BF16_Optimizer, and so
+ * does bf16 at ZeRO-1 with fp32 gradient accumulation and no offload; those do
+ * not. zero_stage: the stage that runs. */
+int td_ds_config_logs_loss_scale(const td_ds_config *c, int zero_stage);
 
 /* The config's seqlen curriculum onto cl (1: enabled and set); 0 without one. */
 int td_ds_config_curriculum(const td_ds_config *c, td_curriculum *cl);

@@ -45,7 +45,7 @@ static int format_mds(char *buf, size_t n, const td_train_log *l, const td_log_i
   append(buf, n, &len, " learning rate: %.3E | global batch size: %5lld |", l->learning_rate,
          (long long)l->global_batch_size);
   if (loss > 0.0) append(buf, n, &len, " lm loss: %.6E |", loss);
-  append(buf, n, &len, " loss scale: %.1f |", l->loss_scale);
+  if (l->has_loss_scale) append(buf, n, &len, " loss scale: %.1f |", l->loss_scale);
   norms(buf, n, &len, l);
   if (l->curriculum)
     append(buf, n, &len, " curriculum seqlen: %5lld |", (long long)l->curriculum_seqlen);

@@ -57,6 +57,7 @@ typedef struct {
   int has_num_zeros, has_params_norm; /* --log-num-zeros-in-grad, --log-params-norm */
   double num_zeros, params_norm;
   int deepspeed;           /* Megatron-DeepSpeed's line (above) */
+  int has_loss_scale;      /* it prints " loss scale:" only when DeepSpeed's optimizer has one */
   int64_t consumed_tokens; /* its fields: tokens so far, the sequence length, */
   int64_t seq_length;             /* tokens per sample this iteration ("actual seqlen") */
   int curriculum;                 /* the seqlen curriculum is on: */

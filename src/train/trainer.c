@@ -1031,6 +1031,7 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
                     .grad_norm = r->grad_norm, .has_num_zeros = r->num_zeros >= 0,
                     .num_zeros = r->num_zeros, .has_params_norm = r->params_norm >= 0,
                     .params_norm = r->params_norm, .deepspeed = a->deepspeed,
+                    .has_loss_scale = !a->ds || td_ds_config_logs_loss_scale(a->ds, t->zero_stage),
                     .consumed_tokens = t->consumed_tokens, .seq_length = t->seqlen,
                     .curriculum = t->curriculum.enabled, .curriculum_seqlen = t->curriculum.current,
                     .mds_flops_per_iteration = td_mds_flops_per_iteration(
