@@ -21,12 +21,7 @@
 set -u
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 src=$(cd "$2" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
-ok() { echo "ok    $*"; }
-command -v mpirun >/dev/null || { echo "FAIL: mpirun not found"; exit 1; }
+source "$src/tests/train_common.sh" # tmp, fail, ok, $mpirun
 export OMP_NUM_THREADS=1
 recipes=$src/tests/scripts/t9k
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -57,7 +52,7 @@ run() {
   local y=$recipes/$1.yaml
   mapfile -t a < <(args "$y")
   log=$d/train.log
-  (cd "$d" && timeout -k 5 180 mpirun --oversubscribe -np "$(world "$y")" "$bin" train "${a[@]}" \
+  (cd "$d" && timeout -k 5 180 "$mpirun" --oversubscribe -np "$(world "$y")" "$bin" train "${a[@]}" \
     >"$log" 2>&1)
   rc=$?
 }

@@ -26,17 +26,6 @@
 #include "check.h"
 #include "device/device.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
-#endif
-
 enum { N = 100003 }; /* odd, several pages, more than one reduction block */
 
 /* ------------------------------------------------------------ round trip */
