@@ -4,7 +4,8 @@
 # 20 iterations with dropout on, fp32 within 1e-5 relative, bf16 within 1e-3;
 # with one micro-batch and with four, tied and untied embeddings, PP x DP,
 # PP x TP (with sequence parallelism) and PP x TP x DP on 8 ranks; ZeRO-1 and
-# full recomputation change no bit of PP=2. Checkpoints saved at PP=2 (and
+# full recomputation change no bit of PP=2; logits in chunks of tokens change
+# none beyond fp32 rounding. Checkpoints saved at PP=2 (and
 # PP=2 x TP=2) resume at PP=1, and one saved at PP=1 resumes at PP=2, with the
 # straight run's losses. Arguments: the trident binary and the source directory.
 set -u
@@ -50,6 +51,17 @@ same "$tmp/pp2dp2.log" "$tmp/pp2dp2_zero.log" 0 "PP=2 x DP=2 with ZeRO-1 == with
 run 2 "$tmp/pp2_rc.log" "${pp[@]}" 2 --recompute-granularity full --recompute-method uniform \
   --recompute-num-layers 1
 same "$tmp/pp2.log" "$tmp/pp2_rc.log" 0 "PP=2 with full recomputation == without, bit for bit"
+
+# The last stage computes its logits 24 tokens at a time, each chunk's backward
+# with its forward, with micro-batches in flight (1F1B), bf16 too, and with
+# ZeRO-1 over DP=2 and an untied output layer.
+run 2 "$tmp/pp2_chunk.log" "${pp[@]}" 2 --logits-chunk-tokens 24
+same "$tmp/pp1.log" "$tmp/pp2_chunk.log" 1e-5 "PP=2, logits in chunks of 24 tokens == PP=1 whole"
+run 2 "$tmp/bf16_pp2_chunk.log" --bf16 "${pp[@]}" 2 --logits-chunk-tokens 24
+same "$tmp/bf16_pp1.log" "$tmp/bf16_pp2_chunk.log" 1e-3 "bf16 PP=2, logits in chunks of 24 == PP=1 whole"
+run 4 "$tmp/pp2dp2_z1_chunk.log" "${pp[@]}" 2 --use-distributed-optimizer --logits-chunk-tokens 24 \
+  --untie-embeddings-and-output-weights
+same "$tmp/untied_pp1.log" "$tmp/pp2dp2_z1_chunk.log" 1e-5 "PP=2 x DP=2, ZeRO-1, untied, logits in chunks of 24 == one rank"
 
 # Checkpoints across pipeline sizes.
 c="$tmp/ck_pp2"

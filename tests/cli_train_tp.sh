@@ -7,7 +7,8 @@
 # all again with sequence parallelism (whose hidden dropout draws each token's
 # counters from its place in the micro-batch), which also keeps fewer activation
 # bytes per layer; full activation recomputation (uniform and block) changes no
-# bit of the losses and keeps fewer activation bytes. ZeRO-1, 2 and 3 under
+# bit of the losses and keeps fewer activation bytes; so do logits computed in
+# chunks of tokens (within fp32 rounding). ZeRO-1, 2 and 3 under
 # TP x DP: bit for bit plain DP at one micro-batch per rank.
 # Checkpoints saved at TP=2 (and TP=2 x DP=2) resume at TP=1 and TP=4 with the
 # unsplit run's losses, and export to one Hugging Face file. A TP size that does
@@ -52,6 +53,25 @@ awk -v a="$(layer_mib "$tmp/tp2.log")" -v b="$(layer_mib "$tmp/sp2.log")" 'BEGIN
   ok "activations per layer at TP=2: $(layer_mib "$tmp/tp2.log") MiB, with sequence parallelism $(layer_mib "$tmp/sp2.log") MiB" ||
   fail "activations per layer TP=2 $(layer_mib "$tmp/tp2.log") vs SP $(layer_mib "$tmp/sp2.log")"
 
+# Logits in chunks (--logits-chunk-tokens 24: the 64 tokens of a micro-batch as
+# 24 + 24 + 16, each chunk's backward run with its forward): the losses of the
+# whole-logits run, at TP=1, under TP=2 with sequence parallelism (the
+# vocabulary-parallel loss combined chunk by chunk), and under DP=2 with ZeRO-2
+# and TP=2 x DP=2 with ZeRO-3 (the tied output layer's gradients bound and
+# filled during the forward); the logits' share of the activations shrinks.
+run 1 "$tmp/chunk1.log" --logits-chunk-tokens 24
+run 2 "$tmp/chunk_sp2.log" --logits-chunk-tokens 24 --tensor-model-parallel-size 2 --sequence-parallel
+run 2 "$tmp/chunk_dp2_z2.log" --logits-chunk-tokens 24 --zero-stage 2
+run 4 "$tmp/chunk_tp2dp2_z3.log" --logits-chunk-tokens 24 --tensor-model-parallel-size 2 --zero-stage 3
+same "$tmp/tp1.log" "$tmp/chunk1.log" 1e-5 "fp32 logits in chunks of 24 tokens == whole (dropout on)"
+same "$tmp/tp1.log" "$tmp/chunk_sp2.log" 1e-5 "fp32 TP=2 + SP, logits in chunks of 24 == TP=1 whole"
+same "$tmp/tp1.log" "$tmp/chunk_dp2_z2.log" 1e-5 "fp32 DP=2, ZeRO-2, logits in chunks of 24 == one rank"
+same "$tmp/tp1.log" "$tmp/chunk_tp2dp2_z3.log" 1e-5 "fp32 TP=2 x DP=2, ZeRO-3, logits in chunks of 24 == one rank"
+act_mib() { grep -oE 'activations [0-9.]+' "$1" | cut -d' ' -f2; }
+awk -v a="$(act_mib "$tmp/tp1.log")" -v b="$(act_mib "$tmp/chunk1.log")" 'BEGIN { exit !(b > 0 && b < a) }' &&
+  ok "activations at TP=1: $(act_mib "$tmp/tp1.log") MiB, with logits chunks of 24 $(act_mib "$tmp/chunk1.log") MiB" ||
+  fail "logits chunk activations $(act_mib "$tmp/chunk1.log") vs $(act_mib "$tmp/tp1.log")"
+
 # Full activation recomputation reruns each chunk's forward (collectives and
 # dropout masks included) in backward: the same losses, bit for bit, with fewer
 # activation bytes.
@@ -61,7 +81,6 @@ same "$tmp/sp2.log" "$tmp/sp2_rc.log" 0 "TP=2 + SP with full recomputation == wi
 run 4 "$tmp/sp2dp2_rc.log" --tensor-model-parallel-size 2 --sequence-parallel --recompute-granularity full \
   --recompute-method block --recompute-num-layers 1
 same "$tmp/sp2dp2.log" "$tmp/sp2dp2_rc.log" 0 "TP=2 + SP x DP=2 with block recomputation == without, bit for bit"
-act_mib() { grep -oE 'activations [0-9.]+' "$1" | cut -d' ' -f2; }
 awk -v a="$(act_mib "$tmp/sp2.log")" -v b="$(act_mib "$tmp/sp2_rc.log")" 'BEGIN { exit !(b > 0 && b < a) }' &&
   ok "activations at TP=2 + SP: $(act_mib "$tmp/sp2.log") MiB, with full recomputation $(act_mib "$tmp/sp2_rc.log") MiB" ||
   fail "recomputation activations $(act_mib "$tmp/sp2_rc.log") vs $(act_mib "$tmp/sp2.log")"

@@ -4,8 +4,9 @@
  * (repeat, 1 vs 2 threads), bf16 and fp16 against fp32, fp16's overflow to Inf
  * under a loss scale too large (what the loss scaler must see) and its underflow
  * under one too small, dropout (seeded, and its backward against finite
- * differences of the model itself), full activation recomputation, and two
- * pipeline stages chained by hand against the unsplit model. */
+ * differences of the model itself), full activation recomputation, two
+ * pipeline stages chained by hand against the unsplit model, and the output
+ * layer run in chunks of tokens with its backward fused into the forward. */
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -651,6 +652,76 @@ static void test_replica(void) {
   td_gpt_destroy(r), td_gpt_destroy(m);
 }
 
+/* One training micro-batch on a model with logits chunks of `chunk` tokens (0:
+ * none) through td_gpt_forward_train_to; the flat gradients into g. */
+static double fused_gradient(const td_gpt_config *c, td_dtype cd, int64_t chunk, const batch *b,
+                             float *g, td_gpt_memory *mem) {
+  td_gpt_layout lay = td_gpt_layout_single(c);
+  lay.logits_chunk = chunk;
+  td_gpt *m = td_gpt_create(tst_device(), c, &lay, MB, cd);
+  randomize(m, 17);
+  td_device *d = tst_device();
+  double msum = 0, sum, *loss = d->ops->alloc(d, sizeof(double));
+  for (int i = 0; i < NTOK; i++) msum += b->mask[i];
+  td_gpt_zero_grads(m);
+  td_gpt_forward_train_to(m, b->tokens, b->targets, b->mask, 9, (float)(1.0 / msum), loss, NULL);
+  d->ops->copy_d2h(d, &sum, loss, sizeof sum);
+  d->ops->free(d, loss);
+  td_gpt_backward(m, (float)(1.0 / msum));
+  d->ops->copy_d2h(d, g, td_gpt_grads(m), (size_t)td_gpt_flat_numel(m) * sizeof(float));
+  if (mem) *mem = td_gpt_memory_report(m);
+  td_gpt_destroy(m);
+  return sum / msum;
+}
+
+/* Logits chunks of 1, 3 and 5 tokens (14 tokens: a short last chunk) give the
+ * loss and gradients of the whole-logits model (the output layer's weight
+ * gradient summed chunk by chunk: fp32 rounding apart), the fused path without
+ * chunks gives td_gpt_forward + td_gpt_backward's bits, and the arena shrinks by
+ * the logits of the tokens not in a chunk. Dropout on: the masks are counters. */
+static void test_logits_chunks(td_dtype cd, int untie) {
+  td_gpt_config c = tiny_config();
+  c.hidden_dropout = 0.1f, c.attention_dropout = 0.1f, c.untie_embeddings = untie;
+  td_gpt *m = make(&c, cd);
+  randomize(m, 17);
+  const int64_t n = td_gpt_flat_numel(m);
+  float *want = td_malloc((size_t)n * sizeof(float)), *got = td_malloc((size_t)n * sizeof(float));
+  batch b = random_batch(18);
+  double lw = scaled_gradient(m, &b, 9, 1, 1.0, want);
+  td_gpt_destroy(m);
+  const char *what = untie ? "untied" : "tied";
+  td_gpt_memory whole, part;
+  double l0 = fused_gradient(&c, cd, 0, &b, got, &whole);
+  CHECK(l0 == lw && !memcmp(got, want, (size_t)n * sizeof(float)),
+        "%s %s: the head's backward fused into the forward gives the unfused loss and gradients "
+        "bit for bit", td_dtype_name(cd), what);
+  const int64_t chunks[] = {1, 3, 5};
+  for (int k = 0; k < 3; k++) {
+    double l = fused_gradient(&c, cd, chunks[k], &b, got, &part);
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++)
+      scale = fmax(scale, fabs(want[i])), worst = fmax(worst, fabs((double)got[i] - want[i]));
+    CHECK(fabs(l - lw) <= 1e-6 * fabs(lw) && worst <= 1e-5 * scale,
+          "%s %s: logits chunks of %lld tokens: loss %.9g vs %.9g, gradients rel err %.2g",
+          td_dtype_name(cd), what, (long long)chunks[k], l, lw, worst / scale);
+    int64_t V = c.vocab_size, gone = (NTOK - chunks[k]) * V * (4 + (cd == TD_BF16 ? 2 : 0));
+    CHECK(part.activations + (size_t)gone <= whole.activations + 64 * 4,
+          "%s logits chunk %lld: arena %zu bytes, %lld less than whole logits' %zu",
+          td_dtype_name(cd), (long long)chunks[k], part.activations,
+          (long long)(whole.activations - part.activations), whole.activations);
+  }
+  /* evaluation (no dropout, no backward) chunk by chunk */
+  td_gpt_layout lay = td_gpt_layout_single(&c);
+  lay.logits_chunk = 3;
+  td_gpt *ch = td_gpt_create(tst_device(), &c, &lay, MB, cd), *wh = make(&c, cd);
+  randomize(ch, 17), randomize(wh, 17);
+  double e1 = mean_loss(ch, &b, 0, 0), e2 = mean_loss(wh, &b, 0, 0);
+  CHECK(fabs(e1 - e2) <= 1e-6 * fabs(e2), "%s %s: evaluation loss in chunks of 3 %.9g == %.9g",
+        td_dtype_name(cd), what, e1, e2);
+  td_gpt_destroy(ch), td_gpt_destroy(wh);
+  td_free(want), td_free(got);
+}
+
 int main(void) {
   test_padded_vocab();
   td_gpt_config c = tiny_config();
@@ -680,5 +751,9 @@ int main(void) {
   test_pipeline_stages(TD_BF16, 0);
   test_pipeline_stages(TD_F32, 1);
   test_replica();
+  test_logits_chunks(TD_F32, 0);
+  test_logits_chunks(TD_F32, 1);
+  test_logits_chunks(TD_BF16, 0);
+  test_logits_chunks(TD_F16, 0);
   return tst_finish();
 }

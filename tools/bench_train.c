@@ -30,6 +30,7 @@ typedef struct {
   td_dtype dtype;
   int steps, warmup, threads, json, top;
   int erf_gelu;
+  int64_t logits_chunk; /* -1: td_gpt_auto_logits_chunk, as trident train */
   const char *device; /* cpu, cuda, auto, sealed */
   int breakdown;      /* time every op (-1: where the device's ops are synchronous) */
 } opts;
@@ -54,6 +55,9 @@ static void usage(FILE *f) {
       "  --num-layers L, --hidden-size H, --num-heads A, --vocab V\n"
       "                     model size (default 12, 768, 12, 50257; V is padded to a\n"
       "                     multiple of 128 as Megatron does)\n"
+      "  --logits-chunk-tokens K\n"
+      "                     tokens whose logits exist at once (0: all; default: trident\n"
+      "                     train's, all while a micro-batch's fp32 logits fit 256 MiB)\n"
       "  --erf-gelu         exact GELU (Megatron's default) instead of tanh (GPT-2's, the peer's)\n"
       "  --top K            kernels listed in the breakdown (default 12)\n"
       "  --device D         cpu, cuda or auto (default: $TRIDENT_DEVICE, else auto: cuda\n"
@@ -82,6 +86,7 @@ static opts parse(int argc, char **argv) {
             .steps = 6,
             .warmup = 2,
             .top = 12,
+            .logits_chunk = -1,
             .breakdown = -1};
   const char *env = getenv("TRIDENT_DEVICE");
   o.device = env && *env ? env : "auto";
@@ -117,6 +122,8 @@ static opts parse(int argc, char **argv) {
       o.heads = parse_int(a, v, 1), i++;
     } else if (!strcmp(a, "--vocab")) {
       o.vocab = parse_int(a, v, 2), i++;
+    } else if (!strcmp(a, "--logits-chunk-tokens")) {
+      o.logits_chunk = parse_int(a, v, 0), i++;
     } else if (!strcmp(a, "--top")) {
       o.top = (int)parse_int(a, v, 0), i++;
     } else if (!strcmp(a, "--device")) {
@@ -268,11 +275,13 @@ static step_result train_step(bench *b, int64_t step) {
   region(b, "optimizer");
   td_gpt_zero_grads(b->model);
   region(b, "forward");
-  double ms, host[2]; /* loss sum, sum of squares: read back with one wait */
-  td_gpt_forward_to(b->model, b->tokens, b->targets, b->mask, td_gpt_dropout_seed(1234, step, 0),
-                    1, b->stats, &ms);
+  double ms = 0, host[2]; /* loss sum, sum of squares: read back with one wait */
+  for (int64_t i = 0; i < b->o->micro_batch * b->o->seq; i++) ms += b->mask[i];
+  const float dloss_scale = (float)(1.0 / ms);
+  td_gpt_forward_train_to(b->model, b->tokens, b->targets, b->mask,
+                          td_gpt_dropout_seed(1234, step, 0), dloss_scale, b->stats, &ms);
   region(b, "backward");
-  td_gpt_backward(b->model, (float)(1.0 / ms));
+  td_gpt_backward(b->model, dloss_scale);
   region(b, "optimizer");
   dev->ops->sum_squares(dev, b->stats + 1, td_gpt_grads(b->model), td_gpt_flat_numel(b->model));
   dev->ops->copy_d2h(dev, host, b->stats, sizeof host);
@@ -441,6 +450,8 @@ int td_bench_train(int argc, char **argv) {
   b.prof = o.breakdown ? td_profile_device_open(raw) : NULL;
   b.dev = b.prof ? b.prof : raw;
   td_gpt_layout lay = td_gpt_layout_single(&cfg);
+  lay.logits_chunk =
+      o.logits_chunk >= 0 ? o.logits_chunk : td_gpt_auto_logits_chunk(&cfg, o.micro_batch);
   b.model = td_gpt_create(b.dev, &cfg, &lay, o.micro_batch, o.dtype);
   b.stats = b.dev->ops->alloc(b.dev, 2 * sizeof(double));
   td_gpt_init_params(b.model, 1234);

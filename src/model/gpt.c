@@ -373,72 +373,121 @@ static void mlp_block_backward(td_gpt *m, int64_t l) {
                           C);
 }
 
-/* -------------------------------------------------------------------- head */
+/* -------------------------------------------------------------------- head
+ * The output layer and the loss run over chunks of R tokens (rows): the logits
+ * [R, V] of one chunk exist at a time, the whole micro-batch's [N, V] only when
+ * R = N. A training forward given the loss gradient's scale
+ * (td_gpt_forward_train_to) runs each chunk's backward while its logits are
+ * there (dlogits, the output layer's weight gradient, the rows of dlnf), then
+ * the final LayerNorm's backward: the logits never wait for backward, as in
+ * Liger-Kernel's fused linear cross-entropy. */
 
 static const float *last_hidden(const td_gpt *m) {
   return m->n_layers ? m->acts[m->n_layers - 1].out : m->emb;
 }
 
-/* Vocabulary-parallel cross-entropy: each rank's log-sum-exp over its slice and
- * the target logits it holds; the lse's gathered over the TP group ([tp, N]) and
- * the target logits summed, then combined on the device: lse = logsumexp_r(lse_r),
- * loss = lse - target logit. */
-static void vocab_parallel_cross_entropy(td_gpt *m) {
+static int64_t chunk_rows(const td_gpt *m) { return m->R < m->N ? m->R : m->N; }
+
+/* Row r0 of an [N, C] md matrix. */
+static const void *md_rows(const td_gpt *m, const void *x, int64_t r0) {
+  return (const char *)x + (size_t)(r0 * m->C) * td_dtype_size(m->md);
+}
+
+/* Vocabulary-parallel cross-entropy of rows [r0, r0 + n): each rank's log-sum-exp
+ * over its slice and the target logits it holds; the lse's gathered over the TP
+ * group ([tp, n]) and the target logits summed, then combined on the device:
+ * lse = logsumexp_r(lse_r), loss = lse - target logit. */
+static void vocab_parallel_cross_entropy(td_gpt *m, int64_t r0, int64_t n) {
   const td_device_ops *ops = OPS(m);
-  int64_t N = m->N, tp = m->lay.tp_size;
-  float *mine = m->ce_parts + m->lay.tp_rank * N;
-  ops->cross_entropy_slice(m->dev, mine, m->losses, m->logits, m->targets, N, m->V,
+  int64_t tp = m->lay.tp_size;
+  float *mine = m->ce_parts + m->lay.tp_rank * n, *losses = m->losses + r0;
+  ops->cross_entropy_slice(m->dev, mine, losses, m->logits, m->targets + r0, n, m->V,
                            m->vocab_start);
-  tp_gather(m, mine, m->ce_parts, N, TD_F32);
-  tp_sum(m, m->losses, N);
-  ops->cross_entropy_combine(m->dev, m->ce_lse, m->losses, m->ce_parts, m->losses, N, tp);
+  tp_gather(m, mine, m->ce_parts, n, TD_F32);
+  tp_sum(m, losses, n);
+  ops->cross_entropy_combine(m->dev, m->ce_lse + r0, losses, m->ce_parts, losses, n, tp);
 }
 
-/* lnf = layernorm(x)                      [N, C] md
- * logits = lnf Whead^T                    [N, V]  (this rank's vocabulary slice)
- * losses = lse(logits) - logits[target]   [N] */
-static void head_forward(td_gpt *m) {
-  const td_device_ops *ops = OPS(m);
-  int64_t N = m->N, C = m->C, V = m->V;
-  ops->layernorm_forward(m->dev, m->lnf, m->md, m->lnf_mean, m->lnf_rstd, last_hidden(m),
-                         P(m, m->lnf_w), P(m, m->lnf_b), m->NS, C, m->cfg.layernorm_eps);
-  matmul_input(m, m->lnf, m->NS * C);
-  td_linear_forward(m->dev, m->logits, TD_F32, gather_input(m, m->lnf), W(m, m->head_w), NULL, N,
-                    C, V, m->md);
+/* logits = x[r0 : r0 + n] Whead^T         [n, V]  (this rank's vocabulary slice)
+ * losses = lse(logits) - logits[target]   [n] */
+static void chunk_forward(td_gpt *m, const void *x, int64_t r0, int64_t n) {
+  td_linear_forward(m->dev, m->logits, TD_F32, md_rows(m, x, r0), W(m, m->head_w), NULL, n, m->C,
+                    m->V, m->md);
   if (m->lay.tp_size > 1)
-    vocab_parallel_cross_entropy(m);
+    vocab_parallel_cross_entropy(m, r0, n);
   else
-    ops->cross_entropy_forward(m->dev, m->losses, m->ce_lse, m->logits, m->targets, N, V);
+    OPS(m)->cross_entropy_forward(m->dev, m->losses + r0, m->ce_lse + r0, m->logits,
+                                  m->targets + r0, n, m->V);
 }
 
-/* dloss = mask * dloss_scale; dlogits (in place); out: dres = d x (overwritten) */
-static void head_backward(td_gpt *m, float dloss_scale) {
+/* The chunk's backward from its logits: dlogits (in place), dWhead += dlogits^T x,
+ * dln[r0 : r0 + n] = dlogits Whead (this vocabulary slice's share). */
+static void chunk_backward(td_gpt *m, const void *x, int64_t r0, int64_t n) {
   const td_device_ops *ops = OPS(m);
-  int64_t N = m->N, C = m->C, V = m->V;
-  ops->copy_d2d(m->dev, m->dloss, m->mask, (size_t)N * sizeof(float));
-  ops->scale(m->dev, m->dloss, N, dloss_scale);
-  ops->cross_entropy_backward(m->dev, m->logits, m->logits, m->ce_lse, m->targets, m->dloss, N, V,
-                              m->vocab_start);
+  int64_t C = m->C, V = m->V;
+  ops->cross_entropy_backward(m->dev, m->logits, m->logits, m->ce_lse + r0, m->targets + r0,
+                              m->dloss + r0, n, V, m->vocab_start);
   const void *dlogits = m->logits;
-  matmul_input(m, m->logits, N * V); /* dlogits are not needed unrounded */
+  matmul_input(m, m->logits, n * V); /* dlogits are not needed unrounded */
   if (m->md != TD_F32) {
-    ops->cast(m->dev, m->glogits, m->md, m->logits, TD_F32, N * V);
+    ops->cast(m->dev, m->glogits, m->md, m->logits, TD_F32, n * V);
     dlogits = m->glogits;
   }
-  td_linear_backward_weight(m->dev, G(m, m->head_w), dlogits, gather_input(m, m->lnf), N, C, V,
-                            m->md);
-  td_linear_backward_input(m->dev, m->dln, TD_F32, dlogits, W(m, m->head_w), N, C, V, m->md);
-  const float *dln = reduce_rows(m, m->dln, m->dlns); /* each vocabulary slice's share */
-  ops->fill(m->dev, m->dres, TD_F32, m->NS * C, 0.0f);
-  ops->layernorm_backward(m->dev, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), dln, last_hidden(m),
-                          P(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, m->NS, C);
+  td_linear_backward_weight(m->dev, G(m, m->head_w), dlogits, md_rows(m, x, r0), n, C, V, m->md);
+  td_linear_backward_input(m->dev, m->dln + r0 * C, TD_F32, dlogits, W(m, m->head_w), n, C, V,
+                           m->md);
 }
 
-static void head_forward_unit(td_gpt *m) {
+/* dloss = mask * dloss_scale: each token's weight in the loss gradient */
+static void set_dloss(td_gpt *m, float dloss_scale) {
+  OPS(m)->copy_d2d(m->dev, m->dloss, m->mask, (size_t)m->N * sizeof(float));
+  OPS(m)->scale(m->dev, m->dloss, m->N, dloss_scale);
+}
+
+/* From dln (every vocabulary slice's share, summed over TP here): dres = d x
+ * (overwritten), and the final LayerNorm's gradients. */
+static void final_layernorm_backward(td_gpt *m) {
+  const float *dln = reduce_rows(m, m->dln, m->dlns);
+  OPS(m)->fill(m->dev, m->dres, TD_F32, m->NS * m->C, 0.0f);
+  OPS(m)->layernorm_backward(m->dev, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), dln, last_hidden(m),
+                             P(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, m->NS, m->C);
+}
+
+/* lnf = layernorm(x) [NS, C] md, then the chunks; with_grad: each chunk's backward
+ * too, and the final LayerNorm's (dloss set). */
+static void head_forward(td_gpt *m, int with_grad) {
+  int64_t N = m->N, R = chunk_rows(m);
+  OPS(m)->layernorm_forward(m->dev, m->lnf, m->md, m->lnf_mean, m->lnf_rstd, last_hidden(m),
+                            P(m, m->lnf_w), P(m, m->lnf_b), m->NS, m->C, m->cfg.layernorm_eps);
+  matmul_input(m, m->lnf, m->NS * m->C);
+  const void *x = gather_input(m, m->lnf);
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    int64_t n = N - r0 < R ? N - r0 : R;
+    chunk_forward(m, x, r0, n);
+    if (with_grad) chunk_backward(m, x, r0, n);
+  }
+  m->logits_whole = !with_grad && R == N;
+  if (with_grad) final_layernorm_backward(m);
+}
+
+/* The backward of a forward that kept the whole logits. */
+static void head_backward(td_gpt *m, float dloss_scale) {
+  set_dloss(m, dloss_scale);
+  chunk_backward(m, gather_input(m, m->lnf), 0, m->N);
+  final_layernorm_backward(m);
+}
+
+/* The head's forward with its units' parameters (and, with the backward fused,
+ * their gradients: final only after backward, td_gpt_backward marks them). */
+static void head_forward_unit(td_gpt *m, int with_grad) {
   int f = final_unit(m), h = head_unit(m);
   params_needed(m, f);
   if (h != f) params_needed(m, h);
-  head_forward(m);
+  if (with_grad) {
+    grads_needed(m, f);
+    if (h != f) grads_needed(m, h);
+  }
+  head_forward(m, with_grad);
   if (h != f) params_done(m, h);
   params_done(m, f);
 }
@@ -486,9 +535,11 @@ static void check_tokens(const td_gpt *m, const int32_t *ids, const char *what) 
               what, ids[i], (long long)i, (long long)m->cfg.vocab_size);
 }
 
-void td_gpt_forward_to(td_gpt *m, const int32_t *tokens, const int32_t *targets,
-                       const float *loss_mask, uint64_t dropout_seed, int training,
-                       double *loss_sum, double *mask_sum) {
+/* The forward of td_gpt_forward_to and td_gpt_forward_train_to; with_grad: the
+ * head's backward too, for tokens weighted by mask x dloss_scale. */
+static void forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
+                    const float *loss_mask, uint64_t dropout_seed, int training, int with_grad,
+                    float dloss_scale, double *loss_sum, double *mask_sum) {
   const td_device_ops *ops = OPS(m);
   size_t ids_bytes = (size_t)m->N * sizeof(int32_t);
   check_tokens(m, tokens, "token");
@@ -506,7 +557,13 @@ void td_gpt_forward_to(td_gpt *m, const int32_t *tokens, const int32_t *targets,
     params_done(m, emb_unit(m));
   }
   for (int64_t l = 0; l < m->n_layers; l++) layer_forward_unit(m, l);
-  if (m->lay.has_head) head_forward_unit(m);
+  m->head_done = with_grad && m->lay.has_head;
+  m->head_dloss_scale = dloss_scale;
+  m->logits_whole = 0;
+  if (m->lay.has_head) {
+    if (with_grad) set_dloss(m, dloss_scale);
+    head_forward_unit(m, with_grad);
+  }
   m->pending_backward = 1;
 
   double msum = 0;
@@ -516,6 +573,18 @@ void td_gpt_forward_to(td_gpt *m, const int32_t *tokens, const int32_t *targets,
     ops->masked_sum(m->dev, loss_sum, m->losses, m->mask, m->N);
   else
     ops->fill(m->dev, loss_sum, TD_F64, 1, 0.0f);
+}
+
+void td_gpt_forward_to(td_gpt *m, const int32_t *tokens, const int32_t *targets,
+                       const float *loss_mask, uint64_t dropout_seed, int training,
+                       double *loss_sum, double *mask_sum) {
+  forward(m, tokens, targets, loss_mask, dropout_seed, training, 0, 0.0f, loss_sum, mask_sum);
+}
+
+void td_gpt_forward_train_to(td_gpt *m, const int32_t *tokens, const int32_t *targets,
+                             const float *loss_mask, uint64_t dropout_seed, float dloss_scale,
+                             double *loss_sum, double *mask_sum) {
+  forward(m, tokens, targets, loss_mask, dropout_seed, 1, 1, dloss_scale, loss_sum, mask_sum);
 }
 
 double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
@@ -536,16 +605,31 @@ const float *td_gpt_stage_input_grad(const td_gpt *m) { return m->dres; }
 const float *td_gpt_logits(const td_gpt *m) {
   TD_CHECK(m->pending_backward && m->lay.has_head,
            "td_gpt_logits needs a forward of the stage holding the head (and no backward since)");
+  TD_CHECK(m->logits_whole,
+           "td_gpt_logits needs the whole micro-batch's logits: a model without logits chunks "
+           "(logits_chunk 0) and td_gpt_forward_to");
   return m->logits;
 }
 
 
-/* Tensors are ordered embeddings, layers, final LayerNorm (+ untied output layer):
- * each phase of backward finishes a contiguous run of them. */
 /* The head's backward with its units' parameters and gradients (the word
- * embeddings' gradient, when tied, is final only after the embedding's). */
+ * embeddings' gradient, when tied, is final only after the embedding's). After
+ * td_gpt_forward_train_to only the marking is left. */
 static void head_backward_unit(td_gpt *m, float dloss_scale) {
   int f = final_unit(m), h = head_unit(m);
+  if (m->head_done) {
+    TD_CHECK(dloss_scale == m->head_dloss_scale ||
+                 (isnan(dloss_scale) && isnan(m->head_dloss_scale)),
+             "td_gpt_backward's dloss_scale %g is not the %g its td_gpt_forward_train_to took",
+             (double)dloss_scale, (double)m->head_dloss_scale);
+    grads_ready(m, f);
+    return;
+  }
+  TD_CHECK(m->logits_whole,
+           "td_gpt_backward: the logits of the last forward were computed %lld tokens at a time "
+           "(logits_chunk) and are gone; train through td_gpt_forward_train_to, which runs the "
+           "output layer's backward with its forward",
+           (long long)m->R);
   params_needed(m, f);
   if (h != f) params_needed(m, h);
   grads_needed(m, f);
@@ -682,9 +766,9 @@ static void carve_rest(td_gpt *m, bump *b) {
   int64_t N = m->N, C = m->C, F = m->F, V = m->V;
   m->lnf_mean = take(b, m->NS, TD_F32), m->lnf_rstd = take(b, m->NS, TD_F32);
   m->lnf = take(b, m->NS * C, m->md);
-  m->logits = m->lay.has_head ? take(b, N * V, TD_F32) : NULL; /* the head's stage only */
+  m->logits = m->lay.has_head ? take(b, m->R * V, TD_F32) : NULL; /* the head's stage only */
   m->losses = take(b, N, TD_F32), m->ce_lse = take(b, N, TD_F32);
-  m->ce_parts = m->lay.tp_size > 1 ? take(b, m->lay.tp_size * N, TD_F32) : NULL;
+  m->ce_parts = m->lay.tp_size > 1 ? take(b, m->lay.tp_size * m->R, TD_F32) : NULL;
   m->mask = take(b, N, TD_F32), m->dloss = take(b, N, TD_F32);
   m->loss_sum = take(b, 1, TD_F64);
   m->hidden = take(b, N * C, TD_F32);
@@ -693,7 +777,7 @@ static void carve_rest(td_gpt *m, bump *b) {
   m->dff = take(b, N * F, TD_F32);
   m->gatt = take(b, N * m->A, m->md);
   m->gh = take(b, m->half_numel, m->md);
-  m->glogits = m->md == TD_F32 || !m->lay.has_head ? NULL : take(b, N * V, m->md);
+  m->glogits = m->md == TD_F32 || !m->lay.has_head ? NULL : take(b, m->R * V, m->md);
   m->half = m->cd == TD_F16 ? take(b, m->half_numel, TD_F16) : NULL;
   if (m->sp) {
     m->full = take(b, N * C, TD_F32), m->gath = take(b, N * C, m->md);
@@ -792,8 +876,18 @@ static void check_config(const td_gpt_config *c, const td_gpt_layout *lay, int64
                (lay->recompute_num_layers >= 1 && lay->recompute_num_layers <= layers),
            "recompute_num_layers %lld outside [1, %lld]", (long long)lay->recompute_num_layers,
            (long long)layers);
+  TD_CHECK(lay->logits_chunk >= 0, "logits_chunk %lld", (long long)lay->logits_chunk);
   TD_CHECK(lay->has_embedding || lay->layer_begin > 0, "the first stage holds the embedding");
   TD_CHECK(lay->has_head || lay->layer_end < c->num_layers, "the last stage holds the head");
+}
+
+int64_t td_gpt_auto_logits_chunk(const td_gpt_config *cfg, int64_t micro_batch) {
+  const uint64_t budget = 256u << 20, row = td_sat_bytes(cfg->vocab_size, sizeof(float));
+  if (td_sat_mul(td_sat_mul((uint64_t)micro_batch, (uint64_t)cfg->seq_len), row) <= budget)
+    return 0;
+  int64_t chunk = 128;
+  while ((uint64_t)chunk * 2 * row <= budget) chunk *= 2;
+  return chunk;
 }
 
 td_gpt_layout td_gpt_layout_single(const td_gpt_config *cfg) {
@@ -814,6 +908,7 @@ static void set_sizes(td_gpt *m, int64_t micro_batch) {
   int64_t widest = 3 * m->A > m->F ? 3 * m->A : m->F;
   m->half_numel = m->N * (widest > m->C ? widest : m->C);
   m->vocab_start = m->V * m->lay.tp_rank;
+  m->R = m->lay.logits_chunk > 0 && m->lay.logits_chunk < m->N ? m->lay.logits_chunk : m->N;
   m->n_layers = m->lay.layer_end - m->lay.layer_begin;
 }
 

@@ -103,7 +103,18 @@ typedef struct td_gpt_layout {
                             unit into equal pieces, one per rank */
   int no_flat_grads;  /* ZeRO-2/3: no flat gradient buffer; td_gpt_bind_grads places them */
   int no_flat_params; /* ZeRO-3: no flat parameter (or weight) buffer; td_gpt_bind_params */
+  int64_t logits_chunk; /* tokens whose logits [logits_chunk, V / tp] exist at a time in the
+                           output layer and loss; 0 (or >= the micro-batch's tokens): all of
+                           them, as td_gpt_logits and a td_gpt_forward_to followed by
+                           td_gpt_backward need (td_gpt_auto_logits_chunk) */
 } td_gpt_layout;
+
+/* The logits chunk of a training run (td_gpt_layout.logits_chunk): 0 (all tokens at
+ * once) while a micro-batch's fp32 logits over the whole vocabulary take at most
+ * 256 MiB, else the largest power of two of tokens within that, at least 128. It
+ * depends on the global vocabulary only, so every parallel layout cuts the same
+ * chunks (and sums the output layer's weight gradient in the same order). */
+int64_t td_gpt_auto_logits_chunk(const td_gpt_config *cfg, int64_t micro_batch);
 
 /* The single-process layout: tp = 1, all layers, embedding and head. */
 td_gpt_layout td_gpt_layout_single(const td_gpt_config *cfg);
@@ -195,6 +206,15 @@ void td_gpt_set_seq_length(td_gpt *m, int64_t T);
 void td_gpt_forward_to(td_gpt *m, const int32_t *tokens, const int32_t *targets,
                        const float *loss_mask, uint64_t dropout_seed, int training,
                        double *loss_sum, double *mask_sum);
+/* A training forward (dropout on) that also runs the output layer's backward, chunk
+ * by chunk while each chunk's logits exist (so with logits_chunk they never exist
+ * for the whole micro-batch): token t's loss weighted by loss_mask_t x dloss_scale,
+ * as td_gpt_backward takes it. The td_gpt_backward that follows must pass the
+ * same dloss_scale; it continues below the head. On a stage without the head it
+ * is td_gpt_forward_to with training = 1. */
+void td_gpt_forward_train_to(td_gpt *m, const int32_t *tokens, const int32_t *targets,
+                             const float *loss_mask, uint64_t dropout_seed, float dloss_scale,
+                             double *loss_sum, double *mask_sum);
 /* The same, returning the loss sum to the host (it waits for the device). */
 double td_gpt_forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
                       const float *loss_mask, uint64_t dropout_seed, int training,
@@ -217,14 +237,16 @@ const float *td_gpt_stage_output(const td_gpt *m);
 float *td_gpt_stage_output_grad(td_gpt *m);
 const float *td_gpt_stage_input_grad(const td_gpt *m);
 
-/* The logits of the last forward: [micro_batch x seq_len, V / tp] fp32 (this
- * rank's vocabulary slice) in device memory, valid until the next forward or
- * backward (which turns them into their gradient). For generation. */
+/* The logits of the last td_gpt_forward_to: [micro_batch x seq_len, V / tp] fp32
+ * (this rank's vocabulary slice) in device memory, valid until the next forward
+ * or backward (which turns them into their gradient). For generation; a model
+ * with logits chunks (logits_chunk) keeps none (td_fail). */
 const float *td_gpt_logits(const td_gpt *m);
 
 /* Backward of the last forward (once: it consumes the logits), token t's loss weighted by loss_mask_t * dloss_scale
  * (the trainer passes loss_scale / tokens in the global batch); ACCUMULATES into
- * the gradients. */
+ * the gradients. After td_gpt_forward_to the logits must have been kept whole
+ * (logits_chunk 0); after td_gpt_forward_train_to the head's part is done. */
 void td_gpt_backward(td_gpt *m, float dloss_scale);
 
 /* Units: the runs of tensors that one phase of forward or backward uses

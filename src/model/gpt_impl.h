@@ -46,6 +46,7 @@ struct td_gpt {
   int64_t NS, ns0; /* tokens of the sequence-parallel region held here, the first:
                       N / tp and tp_rank x NS under sequence parallelism, else N and 0 */
   int64_t vocab_start;                      /* first vocabulary row held here */
+  int64_t R; /* tokens whose logits exist at once (the layout's logits_chunk; N: all) */
 
   /* parameters: views into the flat buffers */
   td_gpt_tensor *tensors;
@@ -70,10 +71,10 @@ struct td_gpt {
   float *emb;                        /* NS x C  embedding output: layer 0's input */
   float *lnf_mean, *lnf_rstd;        /* NS */
   void *lnf;                         /* NS x C  md */
-  float *logits;                     /* N x V   (dlogits in backward, in place) */
+  float *logits;                     /* R x V   one chunk's (dlogits in backward, in place) */
   float *losses, *ce_lse, *mask, *dloss; /* N */
   double *loss_sum;                      /* 1: td_gpt_forward's slot for the loss */
-  float *ce_parts;  /* tp x N: the TP ranks' lse's (vocabulary-parallel cross-entropy) */
+  float *ce_parts;  /* tp x R: the TP ranks' lse's (vocabulary-parallel cross-entropy) */
   float *hidden;                     /* N x C   linear output before dropout + residual */
   /* backward scratch */
   float *dres;   /* NS x C  gradient of the residual stream */
@@ -82,7 +83,7 @@ struct td_gpt {
   float *dff;    /* N x F   gradient of the MLP hidden */
   void *gatt;    /* N x A   md: gradient of the attention output */
   void *gh;      /* half_numel md: dY of a matmul as the GEMMs read it, dqkv */
-  void *glogits; /* N x V   bf16 dlogits (TD_BF16 compute only) */
+  void *glogits; /* R x V   bf16 dlogits (TD_BF16 compute only) */
   uint16_t *half;     /* half_numel fp16 scratch of the fp16 rounding (TD_F16 only) */
   int64_t half_numel; /* N x max(C, 3A, F) */
   /* sequence parallelism only (NULL otherwise) */
@@ -99,6 +100,9 @@ struct td_gpt {
 
   /* the last forward, for backward */
   int pending_backward;
+  int logits_whole;        /* m->logits holds all N tokens' logits (R >= N, no backward run) */
+  int head_done;           /* td_gpt_forward_train_to ran the head's backward... */
+  float head_dloss_scale;  /* ...with this scale */
   uint64_t seed;
   float p_hidden, p_attn;
 };

@@ -16,8 +16,10 @@ static void wait_all_sends(td_pipeline *p) {
 
 /* Micro-batch m's loss goes to device slot m (read back once a step, not once a
  * micro-batch). */
+/* training: the backward follows, for tokens weighted by mask x dloss_scale (the
+ * head's stage runs its part with the forward: gpt.h, td_gpt_forward_train_to). */
 static void stage_forward(td_pipeline *p, const td_pipeline_batch *b, int64_t m, int training,
-                          double *ms) {
+                          float dloss_scale, double *ms) {
   const int64_t o = m * b->micro_tokens, n = td_gpt_stage_numel(p->replicas[0]);
   int r = (int)(m % p->n_replicas);
   td_gpt *g = p->replicas[r];
@@ -25,8 +27,11 @@ static void stage_forward(td_pipeline *p, const td_pipeline_batch *b, int64_t m,
   if (!first_stage(p)) td_dcomm_recv(p->pp, td_gpt_device(g), td_gpt_stage_input(g), n, TD_F32, p->stage - 1, (int)m);
   td_timers_start(p->timers, TD_TIMER_FORWARD_COMPUTE);
   uint64_t seed = training ? b->seed(b->ctx, m) : 0;
-  td_gpt_forward_to(g, b->tokens + o, b->targets + o, b->mask + o, seed, training,
-                    p->loss_dev + m, ms);
+  if (training)
+    td_gpt_forward_train_to(g, b->tokens + o, b->targets + o, b->mask + o, seed, dloss_scale,
+                            p->loss_dev + m, ms);
+  else
+    td_gpt_forward_to(g, b->tokens + o, b->targets + o, b->mask + o, seed, 0, p->loss_dev + m, ms);
   td_timers_stop(p->timers, TD_TIMER_FORWARD_COMPUTE);
   if (!last_stage(p)) {
     td_dcomm_isend(p->pp, td_gpt_device(g), td_gpt_stage_output(g), n, TD_F32, p->stage + 1, (int)m, &p->sends[r][0]);
@@ -55,9 +60,9 @@ static void stage_backward(td_pipeline *p, int64_t m, int64_t M, float dloss_sca
 static void one_f_one_b(td_pipeline *p, const td_pipeline_batch *b, int64_t M, float dloss_scale) {
   const int64_t later = p->stages - p->stage - 1, warmup = later < M ? later : M;
   double ms;
-  for (int64_t m = 0; m < warmup; m++) stage_forward(p, b, m, 1, &ms);
+  for (int64_t m = 0; m < warmup; m++) stage_forward(p, b, m, 1, dloss_scale, &ms);
   for (int64_t i = 0; i < M - warmup; i++) {
-    stage_forward(p, b, warmup + i, 1, &ms);
+    stage_forward(p, b, warmup + i, 1, dloss_scale, &ms);
     stage_backward(p, i, M, dloss_scale);
   }
   for (int64_t m = M - warmup; m < M; m++) stage_backward(p, m, M, dloss_scale);
@@ -67,7 +72,7 @@ static void one_f_one_b(td_pipeline *p, const td_pipeline_batch *b, int64_t M, f
 static void no_pipelining(td_pipeline *p, const td_pipeline_batch *b, int64_t M, float dloss_scale) {
   double ms;
   for (int64_t m = 0; m < M; m++) {
-    stage_forward(p, b, m, 1, &ms);
+    stage_forward(p, b, m, 1, dloss_scale, &ms);
     stage_backward(p, m, M, dloss_scale);
   }
 }
@@ -106,7 +111,7 @@ double td_pipeline_forward_only(td_pipeline *p, const td_pipeline_batch *b, int6
   loss_slots(p, M);
   *mask_sum = 0;
   for (int64_t m = 0; m < M; m++) {
-    stage_forward(p, b, m, 0, &ms);
+    stage_forward(p, b, m, 0, 0.0f, &ms);
     *mask_sum += ms;
   }
   wait_all_sends(p);

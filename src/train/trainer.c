@@ -291,6 +291,13 @@ static void print_model_states(const trainer *t, const td_zero_memory *zm) {
          want / mib, 100 * (have - want) / want, t->opt.nvme ? ", Adam state on NVMe" : t->opt.host ? ", Adam state in host memory" : "");
 }
 
+/* Tokens whose logits exist at once (td_gpt_layout.logits_chunk; 0: all). */
+static int64_t logits_chunk(const trainer *t) {
+  const td_args *a = t->a;
+  return a->logits_chunk_tokens != TD_UNSET ? a->logits_chunk_tokens
+                                             : td_gpt_auto_logits_chunk(&t->cfg, a->micro_batch_size);
+}
+
 static void print_summary(const trainer *t) {
   const td_args *a = t->a;
   if (!t->is_logger) return;
@@ -334,22 +341,25 @@ static void print_summary(const trainer *t) {
            "here\n",
            t->zero_stage, what[t->zero_stage], t->dp_size,
            (long long)td_zero_shard_numel(t->zero), (long long)td_gpt_flat_numel(t->model));
-  char recompute[96] = "";
+  char recompute[96] = "", chunks[64] = "";
   if (a->recompute_granularity == TD_GRANULARITY_FULL)
     snprintf(recompute, sizeof recompute, "; full recomputation, %s %lld",
              a->recompute_method == 0 ? "uniform" : "block", (long long)a->recompute_num_layers);
+  int64_t chunk = logits_chunk(t);
+  if (chunk > 0 && chunk < a->micro_batch_size * a->seq_length)
+    snprintf(chunks, sizeof chunks, "; logits %lld tokens at a time", (long long)chunk);
   if (l->pp > 1)
     printf(" > pipeline stage %d of %d: layers [%lld, %lld), 1F1B with %d micro-batches in flight "
            "here (one activation arena each)\n",
            t->topo.coord.pp + 1, l->pp, (long long)(t->cfg.num_layers / l->pp * t->topo.coord.pp),
            (long long)(t->cfg.num_layers / l->pp * (t->topo.coord.pp + 1)), t->pipe.n_replicas);
   printf(" > memory per rank (MiB): parameters %.1f | gradients %.1f | optimizer state %.1f | "
-         "%s weights %.1f | activations %.1f (%.2f per layer%s%s)\n",
+         "%s weights %.1f | activations %.1f (%.2f per layer%s%s%s)\n",
          zm.params / 1048576.0, zm.grads / 1048576.0, zm.optim / 1048576.0,
          td_dtype_name(t->compute), zm.weights / 1048576.0,
          mem.activations * (double)t->pipe.n_replicas / 1048576.0,
          mem.activations_per_layer / 1048576.0, a->sequence_parallel ? ", sequence-parallel" : "",
-         recompute);
+         recompute, chunks);
   print_model_states(t, &zm);
   printf(" > global batch %lld = micro batch %lld x %lld micro-batches x data-parallel %d; "
          "padded vocab %lld\n",
@@ -1205,6 +1215,7 @@ static td_gpt_layout model_layout(const trainer *t) {
   }
   lay.unit_multiple = td_zero_unit_multiple(t->dp_size); /* equal, 64-byte aligned pieces */
   lay.no_flat_grads = t->zero_stage >= 2, lay.no_flat_params = t->zero_stage == 3;
+  lay.logits_chunk = logits_chunk(t);
   return lay;
 }
 
