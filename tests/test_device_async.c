@@ -36,6 +36,7 @@ static void test_round_trip(td_device *d) {
   tst_fill_uniform(in, N, 11, -4.0f, 4.0f);
   float *x = o->alloc(d, N * sizeof(float));
   td_event *e = o->event_create(d);
+  const uint64_t waits = d->stream_waits;
   o->copy_h2d_async(d, x, in, N * sizeof(float));
   o->scale(d, x, N, 2.0f); /* exact: a power of two */
   o->copy_d2h_async(d, out, x, N * sizeof(float));
@@ -44,6 +45,13 @@ static void test_round_trip(td_device *d) {
   int same = 1;
   for (int64_t i = 0; i < N; i++) same &= out[i] == 2.0f * in[i];
   CHECK(same, "%s: h2d_async, scale, d2h_async, event: the host's values", o->name);
+  CHECK(d->stream_waits == waits, "%s: async copies and an event wait are not stream waits (%llu)",
+        o->name, (unsigned long long)(d->stream_waits - waits));
+  o->copy_h2d(d, x, in, sizeof(float));
+  o->copy_d2h(d, out, x, sizeof(float));
+  o->synchronize(d);
+  CHECK(d->stream_waits == waits + 3, "%s: copy_h2d, copy_d2h and synchronize: 3 stream waits (%llu)",
+        o->name, (unsigned long long)(d->stream_waits - waits));
   o->event_destroy(d, e);
   o->free(d, x);
   o->host_free(d, in), o->host_free(d, out);

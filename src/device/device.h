@@ -244,6 +244,12 @@ struct td_device {
   const td_device_ops *ops;
   void *impl; /* backend state */
   int index;  /* which device of its backend (the GPU ordinal; 0 on the CPU) */
+  /* Times the host waited for all the work issued on this handle: synchronize,
+   * copy_h2d and copy_d2h (each backend counts its own calls, including the CPU's
+   * whose work is always done). On a GPU each one idles the device until the host
+   * issues more, so a training step needs a few, however many layers and
+   * micro-batches it runs (the trainer reports them per step). */
+  uint64_t stream_waits;
 };
 
 static inline int td_device_has(const td_device *d, td_device_cap cap) {

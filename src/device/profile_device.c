@@ -52,7 +52,10 @@ static void kernel_done(td_device *d, double t0, const char *op) {
 
 static void *p_alloc(td_device *d, size_t bytes) { return IN(d)->ops->alloc(IN(d), bytes); }
 static void p_free(td_device *d, void *ptr) { IN(d)->ops->free(IN(d), ptr); }
-static void p_synchronize(td_device *d) { IN(d)->ops->synchronize(IN(d)); }
+static void p_synchronize(td_device *d) {
+  d->stream_waits++;
+  IN(d)->ops->synchronize(IN(d));
+}
 static void p_memory_info(td_device *d, size_t *free_bytes, size_t *total_bytes) {
   IN(d)->ops->memory_info(IN(d), free_bytes, total_bytes);
 }
@@ -62,11 +65,13 @@ static void p_memory_stats(td_device *d, size_t *allocated, size_t *peak) {
 
 static void p_copy_h2d(td_device *d, void *dst, const void *src, size_t bytes) {
   double t0 = td_now_seconds();
+  d->stream_waits++;
   IN(d)->ops->copy_h2d(IN(d), dst, src, bytes);
   kernel_done(d, t0, "copy_h2d");
 }
 static void p_copy_d2h(td_device *d, void *dst, const void *src, size_t bytes) {
   double t0 = td_now_seconds();
+  d->stream_waits++;
   IN(d)->ops->copy_d2h(IN(d), dst, src, bytes);
   kernel_done(d, t0, "copy_d2h");
 }

@@ -432,7 +432,7 @@ static void release(uint64_t seq) {
 }
 
 static void s_synchronize(td_device *d) {
-  (void)d;
+  d->stream_waits++;
   g_cpu.ops->synchronize(&g_cpu);
   release(UINT64_MAX);
 }
@@ -536,11 +536,13 @@ static void s_event_synchronize(td_device *d, td_event *e) {
 
 static void s_copy_h2d(td_device *d, void *dst, const void *src, size_t bytes) {
   ENTER(d, "copy_h2d", dst); /* src is host memory: a device src faults */
+  d->stream_waits++;
   FWD(copy_h2d, dst, src, bytes);
   leave();
 }
 static void s_copy_d2h(td_device *d, void *dst, const void *src, size_t bytes) {
   ENTER(d, "copy_d2h", src);
+  d->stream_waits++;
   FWD(copy_d2h, dst, src, bytes);
   leave();
 }

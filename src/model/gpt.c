@@ -535,18 +535,33 @@ static void check_tokens(const td_gpt *m, const int32_t *ids, const char *what) 
               what, ids[i], (long long)i, (long long)m->cfg.vocab_size);
 }
 
+/* The micro-batch into the arena without the host waiting for the device: through
+ * the pinned buffer, once the previous upload from it is done (the device is then
+ * at most a micro-batch behind the host, however far the host runs ahead). */
+static void upload_batch(td_gpt *m, const int32_t *tokens, const int32_t *targets,
+                         const float *loss_mask) {
+  const td_device_ops *ops = OPS(m);
+  const size_t ids = (size_t)m->N * sizeof(int32_t), mask = (size_t)m->N * sizeof(float);
+  if (m->upload_pending) ops->event_synchronize(m->dev, m->uploaded);
+  memcpy(m->upload, tokens, ids);
+  memcpy(m->upload + ids, targets, ids);
+  memcpy(m->upload + 2 * ids, loss_mask, mask);
+  ops->copy_h2d_async(m->dev, m->tokens, m->upload, ids);
+  ops->copy_h2d_async(m->dev, m->targets, m->upload + ids, ids);
+  ops->copy_h2d_async(m->dev, m->mask, m->upload + 2 * ids, mask);
+  ops->event_record(m->dev, m->uploaded);
+  m->upload_pending = 1;
+}
+
 /* The forward of td_gpt_forward_to and td_gpt_forward_train_to; with_grad: the
  * head's backward too, for tokens weighted by mask x dloss_scale. */
 static void forward(td_gpt *m, const int32_t *tokens, const int32_t *targets,
                     const float *loss_mask, uint64_t dropout_seed, int training, int with_grad,
                     float dloss_scale, double *loss_sum, double *mask_sum) {
   const td_device_ops *ops = OPS(m);
-  size_t ids_bytes = (size_t)m->N * sizeof(int32_t);
   check_tokens(m, tokens, "token");
   check_tokens(m, targets, "target");
-  ops->copy_h2d(m->dev, m->tokens, tokens, ids_bytes);
-  ops->copy_h2d(m->dev, m->targets, targets, ids_bytes);
-  ops->copy_h2d(m->dev, m->mask, loss_mask, (size_t)m->N * sizeof(float));
+  upload_batch(m, tokens, targets, loss_mask);
   m->seed = dropout_seed;
   m->p_hidden = training ? m->cfg.hidden_dropout : 0.0f;
   m->p_attn = training ? m->cfg.attention_dropout : 0.0f;
@@ -922,6 +937,9 @@ static void alloc_activations(td_gpt *m) {
   bump real = {m->arena, 0};
   carve(m, &real);
   upload_positions(m);
+  m->upload = OPS(m)->host_alloc(m->dev, (size_t)m->N * (2 * sizeof(int32_t) + sizeof(float)));
+  m->uploaded = OPS(m)->event_create(m->dev);
+  m->upload_pending = 0;
 }
 
 /* ------------------------------------------------------------------ plan */
@@ -936,11 +954,12 @@ static void size_model(td_gpt *m, const td_gpt_config *cfg, const td_gpt_layout 
 
 /* The host side: the tensor table (grown by doubling: up to twice its tensors),
  * the activation table, positions, losses and the cross-entropy staging
- * ((tp + 2) x N), and td_gpt_init_params' buffer of the largest tensor. */
+ * ((tp + 2) x N), the pinned upload buffer (3 x N), and td_gpt_init_params'
+ * buffer of the largest tensor. */
 static uint64_t host_bytes(const td_gpt *m, const td_gpt_param_count *c) {
   uint64_t tensors = td_sat_mul(td_sat_mul(c->n_tensors, 2), sizeof(td_gpt_tensor));
   uint64_t acts = td_sat_mul((uint64_t)(m->n_layers ? m->n_layers : 1), sizeof(td_gpt_layer_acts));
-  uint64_t rows = td_sat_mul((uint64_t)m->N, (uint64_t)m->lay.tp_size + 4);
+  uint64_t rows = td_sat_mul((uint64_t)m->N, (uint64_t)m->lay.tp_size + 7);
   return td_sat_add(td_sat_add(tensors, acts),
                     td_sat_add(td_sat_mul(rows, sizeof(float)), td_sat_mul(c->largest, sizeof(float))));
 }
@@ -1074,6 +1093,9 @@ td_gpt *td_gpt_create_replica(const td_gpt *m) {
 void td_gpt_destroy(td_gpt *m) {
   if (!m) return;
   const td_device_ops *ops = OPS(m);
+  ops->event_synchronize(m->dev, m->uploaded); /* the last upload has left m->upload */
+  ops->event_destroy(m->dev, m->uploaded);
+  ops->host_free(m->dev, m->upload);
   ops->free(m->dev, m->arena);
   td_free(m->acts);
   if (!m->replica_of) { /* a replica shares these with its model */

@@ -74,6 +74,13 @@ struct td_gpt {
   float *logits;                     /* R x V   one chunk's (dlogits in backward, in place) */
   float *losses, *ce_lse, *mask, *dloss; /* N */
   double *loss_sum;                      /* 1: td_gpt_forward's slot for the loss */
+  /* the micro-batch's way in: tokens, targets (N int32 each) and mask (N floats)
+   * in pinned host memory, copied asynchronously (a GPU does not wait for the host
+   * to upload), and the event after that copy, which the next upload waits for
+   * before it overwrites the buffer */
+  char *upload;
+  td_event *uploaded;
+  int upload_pending;
   float *ce_parts;  /* tp x R: the TP ranks' lse's (vocabulary-parallel cross-entropy) */
   float *hidden;                     /* N x C   linear output before dropout + residual */
   /* backward scratch */

@@ -557,40 +557,56 @@ static double slots_sum(const td_zero *z, int64_t first, int64_t n) {
   return s;
 }
 
-/* Each rank's part is the sum of its pieces in tensor order, as when each
- * piece's value came back one at a time, so the bits do not depend on the
- * device; the host waits once, for all of them. */
-double td_zero_model_sum(td_zero *z, td_zero_what what, int squares, const unsigned char *counted) {
+/* Each rank's part of each statistic is the sum of its pieces in tensor order, as
+ * when each piece's value came back one at a time, so the bits do not depend on
+ * the device or on which statistics are asked together; the host waits once, for
+ * all of them. */
+void td_zero_model_sums(td_zero *z, td_zero_what what, int n, const int *squares, double *out,
+                        const unsigned char *counted) {
+  TD_CHECK(n >= 1 && n <= TD_ZERO_MAX_STATS, "td_zero_model_sums: %d statistics", n);
   int sharded = what == TD_ZERO_GRADS ? z->stage >= 2 : z->stage == 3;
   const float *flat = what == TD_ZERO_GRADS ? td_gpt_grads(z->model) : td_gpt_params(z->model);
-  double *part = td_malloc(sizeof *part * (size_t)z->dp_size), s = 0;
-  int64_t *count = td_malloc(sizeof *count * (size_t)z->dp_size), used = 0;
+  const int ranks = sharded ? 1 : z->dp_size;
+  double *part = td_calloc(sizeof *part * (size_t)(n * z->dp_size));  /* [stat][rank] */
+  int64_t *count = td_malloc(sizeof *count * (size_t)(n * ranks)), used = 0;
   if (!z->stat_dev) {
-    z->n_stat = (int64_t)z->dp_size * td_gpt_num_tensors(z->model);
+    z->n_stat = (int64_t)TD_ZERO_MAX_STATS * z->dp_size * td_gpt_num_tensors(z->model);
     z->stat_dev = OPS(z)->alloc(z->dev, (size_t)(z->n_stat ? z->n_stat : 1) * sizeof(double));
     z->stat_host = td_malloc((size_t)(z->n_stat ? z->n_stat : 1) * sizeof(double));
   }
-  const int ranks = sharded ? 1 : z->dp_size;
-  for (int k = 0; k < ranks; k++) {
-    const int r = sharded ? z->dp_rank : k;
-    const float *shard = what == TD_ZERO_GRADS ? z->grad_shard : z->param_shard;
-    count[k] = piece_stats(z, r, sharded ? NULL : flat, sharded ? shard : NULL, squares, counted,
-                           used);
-    used += count[k];
-  }
+  const float *shard = what == TD_ZERO_GRADS ? z->grad_shard : z->param_shard;
+  for (int q = 0; q < n; q++)
+    for (int k = 0; k < ranks; k++) {
+      const int r = sharded ? z->dp_rank : k;
+      count[q * ranks + k] = piece_stats(z, r, sharded ? NULL : flat, sharded ? shard : NULL,
+                                         squares[q], counted, used);
+      used += count[q * ranks + k];
+    }
   if (used) OPS(z)->copy_d2h(z->dev, z->stat_host, z->stat_dev, (size_t)used * sizeof(double));
   used = 0;
-  for (int k = 0; k < ranks; k++) part[k] = slots_sum(z, used, count[k]), used += count[k];
+  for (int q = 0; q < n; q++)
+    for (int k = 0; k < ranks; k++)
+      part[q * z->dp_size + k] = slots_sum(z, used, count[q * ranks + k]), used += count[q * ranks + k];
   td_free(count);
-  if (sharded) {
-    double mine = part[0];
-    if (z->dp_size > 1)
-      td_comm_all_gather(z->dp, &mine, part, 1, TD_F64);
-    else
-      part[0] = mine;
+  if (sharded && z->dp_size > 1) { /* each rank its own: part[q][0] -> part[q][rank] */
+    double mine[TD_ZERO_MAX_STATS], *g = td_malloc(sizeof *g * (size_t)(n * z->dp_size));
+    for (int q = 0; q < n; q++) mine[q] = part[q * z->dp_size];
+    td_comm_all_gather(z->dp, mine, g, n, TD_F64); /* [rank][stat] */
+    for (int q = 0; q < n; q++)
+      for (int r = 0; r < z->dp_size; r++) part[q * z->dp_size + r] = g[r * n + q];
+    td_free(g);
   }
-  for (int r = 0; r < z->dp_size; r++) s += part[r];
+  for (int q = 0; q < n; q++) {
+    double s = 0;
+    for (int r = 0; r < z->dp_size; r++) s += part[q * z->dp_size + r];
+    out[q] = s;
+  }
   td_free(part);
+}
+
+double td_zero_model_sum(td_zero *z, td_zero_what what, int squares, const unsigned char *counted) {
+  double s;
+  td_zero_model_sums(z, what, 1, &squares, &s, counted);
   return s;
 }
 

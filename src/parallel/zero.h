@@ -89,6 +89,11 @@ typedef enum { TD_ZERO_GRADS, TD_ZERO_PARAMS } td_zero_what;
  * then over ranks in rank order, so every stage gets the same bits. Collective
  * over DP at stage 2/3 (gradients) and 3 (parameters). */
 double td_zero_model_sum(td_zero *z, td_zero_what what, int squares, const unsigned char *counted);
+/* n (<= TD_ZERO_MAX_STATS) such sums at once, out[q] with squares[q], each with
+ * td_zero_model_sum's bits: the host waits for the device once for all of them. */
+#define TD_ZERO_MAX_STATS 2
+void td_zero_model_sums(td_zero *z, td_zero_what what, int n, const int *squares, double *out,
+                        const unsigned char *counted);
 
 /* This rank's AdamW runs (td_adam_run over the shard) and, per run, its tensor:
  * for td_adamw_init; the bases td_zero_step passes. */

@@ -83,6 +83,10 @@ typedef struct {
   /* checkpoint views of the flat buffers */
   td_ckpt_tensor *ck_params, *ck_m, *ck_v;
   char (*ck_names)[2][TD_GPT_NAME_MAX + 16];
+  /* times a training step made the host wait for the device (td_device.stream_waits):
+   * the fewest and most of any step, over steps_run steps */
+  uint64_t waits_min, waits_max;
+  int64_t steps_run;
 } trainer;
 
 /* ------------------------------------------------------------------ setup */
@@ -480,11 +484,16 @@ static td_pipeline_batch staged_batch(trainer *t) {
 /* A statistic of the whole model (td_zero_model_sum: this DP group's replica,
  * each element once), summed over the model-parallel group: every TP rank of
  * every stage. */
-static double model_sum(trainer *t, td_zero_what what, int squares) {
+static void model_sums(trainer *t, td_zero_what what, int n, const int *squares, double *out) {
   const td_layout *l = &t->topo.layout;
-  double s = td_zero_model_sum(t->zero, what, squares, t->counted);
+  td_zero_model_sums(t->zero, what, n, squares, out, t->counted);
   if (l->tp > 1 || l->pp > 1)
-    td_comm_all_reduce(t->topo.group[TD_GROUP_MP], &s, &s, 1, TD_F64, TD_OP_SUM);
+    td_comm_all_reduce(t->topo.group[TD_GROUP_MP], out, out, n, TD_F64, TD_OP_SUM);
+}
+
+static double model_sum(trainer *t, td_zero_what what, int squares) {
+  double s;
+  model_sums(t, what, 1, &squares, &s);
   return s;
 }
 
@@ -509,7 +518,11 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
   const td_args *a = t->a;
   td_timers *tm = &t->timers;
   td_timers_start(tm, TD_TIMER_OPTIMIZER_CLIP_MAIN_GRAD);
-  r->grad_norm = sqrt(model_sum(t, TD_ZERO_GRADS, 1)) / scale;
+  /* the squares and (--log-num-zeros-in-grad) the zeros, read back together */
+  const int stats[2] = {1, 0};
+  double sums[2];
+  model_sums(t, TD_ZERO_GRADS, a->log_num_zeros_in_grad ? 2 : 1, stats, sums);
+  r->grad_norm = sqrt(sums[0]) / scale;
   int found_inf = !isfinite(r->grad_norm);
   /* fp16 overflows are expected (the scaler skips the step and lowers the scale);
    * in fp32 and bf16 a non-finite norm means the run diverged. Every rank holds
@@ -529,7 +542,7 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
     r->skipped = 1;
     return;
   }
-  if (a->log_num_zeros_in_grad) r->num_zeros = model_sum(t, TD_ZERO_GRADS, 0);
+  if (a->log_num_zeros_in_grad) r->num_zeros = sums[1];
   double clip = 1.0;
   if (a->clip_grad > 0 && r->grad_norm > a->clip_grad) clip = a->clip_grad / (r->grad_norm + 1e-6);
   double lr = td_lr_at_tokens(&t->lr, (double)t->lr_steps, (double)t->lr_tokens);
@@ -571,7 +584,29 @@ static void check_local_loss(const trainer *t, double loss_sum) {
           td_comm_rank(td_comm_world()), (long long)t->iteration + 1, isnan(loss_sum) ? "NaN" : "Inf");
 }
 
+/* A step's host waits for the device, into the trainer's range. */
+static void count_waits(trainer *t, uint64_t waits) {
+  if (!t->steps_run || waits < t->waits_min) t->waits_min = waits;
+  if (waits > t->waits_max) t->waits_max = waits;
+  t->steps_run++;
+}
+
+/* On a GPU each wait idles the device while the host catches up: a step reads the
+ * losses, the gradient statistics (with the zero count), the parameters' norm
+ * when logged, and (without NCCL) its staged collectives, and nothing else,
+ * however many layers and micro-batches it runs. */
+static void print_waits(const trainer *t) {
+  if (!t->is_logger || !t->steps_run) return;
+  printf(" > host waits for the device per training step: %llu to %llu over %lld steps (reading "
+         "the losses and the gradient norm%s%s%s)\n",
+         (unsigned long long)t->waits_min, (unsigned long long)t->waits_max,
+         (long long)t->steps_run, t->a->log_params_norm ? ", the parameters' norm" : "",
+         td_device_has(t->dev, TD_DEVICE_HOST_MEMORY) ? "" : ", collectives staged through the host",
+         t->timers.level > 0 ? ", --timing-log-level timers" : "");
+}
+
 static step_result train_step(trainer *t) {
+  const uint64_t waits0 = t->dev->stream_waits;
   const td_args *a = t->a;
   td_timers *tm = &t->timers;
   step_result r = {.num_zeros = -1, .params_norm = -1};
@@ -603,6 +638,7 @@ static step_result train_step(trainer *t) {
   td_timers_stop(tm, TD_TIMER_OPTIMIZER);
   if (a->log_params_norm) r.params_norm = sqrt(model_sum(t, TD_ZERO_PARAMS, 1));
   td_zero_step_done(t->zero);
+  count_waits(t, t->dev->stream_waits - waits0);
   return r;
 }
 
@@ -1271,6 +1307,7 @@ int td_train(td_args *a) {
   }
   if (a->load) load_checkpoint(&t);
   train_loop(&t);
+  print_waits(&t);
   trainer_free(&t);
   return 0;
 }

@@ -41,7 +41,12 @@ static void cpu_copy(td_device *d, void *dst, const void *src, size_t bytes) {
   (void)d;
   if (bytes) memmove(dst, src, bytes);
 }
-static void cpu_synchronize(td_device *d) { (void)d; }
+/* The blocking forms: nothing to wait for, but counted (td_device.stream_waits). */
+static void cpu_copy_wait(td_device *d, void *dst, const void *src, size_t bytes) {
+  d->stream_waits++;
+  if (bytes) memmove(dst, src, bytes);
+}
+static void cpu_synchronize(td_device *d) { d->stream_waits++; }
 
 /* Every op is done when it returns: an event has nothing to mark, but each is
  * its own allocation so create/destroy pair up under the sanitizers. */
@@ -78,8 +83,8 @@ const td_device_ops *td_cpu_device_ops(void) {
       ops.caps = TD_DEVICE_HOST_MEMORY | TD_DEVICE_HOST_RAM;
       ops.alloc = cpu_alloc;
       ops.free = cpu_free;
-      ops.copy_h2d = cpu_copy;
-      ops.copy_d2h = cpu_copy;
+      ops.copy_h2d = cpu_copy_wait;
+      ops.copy_d2h = cpu_copy_wait;
       ops.copy_d2d = cpu_copy;
       ops.synchronize = cpu_synchronize;
       ops.event_create = cpu_event_create;

@@ -249,6 +249,7 @@ static void cu_free(td_device *d, void *p) {
 /* Host buffers may be reused as soon as this returns (pinned or not). */
 static void cu_copy_h2d(td_device *d, void *dst, const void *src, size_t bytes) {
   td_cuda *c = td_cuda_enter(d);
+  d->stream_waits++;
   if (!bytes) return;
   TD_CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
   TD_CUDA_OK(cudaStreamSynchronize(c->stream));
@@ -256,6 +257,7 @@ static void cu_copy_h2d(td_device *d, void *dst, const void *src, size_t bytes) 
 
 static void cu_copy_d2h(td_device *d, void *dst, const void *src, size_t bytes) {
   td_cuda *c = td_cuda_enter(d);
+  d->stream_waits++;
   if (bytes) TD_CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
   td_cuda_sync(c);
 }
@@ -273,7 +275,10 @@ static void cu_copy_d2d(td_device *d, void *dst, const void *src, size_t bytes) 
   TD_CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
 }
 
-static void cu_synchronize(td_device *d) { td_cuda_sync(td_cuda_enter(d)); }
+static void cu_synchronize(td_device *d) {
+  d->stream_waits++;
+  td_cuda_sync(td_cuda_enter(d));
+}
 
 /* ------------------------------------------------------- events, pinned memory */
 
