@@ -503,7 +503,25 @@ static void test_threads(void) {
   td_free(x), td_free(drop[0]), td_free(drop[1]), td_free(db[0]), td_free(db[1]);
 }
 
+/* alloc's memory is zeroed, large buffers by the threads (first touch): after
+ * dirty buffers of the same sizes were freed, every byte of the new ones, odd
+ * sizes and a size a byte past a whole number of pieces included, is 0. */
+static void test_alloc_zeroed(void) {
+  static const size_t sizes[] = {1, 4099, (1u << 20) - 3, (1u << 20) + 65537, (5u << 20) + 1};
+  int zero = 1;
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    unsigned char *dirty = OPS->alloc(DEV, sizes[i]);
+    memset(dirty, 0xA5, sizes[i]);
+    OPS->free(DEV, dirty);
+    unsigned char *p = OPS->alloc(DEV, sizes[i]);
+    for (size_t k = 0; k < sizes[i]; k++) zero &= p[k] == 0;
+    OPS->free(DEV, p);
+  }
+  CHECK(zero, "alloc: every byte zero (1 B to 5 MiB + 1, after freeing dirty buffers)");
+}
+
 int main(void) {
+  test_alloc_zeroed();
   static const int64_t shapes[][2] = {{1, 1}, {1, 5}, {7, 17}, {33, 771}, {3, 1}, {70, 768}};
   test_layernorm_fd();
   test_bias_fd();
