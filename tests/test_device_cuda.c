@@ -597,21 +597,28 @@ static void test_adamw(void) {
       float *p0 = randf(n, -1, 1), *g0 = randf(n, -1, 1), *m0 = randf(n, -0.1f, 0.1f);
       float *v0 = randf(n, 0, 0.01f);
       float *p[3], *m[3], *v[3];
+      int copied = 1; /* the bf16 copy is the rounding of each run's own new p */
       for (int r = 0; r < 3; r++) {
         p[r] = alloc_host(n * 4), m[r] = alloc_host(n * 4), v[r] = alloc_host(n * 4);
+        uint16_t *w = alloc_host(n * 2);
         bufs b = {.d = r ? g_gpu : g_cpu};
         float *dp = put(&b, p0, n * 4), *dg = put(&b, g0, n * 4), *dm = put(&b, m0, n * 4);
         float *dv = put(&b, v0, n * 4);
-        b.d->ops->adamw(b.d, dp, dg, dm, dv, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step);
+        void *dw = put(&b, w, n * 2);
+        b.d->ops->adamw(b.d, dp, dg, dm, dv, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step, dw,
+                        TD_BF16);
         get(&b, p[r], dp, n * 4), get(&b, m[r], dm, n * 4), get(&b, v[r], dv, n * 4);
+        get(&b, w, dw, n * 2);
+        for (int64_t k = 0; k < n; k++) copied &= w[k] == td_f32_to_bf16(p[r][k]);
+        td_free(w);
         release(&b);
       }
       double ep = relerr(p[1], p[0], n), em = relerr(m[1], m[0], n), ev = relerr(v[1], v[0], n);
       int det = same_bits(p[1], p[2], n * 4) && same_bits(m[1], m[2], n * 4) &&
                 same_bits(v[1], v[2], n * 4);
-      CHECK(ep < 1e-6 && em < 1e-6 && ev < 1e-6 && det,
-            "adamw n=%lld step %d: param %.2g m %.2g v %.2g, deterministic %d", (long long)n, step,
-            ep, em, ev, det);
+      CHECK(ep < 1e-6 && em < 1e-6 && ev < 1e-6 && det && copied,
+            "adamw n=%lld step %d: param %.2g m %.2g v %.2g, deterministic %d, bf16 copy %d",
+            (long long)n, step, ep, em, ev, det, copied);
       for (int r = 0; r < 3; r++) td_free(p[r]), td_free(m[r]), td_free(v[r]);
       td_free(p0), td_free(g0), td_free(m0), td_free(v0);
     }

@@ -127,7 +127,7 @@ static void run_adamw(td_device *d, const inputs *in, outputs *o) {
   float *p = up(d, in->p, sizeof in->p), *g = up(d, in->g, sizeof in->g);
   float *mv = d->ops->alloc(d, 2 * NA * sizeof(float)); /* m and v: views of one buffer */
   for (int64_t step = 1; step <= 3; step++)
-    d->ops->adamw(d, p, g, mv, mv + NA, NA, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step);
+    d->ops->adamw(d, p, g, mv, mv + NA, NA, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step, NULL, TD_F32);
   d->ops->copy_d2h(d, o->p, p, sizeof o->p);
   d->ops->copy_d2h(d, o->m, mv, sizeof o->m);
   d->ops->copy_d2h(d, o->v, mv + NA, sizeof o->v);

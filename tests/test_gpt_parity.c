@@ -106,7 +106,7 @@ static void adamw_step(td_gpt *m, const td_safetensors *st, float *mom, float *v
     const td_gpt_tensor *t = td_gpt_tensor_at(m, i);
     int64_t o = t->offset;
     d->ops->adamw(d, td_gpt_params(m) + o, td_gpt_grads(m) + o, mom + o, var + o, t->numel, lr,
-                  b1, b2, eps, t->weight_decay ? wd : 0.0f, 1.0f, step);
+                  b1, b2, eps, t->weight_decay ? wd : 0.0f, 1.0f, step, NULL, TD_F32);
   }
   td_gpt_cast_weights(m);
 }

@@ -297,7 +297,7 @@ static void test_adamw(int64_t n, int64_t step, uint64_t s) {
     p0[i] = p[i];
   }
   OPS->adamw(DEV, p, g, m, v, n, (float)c.lr, (float)c.b1, (float)c.b2, (float)c.eps,
-             (float)c.wd, (float)c.gs, step);
+             (float)c.wd, (float)c.gs, step, NULL, TD_F32);
   for (int64_t i = 0; i < n; i++) {
     num = fmax(num, fabs((double)p[i] - p0[i] - dpr[i]));
     m_num = fmax(m_num, fabs(m[i] - mr[i]));
@@ -308,6 +308,31 @@ static void test_adamw(int64_t n, int64_t step, uint64_t s) {
         (long long)step, ep, em, ev);
   td_free(p), td_free(g), td_free(m), td_free(v), td_free(p0);
   td_free(pr), td_free(mr), td_free(vr), td_free(dpr);
+}
+
+/* adamw with a weight copy (bf16, fp16): the same parameters, moments and bits as
+ * without, and the copy is what cast makes of the new parameters, bit for bit. */
+static void test_adamw_copy(int64_t n, td_dtype cd, uint64_t s) {
+  float *p[2], *m[2], *v[2], *g = falloc(n);
+  size_t es = td_dtype_size(cd);
+  void *copy = OPS->alloc(DEV, (size_t)n * es), *want = OPS->alloc(DEV, (size_t)n * es);
+  tst_fill_normal(g, n, s + 1, 1.0f);
+  for (int r = 0; r < 2; r++) {
+    p[r] = falloc(n), m[r] = falloc(n), v[r] = falloc(n);
+    tst_fill_normal(p[r], n, s, 1.0f);
+    tst_fill_normal(m[r], n, s + 2, 0.1f);
+    tst_fill_uniform(v[r], n, s + 3, 0.0f, 0.1f);
+    OPS->adamw(DEV, p[r], g, m[r], v[r], n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3,
+               r ? copy : NULL, cd);
+  }
+  OPS->cast(DEV, want, cd, p[0], TD_F32, n);
+  size_t b = (size_t)n * sizeof(float);
+  CHECK(!memcmp(p[0], p[1], b) && !memcmp(m[0], m[1], b) && !memcmp(v[0], v[1], b) &&
+            !memcmp(copy, want, (size_t)n * es),
+        "adamw n=%lld with a %s copy: parameters, moments unchanged; copy == cast bit for bit",
+        (long long)n, td_dtype_name(cd));
+  for (int r = 0; r < 2; r++) td_free(p[r]), td_free(m[r]), td_free(v[r]);
+  td_free(g), OPS->free(DEV, copy), OPS->free(DEV, want);
 }
 
 /* masked_sum against a double sum: the loss of a micro-batch under its mask. */
@@ -345,6 +370,8 @@ int main(void) {
   for (size_t i = 0; i < sizeof as / sizeof *as; i++) {
     test_adamw(as[i], 1, 800 + 10 * i);
     test_adamw(as[i], 10, 805 + 10 * i);
+    test_adamw_copy(as[i], TD_BF16, 900 + 10 * i);
+    test_adamw_copy(as[i], TD_F16, 905 + 10 * i);
   }
   return tst_finish();
 }

@@ -271,7 +271,7 @@ static void k_xent_bwd(void *p) {
 static void k_adamw(void *p) { /* rows x cols = parameter count */
   kargs *a = p;
   a->dev->ops->adamw(a->dev, a->x, a->y, a->z, a->w, a->rows * a->cols, 1e-4f, 0.9f, 0.95f, 1e-8f,
-                     0.1f, 1.0f, 10);
+                     0.1f, 1.0f, 10, NULL, TD_F32);
 }
 static void k_cast(void *p) {
   kargs *a = p;

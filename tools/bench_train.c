@@ -288,8 +288,10 @@ static step_result train_step(bench *b, int64_t step) {
   double loss_sum = host[0];
   r.grad_norm = sqrt(host[1]);
   double clip = r.grad_norm > clip_grad ? clip_grad / (r.grad_norm + 1e-6) : 1.0;
-  td_adamw_step(&b->opt, td_gpt_params(b->model), td_gpt_grads(b->model), (float)lr, (float)clip);
-  td_gpt_cast_weights(b->model);
+  void *copy = td_gpt_weight_dtype(b->model) == TD_BF16 ? td_gpt_weights(b->model) : NULL;
+  if (!td_adamw_step_copy(&b->opt, td_gpt_params(b->model), td_gpt_grads(b->model), copy, TD_BF16,
+                          (float)lr, (float)clip))
+    td_gpt_cast_weights(b->model); /* fp32: nothing to copy */
   dev->ops->synchronize(dev);
   r.seconds = td_now_seconds() - t0;
   r.loss = loss_sum / ms;

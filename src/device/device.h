@@ -221,10 +221,13 @@ typedef struct td_device_ops {
   /* ---- optimizer and utilities ---- */
   /* AdamW (PyTorch's, decoupled weight decay) on flat fp32 buffers, step t >= 1:
    *   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
-   *   p -= lr * (wd * p + (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)) */
+   *   p -= lr * (wd * p + (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps))
+   * copy: NULL, or n elements of copy_dtype (TD_BF16 or TD_F16) that receive the
+   * updated p as cast would write it: the low-precision weight copy in the same
+   * pass over memory. */
   void (*adamw)(td_device *d, float *param, const float *grad, float *m, float *v, int64_t n,
                 float lr, float beta1, float beta2, float eps, float weight_decay,
-                float grad_scale, int64_t step);
+                float grad_scale, int64_t step, void *copy, td_dtype copy_dtype);
   /* dst = (dst_dtype) src; any pair of TD_F32 / TD_BF16 / TD_F16, round to nearest even */
   void (*cast)(td_device *d, void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dtype,
                int64_t n);

@@ -253,10 +253,10 @@ static void p_cross_entropy_backward(td_device *d, float *dlogits, const float *
 
 static void p_adamw(td_device *d, float *param, const float *grad, float *m, float *v, int64_t n,
                     float lr, float beta1, float beta2, float eps, float weight_decay,
-                    float grad_scale, int64_t step) {
+                    float grad_scale, int64_t step, void *copy, td_dtype copy_dtype) {
   double t0 = td_now_seconds();
   IN(d)->ops->adamw(IN(d), param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale,
-                    step);
+                    step, copy, copy_dtype);
   kernel_done(d, t0, "adamw");
 }
 static void p_cast(td_device *d, void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dtype,

@@ -666,9 +666,10 @@ static void s_cross_entropy_backward(td_device *d, float *dlogits, const float *
 }
 static void s_adamw(td_device *d, float *param, const float *grad, float *m, float *v, int64_t n,
                     float lr, float beta1, float beta2, float eps, float weight_decay,
-                    float grad_scale, int64_t step) {
-  ENTER(d, "adamw", param, grad, m, v);
-  FWD(adamw, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, step);
+                    float grad_scale, int64_t step, void *copy, td_dtype copy_dtype) {
+  ENTER(d, "adamw", param, grad, m, v, copy);
+  FWD(adamw, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, step, copy,
+      copy_dtype);
   leave();
 }
 static void s_cast(td_device *d, void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dtype,

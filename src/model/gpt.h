@@ -169,6 +169,9 @@ td_gpt *td_gpt_create_replica(const td_gpt *m);
 void td_gpt_init_params(td_gpt *m, uint64_t seed);
 
 float *td_gpt_params(td_gpt *m);       /* flat fp32 device buffer (NULL: no_flat_params) */
+/* The flat low-precision weight copy, laid out as the parameters, in
+ * td_gpt_weight_dtype (NULL in fp32, or no_flat_params). */
+void *td_gpt_weights(td_gpt *m);
 float *td_gpt_grads(td_gpt *m);        /* flat fp32 device buffer, same views (NULL: no_flat_grads) */
 int64_t td_gpt_flat_numel(const td_gpt *m); /* elements in each flat buffer (views are
                                                64-byte aligned; the gaps stay zero) */

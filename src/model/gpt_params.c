@@ -277,6 +277,7 @@ void td_gpt_init_params(td_gpt *m, uint64_t seed) {
 /* ------------------------------------------------------------------ access */
 
 float *td_gpt_params(td_gpt *m) { return m->params; }
+void *td_gpt_weights(td_gpt *m) { return m->weights_lp; }
 float *td_gpt_grads(td_gpt *m) { return m->grads; }
 int64_t td_gpt_flat_numel(const td_gpt *m) { return m->flat_numel; }
 int64_t td_gpt_num_params(const td_gpt *m) { return m->num_params; }

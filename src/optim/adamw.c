@@ -82,15 +82,17 @@ void td_adamw_free(td_adamw *o) {
   td_free(o->runs);
 }
 
-/* AdamW over the runs on device d, with params and grads d's buffers. */
-static void step_on(td_adamw *o, td_device *d, float *params, const float *grads, float lr,
-                    float grad_scale) {
+/* AdamW over the runs on device d, with params and grads d's buffers (and the
+ * copy laid out as params, or NULL). */
+static void step_on(td_adamw *o, td_device *d, float *params, const float *grads, void *copy,
+                    td_dtype copy_dtype, float lr, float grad_scale) {
   for (int i = 0; i < o->n_runs; i++) {
     const td_adam_run *r = &o->runs[i];
+    void *c = copy ? (char *)copy + (size_t)r->param_offset * td_dtype_size(copy_dtype) : NULL;
     d->ops->adamw(d, params + r->param_offset, grads + r->grad_offset,
                   o->exp_avg + r->state_offset, o->exp_avg_sq + r->state_offset, r->numel, lr,
                   o->beta1, o->beta2, o->eps, r->weight_decay ? o->weight_decay : 0.0f,
-                  grad_scale, o->step);
+                  grad_scale, o->step, c, copy_dtype);
   }
 }
 
@@ -104,7 +106,7 @@ static void step_host(td_adamw *o, float *params, const float *grads, float lr, 
     d->ops->copy_d2h(d, o->host_params + r->param_offset, params + r->param_offset, bytes);
     d->ops->copy_d2h(d, o->host_grads + r->grad_offset, grads + r->grad_offset, bytes);
   }
-  step_on(o, o->host, o->host_params, o->host_grads, lr, grad_scale);
+  step_on(o, o->host, o->host_params, o->host_grads, NULL, TD_F32, lr, grad_scale);
   for (int i = 0; i < o->n_runs; i++) {
     const td_adam_run *r = &o->runs[i];
     d->ops->copy_h2d(d, params + r->param_offset, o->host_params + r->param_offset,
@@ -112,14 +114,20 @@ static void step_host(td_adamw *o, float *params, const float *grads, float lr, 
   }
 }
 
-void td_adamw_step(td_adamw *o, float *params, const float *grads, float lr, float grad_scale) {
+int td_adamw_step_copy(td_adamw *o, float *params, const float *grads, void *copy,
+                       td_dtype copy_dtype, float lr, float grad_scale) {
   o->step++;
   if (o->nvme)
     td_nvme_state_step(o->nvme, o, params, grads, lr, grad_scale);
   else if (o->host)
     step_host(o, params, grads, lr, grad_scale);
   else
-    step_on(o, o->dev, params, grads, lr, grad_scale);
+    step_on(o, o->dev, params, grads, copy, copy_dtype, lr, grad_scale);
+  return copy && !o->nvme && !o->host;
+}
+
+void td_adamw_step(td_adamw *o, float *params, const float *grads, float lr, float grad_scale) {
+  td_adamw_step_copy(o, params, grads, NULL, TD_F32, lr, grad_scale);
 }
 
 /* The device the state lives on. */

@@ -64,6 +64,12 @@ void td_adamw_free(td_adamw *o);
 
 /* One update: g = grads * grad_scale (unscale and clip folded in). */
 void td_adamw_step(td_adamw *o, float *params, const float *grads, float lr, float grad_scale);
+/* The same, also writing the updated parameters into copy (copy_dtype, bf16 or
+ * fp16, laid out as params) in the same pass, where the update runs on the
+ * device (not offloaded to the host or NVMe): returns 1 when it did, 0 when the
+ * caller must cast the copy itself. */
+int td_adamw_step_copy(td_adamw *o, float *params, const float *grads, void *copy,
+                       td_dtype copy_dtype, float lr, float grad_scale);
 
 /* State elements [offset, offset + n) of exp_avg (which 0) or exp_avg_sq (1),
  * to or from host memory (checkpoints, statistics). */

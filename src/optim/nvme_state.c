@@ -267,7 +267,7 @@ static void update_chunk(td_nvme_state *s, const td_adamw *o, const chunk *c, in
     d->ops->copy_h2d(d, v, b->io + s->chunk, bytes);
   }
   d->ops->adamw(d, params + c->param, grads + c->grad, m, v, c->n, lr, o->beta1, o->beta2, o->eps,
-                c->weight_decay ? o->weight_decay : 0.0f, grad_scale, o->step);
+                c->weight_decay ? o->weight_decay : 0.0f, grad_scale, o->step, NULL, TD_F32);
   if (s->staged) {
     d->ops->copy_d2h(d, b->io, m, bytes);
     d->ops->copy_d2h(d, b->io + s->chunk, v, bytes);

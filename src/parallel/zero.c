@@ -46,6 +46,7 @@ struct td_zero {
   td_device *dev;
   td_comm *dp, *comm[N_COMMS];
   int dp_size, dp_rank, stage;
+  int weights_fresh; /* the last update wrote the bf16 weight copy (td_zero_update) */
   int n_units;
   int64_t *piece;      /* per unit: numel / dp, what each rank reduces and gathers */
   int64_t *part;       /* per unit: what this rank's optimizer owns (stage 0: the unit) */
@@ -623,8 +624,14 @@ static void gather_params(td_zero *z) {
   }
 }
 
+/* Without sharding every rank updates the whole flat buffer, and AdamW writes the
+ * bf16 weight copy in the same pass (td_zero_params_changed then has nothing to
+ * cast); the shards of stages 1-3 are gathered as fp32 and cast after. */
 void td_zero_update(td_zero *z, td_adamw *o, float lr, float grad_scale) {
-  td_adamw_step(o, td_zero_param_base(z), grad_base(z), lr, grad_scale);
+  void *copy = z->stage == 0 && td_gpt_weight_dtype(z->model) == TD_BF16 ? td_gpt_weights(z->model)
+                                                                          : NULL;
+  z->weights_fresh =
+      td_adamw_step_copy(o, td_zero_param_base(z), grad_base(z), copy, TD_BF16, lr, grad_scale);
 }
 
 
@@ -635,8 +642,9 @@ void td_zero_gather_params(td_zero *z) {
 void td_zero_params_changed(td_zero *z) {
   if (z->stage == 3)
     drop_slots(z);
-  else
+  else if (!z->weights_fresh)
     td_gpt_cast_weights(z->model);
+  z->weights_fresh = 0;
 }
 
 void td_zero_reduce_sequence_parallel_grads(td_zero *z, td_comm *tp) {

@@ -384,12 +384,17 @@ static void cpu_cross_entropy_backward(td_device *d, float *dlogits, const float
 
 /* --------------------------------------------------------- optimizer, utils */
 
-/* AdamW as device.h writes it; the bias corrections 1 / (1 - beta^t) in double. */
+/* AdamW as device.h writes it; the bias corrections 1 / (1 - beta^t) in double.
+ * The copy of each piece is cast while the piece is still in cache. */
 static void cpu_adamw(td_device *d, float *param, const float *grad, float *m, float *v,
                       int64_t n, float lr, float beta1, float beta2, float eps,
-                      float weight_decay, float grad_scale, int64_t step) {
+                      float weight_decay, float grad_scale, int64_t step, void *copy,
+                      td_dtype copy_dtype) {
   (void)d;
   TD_CHECK(step >= 1, "adamw step %lld: steps count from 1", (long long)step);
+  TD_CHECK(!copy || copy_dtype == TD_BF16 || copy_dtype == TD_F16,
+           "adamw: the weight copy is bf16 or fp16, not %s", td_dtype_name(copy_dtype));
+  const size_t cs = copy ? td_dtype_size(copy_dtype) : 0;
   const td_ew_adamw c = {
       .lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay,
       .grad_scale = grad_scale,
@@ -397,8 +402,10 @@ static void cpu_adamw(td_device *d, float *param, const float *grad, float *m, f
       .inv_bc2 = (float)(1.0 / (1.0 - pow(beta2, (double)step)))};
   const td_ew_isa *isa = ew_isa();
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
-  for (int64_t i = 0; i < n; i += EW_CHUNK)
+  for (int64_t i = 0; i < n; i += EW_CHUNK) {
     isa->adamw(param + i, grad + i, m + i, v + i, min64(EW_CHUNK, n - i), &c);
+    if (copy) isa->cast((char *)copy + (size_t)i * cs, copy_dtype, param + i, TD_F32, min64(EW_CHUNK, n - i));
+  }
 }
 
 static int is_float_dtype(td_dtype dt) { return dt == TD_F32 || dt == TD_BF16 || dt == TD_F16; }

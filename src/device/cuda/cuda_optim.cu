@@ -15,31 +15,40 @@
 #define SQ_FINAL_THREADS 1024
 
 /* AdamW (device.h) on n fp32 elements; inv_bc1 = 1 / (1 - beta1^t), inv_bc2 likewise
- * (computed by the host in double, then float, as the CPU does). */
+ * (computed by the host in double, then float, as the CPU does). The weight copy
+ * (bf16 or fp16, NULL: none) is written from the new value in the same pass. */
 __global__ void td_adamw_kernel(float *param, const float *grad, float *m, float *v, int64_t n,
                                 float lr, float beta1, float beta2, float eps, float wd,
-                                float grad_scale, float inv_bc1, float inv_bc2) {
+                                float grad_scale, float inv_bc1, float inv_bc2,
+                                __nv_bfloat16 *copy_bf16, __half *copy_f16) {
   TD_GRID_STRIDE(i, n) {
     float g = grad[i] * grad_scale;
     float mi = beta1 * m[i] + (1.0f - beta1) * g;
     float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
     float update = mi * inv_bc1 / (sqrtf(vi * inv_bc2) + eps);
-    param[i] -= lr * (wd * param[i] + update);
+    float p = param[i] - lr * (wd * param[i] + update);
+    param[i] = p;
     m[i] = mi;
     v[i] = vi;
+    if (copy_bf16) copy_bf16[i] = __float2bfloat16_rn(p);
+    if (copy_f16) copy_f16[i] = __float2half_rn(p);
   }
 }
 
 static void cu_adamw(td_device *d, float *param, const float *grad, float *m, float *v, int64_t n,
                      float lr, float beta1, float beta2, float eps, float weight_decay,
-                     float grad_scale, int64_t step) {
+                     float grad_scale, int64_t step, void *copy, td_dtype copy_dtype) {
   td_cuda *c = td_cuda_enter(d);
   if (step < 1) td_fail("adamw step %lld: steps count from 1", (long long)step);
+  if (copy && copy_dtype != TD_BF16 && copy_dtype != TD_F16)
+    td_fail("adamw: the weight copy is bf16 or fp16, not %s", td_dtype_name(copy_dtype));
   if (n <= 0) return;
   float inv_bc1 = (float)(1.0 / (1.0 - pow(beta1, (double)step)));
   float inv_bc2 = (float)(1.0 / (1.0 - pow(beta2, (double)step)));
   td_adamw_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(
-      param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, inv_bc1, inv_bc2);
+      param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, inv_bc1, inv_bc2,
+      copy && copy_dtype == TD_BF16 ? (__nv_bfloat16 *)copy : NULL,
+      copy && copy_dtype == TD_F16 ? (__half *)copy : NULL);
   TD_CUDA_LAUNCHED();
 }
 
