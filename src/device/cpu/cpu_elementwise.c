@@ -385,7 +385,8 @@ static void cpu_cross_entropy_backward(td_device *d, float *dlogits, const float
 /* --------------------------------------------------------- optimizer, utils */
 
 /* AdamW as device.h writes it; the bias corrections 1 / (1 - beta^t) in double.
- * The copy of each piece is cast while the piece is still in cache. */
+ * A bf16 copy is stored by the update's own loop; an fp16 one is cast per piece
+ * while the piece is in cache. */
 static void cpu_adamw(td_device *d, float *param, const float *grad, float *m, float *v,
                       int64_t n, float lr, float beta1, float beta2, float eps,
                       float weight_decay, float grad_scale, int64_t step, void *copy,
@@ -403,8 +404,10 @@ static void cpu_adamw(td_device *d, float *param, const float *grad, float *m, f
   const td_ew_isa *isa = ew_isa();
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
   for (int64_t i = 0; i < n; i += EW_CHUNK) {
-    isa->adamw(param + i, grad + i, m + i, v + i, min64(EW_CHUNK, n - i), &c);
-    if (copy) isa->cast((char *)copy + (size_t)i * cs, copy_dtype, param + i, TD_F32, min64(EW_CHUNK, n - i));
+    uint16_t *bf16 = copy && copy_dtype == TD_BF16 ? (uint16_t *)copy + i : NULL;
+    isa->adamw(param + i, grad + i, m + i, v + i, min64(EW_CHUNK, n - i), &c, bf16);
+    if (copy && !bf16)
+      isa->cast((char *)copy + (size_t)i * cs, copy_dtype, param + i, TD_F32, min64(EW_CHUNK, n - i));
   }
 }
 

@@ -44,8 +44,9 @@ typedef struct td_ew_isa {
   /* dlogits[j] = exp(logits[j] - lse) dloss, j < vocab (may alias) */
   void (*softmax_grad_row)(float *dlogits, const float *logits, float lse, float dloss,
                            int64_t vocab);
+  /* copy_bf16 (NULL: none) gets the new param rounded to bf16 as cast would */
   void (*adamw)(float *param, const float *grad, float *m, float *v, int64_t n,
-                const td_ew_adamw *c);
+                const td_ew_adamw *c, uint16_t *copy_bf16);
   /* dst = (dst_dtype) src, n elements, dtypes in {F32, BF16, F16}, dtypes differ */
   void (*cast)(void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dtype, int64_t n);
   /* dst[0, bytes) = 0; stream: with non-temporal stores where the ISA has them (a

@@ -324,7 +324,7 @@ static void softmax_grad_row(float *dlogits, const float *logits, float lse, flo
 /* -------------------------------------------------------------------- adamw */
 
 static void adamw(float *param, const float *grad, float *m, float *v, int64_t n,
-                  const td_ew_adamw *c) {
+                  const td_ew_adamw *c, uint16_t *copy_bf16) {
   const __m512 b1 = V1(c->beta1), b2 = V1(c->beta2), a1 = V1(1.0f - c->beta1);
   const __m512 a2 = V1(1.0f - c->beta2), ib1 = V1(c->inv_bc1), ib2 = V1(c->inv_bc2);
   for (int64_t i = 0; i < n; i += 16) {
@@ -339,9 +339,11 @@ static void adamw(float *param, const float *grad, float *m, float *v, int64_t n
     __m512 upd = _mm512_div_ps(_mm512_mul_ps(mi, ib1), den);
     __m512 p = _mm512_maskz_loadu_ps(k, param + i);
     __m512 step = _mm512_fmadd_ps(V1(c->weight_decay), p, upd);
-    _mm512_mask_storeu_ps(param + i, k, _mm512_fnmadd_ps(V1(c->lr), step, p));
+    __m512 np = _mm512_fnmadd_ps(V1(c->lr), step, p);
+    _mm512_mask_storeu_ps(param + i, k, np);
     _mm512_mask_storeu_ps(m + i, k, mi);
     _mm512_mask_storeu_ps(v + i, k, vi);
+    if (copy_bf16) _mm256_mask_storeu_epi16(copy_bf16 + i, k, v_to_bf16(np));
   }
 }
 

@@ -161,7 +161,7 @@ static void softmax_grad_row(float *dlogits, const float *logits, float lse, flo
 /* -------------------------------------------------------------------- adamw */
 
 static void adamw(float *param, const float *grad, float *m, float *v, int64_t n,
-                  const td_ew_adamw *c) {
+                  const td_ew_adamw *c, uint16_t *copy_bf16) {
   for (int64_t i = 0; i < n; i++) {
     float g = grad[i] * c->grad_scale;
     float mi = c->beta1 * m[i] + (1.0f - c->beta1) * g;
@@ -170,6 +170,7 @@ static void adamw(float *param, const float *grad, float *m, float *v, int64_t n
     param[i] -= c->lr * (c->weight_decay * param[i] + update);
     m[i] = mi;
     v[i] = vi;
+    if (copy_bf16) copy_bf16[i] = td_f32_to_bf16(param[i]);
   }
 }
 
