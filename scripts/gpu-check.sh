@@ -13,7 +13,9 @@
 #      is importable.
 # Logs go to $OUT (default out/gpu-check/); the summary is printed last. Exit 0
 # when every test passed, 1 when one failed, 2 when there is no GPU to check.
-# Needs what `make build` needs (scripts/install-deps.sh) plus the CUDA toolkit.
+# Needs what `make build` needs (scripts/install-deps.sh) plus the CUDA toolkit; on
+# a GPU node without a package mirror, the libraries come from
+# scripts/offline-deps.sh (unpack, then `. DIR/env.sh` before this script).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out/gpu-check}
