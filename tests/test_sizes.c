@@ -6,8 +6,10 @@
  * memory limit (TRIDENT_MEMORY_LIMIT), and the flag refusals of sizes that would
  * overflow. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -259,6 +261,72 @@ static void test_memory_limit(void) {
   CHECK(l2.bytes <= l.bytes, "two ranks on the node get at most one's share");
 }
 
+/* A file under root with the given text (directories made on the way). */
+static void put_file(const char *root, const char *rel, const char *text) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", root, rel);
+  for (char *s = strchr(path + strlen(root) + 1, '/'); s; s = strchr(s + 1, '/')) {
+    *s = 0;
+    mkdir(path, 0700);
+    *s = '/';
+  }
+  FILE *f = fopen(path, "w");
+  fputs(text, f);
+  fclose(f);
+}
+
+/* The memory cgroup's room from fake /proc/self/cgroup files and cgroup trees:
+ * v2 with the limit on a parent, v1 (Slurm's layout: the job's limit above the
+ * step's unlimited one; a hybrid system's "0::" line beside it), v1 with the memory controller among others, v1 in a
+ * container whose path is not under the mount (the mount's own files), and no
+ * limit anywhere. */
+static void test_cgroup_room(void) {
+  char root[] = "/tmp/td_cgroup_XXXXXX", proc[600], sys[600], what[600];
+  if (!mkdtemp(root)) {
+    CHECK(0, "mkdtemp for the fake cgroup trees");
+    return;
+  }
+  snprintf(proc, sizeof proc, "%s/cgroup", root);
+  snprintf(sys, sizeof sys, "%s/sys", root);
+  const char *unl = "9223372036854771712\n";
+  put_file(root, "cgroup", "0::/a/b\n");
+  put_file(root, "sys/a/b/memory.max", "max\n"), put_file(root, "sys/a/b/memory.current", "100\n");
+  put_file(root, "sys/a/memory.max", "1000\n"), put_file(root, "sys/a/memory.current", "300\n");
+  uint64_t r = td_memory_cgroup_room(proc, sys, what, sizeof what);
+  CHECK(r == 700 && strstr(what, "/a memory.max minus memory.current"),
+        "v2: the parent's memory.max 1000 - memory.current 300 = %llu (%s)", (unsigned long long)r,
+        what);
+  put_file(root, "cgroup", "12:pids:/x\n4:memory:/slurm/job_1/step_0\n3:cpu,cpuacct:/y\n0::/z\n");
+  put_file(root, "sys/memory/slurm/job_1/step_0/memory.limit_in_bytes", unl);
+  put_file(root, "sys/memory/slurm/job_1/step_0/memory.usage_in_bytes", "50\n");
+  put_file(root, "sys/memory/slurm/job_1/memory.limit_in_bytes", "4096\n");
+  put_file(root, "sys/memory/slurm/job_1/memory.usage_in_bytes", "1000\n");
+  r = td_memory_cgroup_room(proc, sys, what, sizeof what);
+  CHECK(r == 3096 && strstr(what, "(v1) /slurm/job_1 memory.limit_in_bytes"),
+        "v1: the job's limit above the step's: 4096 - 1000 = %llu (%s)", (unsigned long long)r, what);
+  put_file(root, "cgroup", "5:cpu,memory,pids:/slurm/job_1\n");
+  r = td_memory_cgroup_room(proc, sys, what, sizeof what);
+  CHECK(r == 3096, "v1: memory among the line's controllers: %llu", (unsigned long long)r);
+  put_file(root, "cgroup", "4:memory:/docker/0123abcd\n");
+  put_file(root, "sys/memory/memory.limit_in_bytes", "2048\n");
+  put_file(root, "sys/memory/memory.usage_in_bytes", "48\n");
+  r = td_memory_cgroup_room(proc, sys, what, sizeof what);
+  CHECK(r == 2000, "v1 in a container (its path not under the mount): the mount's 2048 - 48 = %llu",
+        (unsigned long long)r);
+  put_file(root, "sys/memory/memory.limit_in_bytes", unl);
+  put_file(root, "sys/memory.max", "max\n");
+  const char *unlimited[] = {"0::/\n", "4:memory:/docker/0123abcd\n", "3:cpu:/\n"};
+  int none = 1;
+  for (int i = 0; i < 3; i++) {
+    put_file(root, "cgroup", unlimited[i]);
+    none &= td_memory_cgroup_room(proc, sys, NULL, 0) == TD_SIZE_HUGE;
+  }
+  CHECK(none, "no limit (v2 max, v1 unlimited, no memory controller): none");
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+  CHECK(system(cmd) == 0, "fake cgroup trees removed");
+}
+
 /* Checkpoint args beyond the limits (a damaged or hostile metadata.json). */
 static void test_checkpoint_args(void) {
   const struct {
@@ -398,6 +466,7 @@ int main(void) {
   test_count_split_layouts();
   test_plan_huge();
   test_memory_limit();
+  test_cgroup_room();
   test_checkpoint_args();
   test_flags();
   return tst_finish();

@@ -73,32 +73,84 @@ static int64_t proc_kb(const char *path, const char *key) {
 
 int64_t td_memory_self_bytes(const char *field) { return proc_kb("/proc/self/status", field); }
 
-/* One number from a cgroup file ("max": no limit, TD_SIZE_HUGE); 0 when unreadable. */
+/* One number from a cgroup file: TD_SIZE_HUGE for no limit ("max", or cgroup v1's
+ * "unlimited", a page counter's maximum near 2^63); 0 when unreadable. */
 static uint64_t cgroup_value(const char *dir, const char *file) {
-  char path[600], text[64] = "";
-  snprintf(path, sizeof path, "/sys/fs/cgroup%s/%s", dir, file);
+  char path[1200], text[64] = "";
+  snprintf(path, sizeof path, "%s/%s", dir, file);
   FILE *f = fopen(path, "r");
   if (!f) return 0;
   int ok = fgets(text, sizeof text, f) != NULL;
   fclose(f);
   if (!ok) return 0;
   if (!strncmp(text, "max", 3)) return TD_SIZE_HUGE;
-  return strtoull(text, NULL, 10);
+  uint64_t v = strtoull(text, NULL, 10);
+  return v >= (1ull << 62) ? TD_SIZE_HUGE : v;
 }
 
-/* This process's cgroup v2 directory ("0::/path" of /proc/self/cgroup). */
-static void cgroup_dir(char *dir, size_t n) {
-  dir[0] = 0;
-  FILE *f = fopen("/proc/self/cgroup", "r");
-  if (!f) return;
-  char line[512];
-  while (fgets(line, sizeof line, f))
-    if (!strncmp(line, "0::", 3)) {
-      line[strcspn(line, "\n")] = 0;
-      snprintf(dir, n, "%s", strcmp(line + 3, "/") ? line + 3 : "");
-      break;
+/* Whether a comma-separated controller list names "memory". */
+static int has_memory(const char *controllers) {
+  for (const char *t = controllers; *t;) {
+    size_t len = strcspn(t, ",");
+    if (len == 6 && !strncmp(t, "memory", 6)) return 1;
+    t += len + (t[len] == ',');
+  }
+  return 0;
+}
+
+/* This process's memory cgroup from a /proc/self/cgroup file: the v1 line of the
+ * memory controller "N:...memory...:/path" (version 1; on a hybrid system the
+ * unified hierarchy's "0::" line is there too, without the controller), else
+ * the v2 line "0::/path" (version 2); 0 when neither. */
+static int cgroup_path(const char *proc_cgroup, char *path, size_t n) {
+  FILE *f = fopen(proc_cgroup, "r");
+  if (!f) return 0;
+  char line[1024];
+  int version = 0;
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2) continue;
+    *c2 = 0;
+    const char *controllers = c1 + 1, *p = c2 + 1;
+    int v2 = !strncmp(line, "0:", 2) && !*controllers;
+    if ((v2 && !version) || has_memory(controllers)) {
+      snprintf(path, n, "%s", strcmp(p, "/") ? p : "");
+      version = v2 ? 2 : 1;
     }
+  }
   fclose(f);
+  return version;
+}
+
+uint64_t td_memory_cgroup_room(const char *proc_cgroup, const char *sys_root, char *what,
+                               size_t n) {
+  char rel[512], dir[1100];
+  int version = cgroup_path(proc_cgroup, rel, sizeof rel);
+  if (!version) return TD_SIZE_HUGE;
+  const char *limit = version == 2 ? "memory.max" : "memory.limit_in_bytes";
+  const char *usage = version == 2 ? "memory.current" : "memory.usage_in_bytes";
+  const char *mount = version == 2 ? "" : "/memory";
+  uint64_t room = TD_SIZE_HUGE;
+  /* the process's cgroup and each parent (a job's limit may sit above its step),
+   * within the mount; a path that is not there (a container without a cgroup
+   * namespace) leaves the mount's own files */
+  for (;;) {
+    snprintf(dir, sizeof dir, "%s%s%s", sys_root, mount, rel);
+    uint64_t max = cgroup_value(dir, limit), used = cgroup_value(dir, usage);
+    if (max && max != TD_SIZE_HUGE && used != TD_SIZE_HUGE) {
+      uint64_t r = max > used ? max - used : 0;
+      if (r < room) {
+        room = r;
+        if (what) snprintf(what, n, "the cgroup%s %s %s minus %s", version == 1 ? " (v1)" : "",
+                           *rel ? rel : "/", limit, usage);
+      }
+    }
+    char *slash = strrchr(rel, '/');
+    if (!*rel || !slash) break;
+    *slash = 0;
+  }
+  return room;
 }
 
 /* Keep the smaller of the limit so far and bytes (from source). */
@@ -109,7 +161,7 @@ static void consider(td_memory_limit *l, uint64_t bytes, const char *source) {
 }
 
 static void node_limits(td_memory_limit *l, int ranks) {
-  char what[160], dir[512];
+  char what[700], dir[600];
   int64_t avail = proc_kb("/proc/meminfo", "MemAvailable");
   int64_t swap = proc_kb("/proc/meminfo", "SwapFree");
   const char *share = ranks > 1 ? ", shared by the job's ranks on this node" : "";
@@ -117,11 +169,10 @@ static void node_limits(td_memory_limit *l, int ranks) {
     snprintf(what, sizeof what, "MemAvailable + SwapFree in /proc/meminfo%s", share);
     consider(l, ((uint64_t)avail + (uint64_t)(swap > 0 ? swap : 0)) / (uint64_t)ranks, what);
   }
-  cgroup_dir(dir, sizeof dir);
-  uint64_t max = cgroup_value(dir, "memory.max"), used = cgroup_value(dir, "memory.current");
-  if (max && max != TD_SIZE_HUGE && used != TD_SIZE_HUGE) {
-    snprintf(what, sizeof what, "the cgroup's memory.max minus memory.current%s", share);
-    consider(l, (max > used ? max - used : 0) / (uint64_t)ranks, what);
+  uint64_t room = td_memory_cgroup_room("/proc/self/cgroup", "/sys/fs/cgroup", dir, sizeof dir);
+  if (room != TD_SIZE_HUGE) {
+    snprintf(what, sizeof what, "%s%s", dir, share);
+    consider(l, room / (uint64_t)ranks, what);
   }
 }
 

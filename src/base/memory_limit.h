@@ -7,8 +7,10 @@
  *   - MemAvailable + SwapFree from /proc/meminfo, shared equally by the
  *     ranks_per_node processes of the job on this node (they all allocate at
  *     start-up);
- *   - a cgroup v2 memory.max (a container's limit) minus memory.current, shared
- *     the same way;
+ *   - the memory cgroup's limit minus its usage (a container's or a batch job's:
+ *     v2 memory.max - memory.current, v1 memory.limit_in_bytes -
+ *     memory.usage_in_bytes), the least over the process's cgroup and its
+ *     parents, shared the same way;
  *   - RLIMIT_AS minus the address space in use, RLIMIT_DATA minus the data
  *     segment in use (ulimit -v / -d), per process.
  * TRIDENT_MEMORY_LIMIT replaces all of them: the bytes one trident process may
@@ -22,7 +24,7 @@
 
 typedef struct {
   uint64_t bytes;   /* TD_SIZE_HUGE (base/checked.h): no limit */
-  char source[192]; /* where the figure comes from, for messages */
+  char source[768]; /* where the figure comes from, for messages */
 } td_memory_limit;
 
 /* The limit for one of ranks_per_node processes (>= 1). Returns 0, or -1 with
@@ -31,6 +33,14 @@ int td_memory_limit_get(int ranks_per_node, td_memory_limit *l, char *err, size_
 
 /* TRIDENT_MEMORY_LIMIT's syntax: 0 and *bytes, or -1 (TD_SIZE_HUGE for "unlimited"). */
 int td_memory_parse(const char *s, uint64_t *bytes);
+
+/* The room under the memory cgroup named by a /proc/self/cgroup file
+ * (proc_cgroup), with the cgroup file system mounted at sys_root (v1: its
+ * memory controller at sys_root/memory): the least limit minus usage over the
+ * cgroup and its parents, TD_SIZE_HUGE when none is limited. what (may be NULL)
+ * names the cgroup and files that set it. */
+uint64_t td_memory_cgroup_room(const char *proc_cgroup, const char *sys_root, char *what,
+                               size_t n);
 
 /* A field of /proc/self/status in bytes (e.g. "VmPeak", "VmHWM"); -1 if unknown. */
 int64_t td_memory_self_bytes(const char *field);
