@@ -60,8 +60,9 @@ fi
   --warmup 3 --json >"$out/bench_train.jsonl" 2>"$out/bench_train.err"
 t_ms=$(sed -n 's/.*"event": "summary".*"median_step_ms": \([0-9.]*\),.*/\1/p' "$out/bench_train.jsonl")
 t_tok=$(sed -n 's/.*"event": "summary".*"tokens_per_s": \([0-9.]*\),.*/\1/p' "$out/bench_train.jsonl")
+t_mem=$(sed -n 's/.*"event": "summary".*"max_mem_gib": \([-0-9.]*\)}.*/\1/p' "$out/bench_train.jsonl")
 if [ -n "$t_ms" ]; then
-  note "trident bench train, GPT-2 124M bf16 seq 1024 mbs 16: $t_ms ms/step, $t_tok tokens/s"
+  note "trident bench train, GPT-2 124M bf16 seq 1024 mbs 16: $t_ms ms/step, $t_tok tokens/s, peak memory $t_mem GiB"
 else
   note "trident bench train FAILED: $(tail -3 "$out/bench_train.err")"
 fi
@@ -71,9 +72,10 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
       2>"$out/peer_compile$c.err" || true
     p_ms=$(sed -n 's/.*"median_ms": \([0-9.]*\),.*/\1/p' "$out/peer_compile$c.json")
     p_tok=$(sed -n 's/.*"tokens_per_s": \([0-9]*\),.*/\1/p' "$out/peer_compile$c.json")
+    p_mem=$(sed -n 's/.*"max_mem_gib": \([0-9.]*\).*/\1/p' "$out/peer_compile$c.json")
     if [ -n "$p_ms" ]; then
       ratio=$([ -n "$t_ms" ] && awk -v t="$t_ms" -v p="$p_ms" 'BEGIN { printf "; trident/PyTorch time %.2fx", t / p }')
-      note "PyTorch (torch.compile=$c), same shapes: $p_ms ms/step, $p_tok tokens/s$ratio"
+      note "PyTorch (torch.compile=$c), same shapes: $p_ms ms/step, $p_tok tokens/s, peak memory $p_mem GiB$ratio"
     else
       note "PyTorch (torch.compile=$c) FAILED: $(tail -2 "$out/peer_compile$c.err")"
     fi

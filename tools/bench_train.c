@@ -45,7 +45,7 @@ static void usage(FILE *f) {
       "                           [--device cpu|cuda|auto] [--breakdown 0|1] ...\n"
       "  Training steps of GPT-2 124M on random tokens through trident's model and AdamW:\n"
       "  step time, tokens/s, model TFLOP/s, MFU against the best matmul rate of the dtype\n"
-      "  (measured first), and the time per kernel and phase.\n"
+      "  (measured after the steps), the peak device memory, and the time per kernel and phase.\n"
       "  --dtype D          fp32 (default) or bf16 (bf16 matmuls, fp32 master weights)\n"
       "  --seq-len T        sequence length (default 256)\n"
       "  --micro-batch B    sequences per step (default 4)\n"
@@ -303,6 +303,7 @@ static step_result train_step(bench *b, int64_t step) {
 typedef struct {
   double step_seconds, flops_per_step, gemm_gflops;
   int64_t tokens;
+  double peak_bytes; /* the device backend's peak of live allocations; -1: not tracked */
 } summary;
 
 static int cmp_entry_seconds(const void *x, const void *y) {
@@ -393,17 +394,20 @@ static void print_summary(const bench *b, const summary *s) {
   if (o->json)
     printf(
         "{\"event\": \"summary\", \"dtype\": \"%s\", \"seq_len\": %lld, \"micro_batch\": %lld, "
-        "\"threads\": %d, \"steps\": %d, \"median_step_ms\": %.1f, \"tokens_per_s\": %.1f, "
-        "\"model_tflops\": %.4f, \"gemm_ceiling_gflops\": %.1f, \"mfu\": %.4f}\n",
+        "\"threads\": %d, \"steps\": %d, \"median_step_ms\": %.3f, \"tokens_per_s\": %.1f, "
+        "\"model_tflops\": %.4f, \"gemm_ceiling_gflops\": %.1f, \"mfu\": %.4f, "
+        "\"max_mem_bytes\": %.0f, \"max_mem_gib\": %.2f}\n",
         td_dtype_name(o->dtype), (long long)o->seq, (long long)o->micro_batch,
-        omp_get_max_threads(), o->steps, 1e3 * s->step_seconds, tok_s, tflops, s->gemm_gflops, mfu);
+        omp_get_max_threads(), o->steps, 1e3 * s->step_seconds, tok_s, tflops, s->gemm_gflops, mfu,
+        s->peak_bytes, s->peak_bytes < 0 ? -1.0 : s->peak_bytes / (1 << 30));
   else
     printf(
         "\nRESULT %s seq %lld micro-batch %lld, %d threads: median %.1f ms/step | %.1f tokens/s | "
-        "model %.3f TFLOP/s | MFU %.1f%% of the %s GEMM ceiling %.1f GFLOP/s\n",
+        "model %.3f TFLOP/s | MFU %.1f%% of the %s GEMM ceiling %.1f GFLOP/s | peak device "
+        "memory %.3f GiB\n",
         td_dtype_name(o->dtype), (long long)o->seq, (long long)o->micro_batch,
         omp_get_max_threads(), 1e3 * s->step_seconds, tok_s, tflops, 100 * mfu,
-        td_dtype_name(o->dtype), s->gemm_gflops);
+        td_dtype_name(o->dtype), s->gemm_gflops, s->peak_bytes < 0 ? -1.0 : s->peak_bytes / (1 << 30));
 }
 
 /* ------------------------------------------------------------------ entry */
@@ -444,7 +448,6 @@ int td_bench_train(int argc, char **argv) {
   fflush(stdout);
 
   summary s = {.tokens = N};
-  s.gemm_gflops = gemm_ceiling(raw, &o, N, cfg.hidden, cfg.ffn_hidden, cfg.vocab_size);
   s.flops_per_step = td_gpt_flops_per_iteration(o.micro_batch, o.seq, o.layers, o.hidden,
                                                 cfg.ffn_hidden, cfg.vocab_size);
 
@@ -484,6 +487,17 @@ int td_bench_train(int argc, char **argv) {
     fflush(stdout);
   }
   s.step_seconds = td_bench_median(times, o.steps);
+  /* as PyTorch's max_memory_allocated (the peer's max_mem_gib): the backend's
+   * live allocations at their peak over the run so far (model, optimizer,
+   * activations), not the kernels' scratch or cuBLASLt's workspace; read
+   * before the GEMM ceiling's buffers exist */
+  size_t now_b, peak_b;
+  s.peak_bytes = -1;
+  if (raw->ops->memory_stats) {
+    raw->ops->memory_stats(raw, &now_b, &peak_b);
+    s.peak_bytes = (double)peak_b;
+  }
+  s.gemm_gflops = gemm_ceiling(raw, &o, N, cfg.hidden, cfg.ffn_hidden, cfg.vocab_size);
   print_summary(&b, &s);
   if (b.prof) {
     print_phases(&b, &s, measured);
