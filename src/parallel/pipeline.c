@@ -15,9 +15,9 @@ static void wait_all_sends(td_pipeline *p) {
 }
 
 /* Micro-batch m's loss goes to device slot m (read back once a step, not once a
- * micro-batch). */
-/* training: the backward follows, for tokens weighted by mask x dloss_scale (the
- * head's stage runs its part with the forward: gpt.h, td_gpt_forward_train_to). */
+ * micro-batch). training: the backward follows, for tokens weighted by mask x
+ * dloss_scale (the head's stage runs its part with the forward: gpt.h,
+ * td_gpt_forward_train_to). */
 static void stage_forward(td_pipeline *p, const td_pipeline_batch *b, int64_t m, int training,
                           float dloss_scale, double *ms) {
   const int64_t o = m * b->micro_tokens, n = td_gpt_stage_numel(p->replicas[0]);
