@@ -10,11 +10,7 @@
 # exits 1 naming it. Arguments: the trident binary and the source directory.
 set -u
 bin=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
-ok() { echo "ok    $*"; }
+source "$(dirname "$0")/train_common.sh" # $tmp, ok, fail
 
 small=(--num-layers 2 --hidden-size 64 --num-heads 2 --vocab 1000 --seq-len 32 --micro-batch 2
   --steps 3 --warmup 1 --json)

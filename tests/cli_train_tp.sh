@@ -49,9 +49,15 @@ same "$tmp/bf16_tp1.log" "$tmp/bf16_sp2.log" 1e-3 "bf16 TP=2 + sequence parallel
 same "$tmp/tp1.log" "$tmp/sp2dp2.log" 1e-5 "fp32 TP=2 + SP x DP=2 (4 ranks) == one rank"
 same "$tmp/tp1.log" "$tmp/sp4dp2.log" 1e-5 "fp32 TP=4 + SP x DP=2 (8 ranks) == one rank"
 layer_mib() { grep -oE '[0-9.]+ per layer' "$1" | cut -d' ' -f1; }
-awk -v a="$(layer_mib "$tmp/tp2.log")" -v b="$(layer_mib "$tmp/sp2.log")" 'BEGIN { exit !(b > 0 && b < a) }' &&
-  ok "activations per layer at TP=2: $(layer_mib "$tmp/tp2.log") MiB, with sequence parallelism $(layer_mib "$tmp/sp2.log") MiB" ||
-  fail "activations per layer TP=2 $(layer_mib "$tmp/tp2.log") vs SP $(layer_mib "$tmp/sp2.log")"
+act_mib() { grep -oE 'activations [0-9.]+' "$1" | cut -d' ' -f2; }
+# shrinks WHAT MEASURE BASE LOG: MEASURE (layer_mib, act_mib) of LOG is below BASE's, above 0
+shrinks() {
+  local a b
+  a=$($2 "$3") b=$($2 "$4")
+  awk -v a="$a" -v b="$b" 'BEGIN { exit !(b > 0 && b < a) }' && ok "$1: $a MiB -> $b MiB" ||
+    fail "$1: $a MiB -> $b MiB, expected fewer"
+}
+shrinks "activations per layer, TP=2 -> with sequence parallelism" layer_mib "$tmp/tp2.log" "$tmp/sp2.log"
 
 # Logits in chunks (--logits-chunk-tokens 24: the 64 tokens of a micro-batch as
 # 24 + 24 + 16, each chunk's backward run with its forward): the losses of the
@@ -67,10 +73,7 @@ same "$tmp/tp1.log" "$tmp/chunk1.log" 1e-5 "fp32 logits in chunks of 24 tokens =
 same "$tmp/tp1.log" "$tmp/chunk_sp2.log" 1e-5 "fp32 TP=2 + SP, logits in chunks of 24 == TP=1 whole"
 same "$tmp/tp1.log" "$tmp/chunk_dp2_z2.log" 1e-5 "fp32 DP=2, ZeRO-2, logits in chunks of 24 == one rank"
 same "$tmp/tp1.log" "$tmp/chunk_tp2dp2_z3.log" 1e-5 "fp32 TP=2 x DP=2, ZeRO-3, logits in chunks of 24 == one rank"
-act_mib() { grep -oE 'activations [0-9.]+' "$1" | cut -d' ' -f2; }
-awk -v a="$(act_mib "$tmp/tp1.log")" -v b="$(act_mib "$tmp/chunk1.log")" 'BEGIN { exit !(b > 0 && b < a) }' &&
-  ok "activations at TP=1: $(act_mib "$tmp/tp1.log") MiB, with logits chunks of 24 $(act_mib "$tmp/chunk1.log") MiB" ||
-  fail "logits chunk activations $(act_mib "$tmp/chunk1.log") vs $(act_mib "$tmp/tp1.log")"
+shrinks "activations at TP=1, whole logits -> logits in chunks of 24" act_mib "$tmp/tp1.log" "$tmp/chunk1.log"
 
 # Full activation recomputation reruns each chunk's forward (collectives and
 # dropout masks included) in backward: the same losses, bit for bit, with fewer
@@ -81,9 +84,7 @@ same "$tmp/sp2.log" "$tmp/sp2_rc.log" 0 "TP=2 + SP with full recomputation == wi
 run 4 "$tmp/sp2dp2_rc.log" --tensor-model-parallel-size 2 --sequence-parallel --recompute-granularity full \
   --recompute-method block --recompute-num-layers 1
 same "$tmp/sp2dp2.log" "$tmp/sp2dp2_rc.log" 0 "TP=2 + SP x DP=2 with block recomputation == without, bit for bit"
-awk -v a="$(act_mib "$tmp/sp2.log")" -v b="$(act_mib "$tmp/sp2_rc.log")" 'BEGIN { exit !(b > 0 && b < a) }' &&
-  ok "activations at TP=2 + SP: $(act_mib "$tmp/sp2.log") MiB, with full recomputation $(act_mib "$tmp/sp2_rc.log") MiB" ||
-  fail "recomputation activations $(act_mib "$tmp/sp2_rc.log") vs $(act_mib "$tmp/sp2.log")"
+shrinks "activations at TP=2 + SP -> with full recomputation" act_mib "$tmp/sp2.log" "$tmp/sp2_rc.log"
 
 run 4 "$tmp/tp2dp2.log" --tensor-model-parallel-size 2
 run 8 "$tmp/tp2dp4.log" --tensor-model-parallel-size 2
