@@ -9,7 +9,10 @@
 # gradient norm; the parameters' norm, read after the update, is a third), fp16
 # with its loss scaler, bf16
 # with logits in chunks, under DP with ZeRO-2, TP, PP, and on the sealed device
-# (device memory the host cannot read: staged copies, one rank). On a GPU each
+# (device memory the host cannot read: staged copies, one rank), where DP and TP
+# collectives through the device's collective library (NCCL's path, here its
+# MPI stand-in) add none, and host-staged ones (--distributed-backend gloo)
+# one per collective. On a GPU each
 # wait idles the device until the host issues more work, so this is a speed
 # property of GPU runs that the CPU can check.
 # Arguments: the trident binary and the source directory.
@@ -53,4 +56,13 @@ run 2 "$tmp/pp2.log" --global-batch-size 8 --pipeline-model-parallel-size 2
 expect_two "$tmp/pp2.log" "PP=2, 1F1B over four micro-batches (rank 0)"
 run 1 "$tmp/sealed.log" --global-batch-size 8 --device sealed
 expect_two "$tmp/sealed.log" "the sealed device, four micro-batches"
+run 2 "$tmp/sealed_dp2.log" --global-batch-size 8 --device sealed --zero-stage 2
+expect_two "$tmp/sealed_dp2.log" "the sealed device, DP=2 with ZeRO-2 through the collective library"
+run 2 "$tmp/sealed_tp2.log" --global-batch-size 8 --device sealed --tensor-model-parallel-size 2 --sequence-parallel
+expect_two "$tmp/sealed_tp2.log" "the sealed device, TP=2 with sequence parallelism through the collective library"
+run 2 "$tmp/sealed_gloo.log" --global-batch-size 8 --device sealed --zero-stage 2 --distributed-backend gloo
+read -r lo hi <<<"$(waits "$tmp/sealed_gloo.log")"
+[ "${lo:-0}" -gt 2 ] && grep -q "collectives staged through the host" "$tmp/sealed_gloo.log" &&
+  ok "the sealed device, DP=2 ZeRO-2 staged through the host (gloo): $lo host waits per step, said so" ||
+  fail "gloo on the sealed device: $(grep 'host waits' "$tmp/sealed_gloo.log")"
 exit $failed

@@ -12,8 +12,11 @@
 #  - a checkpoint saved on the sealed device resumes on the CPU and the reverse,
 #    with the uninterrupted run's losses;
 #  - generate on the sealed device gives the CPU's greedy tokens.
-# Collectives on such memory are staged through host buffers (comm/device_comm.h),
-# so these runs also prove that staging moves the right bytes.
+# Multi-rank collectives on such memory take the device collective library's
+# path (comm/device_comm.h: NCCL's on a GPU, here the sealed device's MPI
+# stand-in with the same calls, streams and events), and with
+# --distributed-backend gloo are staged through host buffers: both give the
+# CPU's bits, so these runs prove that either path moves the right bytes.
 # Arguments: the trident binary and the source directory.
 set -u
 bin=$1
@@ -48,6 +51,22 @@ both "DP=2 ZeRO-3" 2 --zero-stage 3
 both "TP=2 sequence parallel" 2 --tensor-model-parallel-size 2 --sequence-parallel
 both "PP=2 bf16" 2 --pipeline-model-parallel-size 2 --bf16
 both "TP=2 x DP=2 ZeRO-1" 4 --tensor-model-parallel-size 2 --use-distributed-optimizer
+grep -q "collectives on device memory: mpi-staged" "$tmp/DP=2 ZeRO-2.sealed.log" &&
+  ok "multi-rank sealed runs use the collective library (the default --distributed-backend nccl)" ||
+  fail "collectives line: $(grep 'collectives on' "$tmp/DP=2 ZeRO-2.sealed.log")"
+
+# gloo NAME NP ARGS...: the host-staged path of a run "both" made, same losses
+gloo() {
+  local name=$1 np=$2
+  shift 2
+  run "$np" "$tmp/$name.gloo.log" --device sealed --distributed-backend gloo "$@"
+  grep -q "collectives on device memory: MPI through host copies" "$tmp/$name.gloo.log" ||
+    fail "$name: gloo's collectives line: $(grep 'collectives on' "$tmp/$name.gloo.log")"
+  same "$tmp/$name.cpu.log" "$tmp/$name.gloo.log" 0 "$name: sealed, staged through the host (gloo) == CPU, bit for bit"
+}
+gloo "DP=2 ZeRO-2" 2 --zero-stage 2
+gloo "TP=2 sequence parallel" 2 --tensor-model-parallel-size 2 --sequence-parallel
+gloo "PP=2 bf16" 2 --pipeline-model-parallel-size 2 --bf16
 
 mkdir -p "$tmp/nvme"
 cat >"$tmp/ds.json" <<EOF

@@ -99,13 +99,13 @@ static void test_seed_script(void) {
   fclose(f);
   CHECK(strstr(notes, "--transformer-impl: trident runs its own C kernels") != NULL,
         "note for --transformer-impl");
-  CHECK(strstr(notes, "--distributed-backend: the CPU backend has no NCCL") != NULL,
-        "note for --distributed-backend");
+  CHECK(!strstr(notes, "--distributed-backend"), "--distributed-backend is a real flag, not a note");
+  CHECK(a.distributed_backend == 0, "--distributed-backend nccl");
   CHECK(strstr(notes, "--ckpt-format:") && !strstr(notes, "--split"), "note for --ckpt-format");
   int lines = 0;
   for (char *p = notes; *p; p++)
     lines += *p == '\n';
-  CHECK(lines == 3, "exactly three notes, one per GPU-only flag (%d)", lines);
+  CHECK(lines == 2, "exactly two notes, one per GPU-only flag (%d)", lines);
   free(notes);
   td_args_free(&a);
 }
@@ -430,8 +430,10 @@ static void test_help_and_json(void) {
   CHECK(strstr(text, "--layernorm-epsilon, --norm-epsilon EPS"), "help shows aliases");
   CHECK(strstr(text, "one of: constant linear cosine inverse-square-root WSD"),
         "help shows choices");
-  CHECK(strstr(text, "--distributed-backend NAME") && strstr(text, "MPI carries every collective"),
+  CHECK(strstr(text, "--transformer-impl IMPL") && strstr(text, "no Transformer Engine"),
         "help explains GPU-only flags");
+  CHECK(strstr(text, "--distributed-backend NAME") && strstr(text, "(default: nccl)"),
+        "help shows --distributed-backend");
   free(text);
 
   td_args a;
@@ -475,6 +477,7 @@ static void test_last_wins(void) {
         "the seed script with overrides appended (%s)", err);
   CHECK(a.train_iters == 1 && a.log_interval == 1 && a.eval_iters == 0 && a.save_interval == 1,
         "integers: the last value wins");
+  CHECK(a.distributed_backend == 1, "--distributed-backend gloo");
   CHECK(a.lr == 3e-4 && a.lr_decay_style == TD_LR_LINEAR, "number and choice: the last value wins");
   CHECK(!strcmp(a.save, "./other") && !strcmp(a.split, "98,2,0"), "strings: the last value wins");
   CHECK(a.data_path.n == 1 && !strcmp(a.data_path.v[0], "x_text_document"),
@@ -489,7 +492,7 @@ static void test_last_wins(void) {
   int lines = 0;
   for (char *p = notes; *p; p++)
     lines += *p == '\n';
-  CHECK(lines == 3, "a GPU-only flag given twice is explained once (%d notes)", lines);
+  CHECK(lines == 2, "a GPU-only flag given twice is explained once (%d notes)", lines);
   free(notes);
   td_args_free(&a);
   /* A bad value is refused even when a later one would be good (argparse too). */

@@ -19,6 +19,7 @@
 #include "base/mem.h"
 #include "base/rng.h"
 #include "check.h"
+#include "comm/ccl.h"
 #include "device/device.h"
 
 static td_device *g_cpu, *g_gpu;
@@ -821,6 +822,55 @@ static void test_bad_target(const char *self) {
 
 /* TRIDENT_CUDA_TEST_ONLY=attention (a substring of the group names below) runs
  * only the groups that match. */
+/* NCCL through trident's library interface (comm/ccl.h) at one rank, the only
+ * count one GPU allows (NCCL refuses two ranks on one GPU): the bootstrap, a
+ * collective of each kind and a send/recv pair in a group, on the GPU's stream,
+ * each result exact; and event_query, which the communication stream's requests
+ * use. Multi-rank logic is covered on the CPU by mpi_device_comm (the same
+ * calls through the sealed device's MPI stand-in). */
+static void test_nccl(void) {
+  const td_ccl_ops *lib = td_ccl_for(g_gpu);
+  char why[512] = "";
+  CHECK(lib && !strcmp(lib->name, "nccl"), "the CUDA backend's collective library is NCCL");
+  if (!lib || !lib->load(why, sizeof why)) {
+    printf("SKIP nccl: %s\n", why);
+    return;
+  }
+  char version[64];
+  lib->version(version, sizeof version);
+  printf("NCCL %s\n", version);
+  unsigned char id[TD_CCL_ID_BYTES];
+  lib->make_id(id);
+  td_ccl *c = lib->create(g_gpu, NULL, 0, 1, id);
+  const int64_t n = 100003;
+  float *x = randf(n, -2, 2);
+  float *got = alloc_host((size_t)n * sizeof(float));
+  bufs b = {.d = g_gpu};
+  float *dx = put(&b, x, (size_t)n * sizeof(float)), *dy = put(&b, NULL, (size_t)n * sizeof(float));
+  lib->all_reduce(c, g_gpu, dx, dy, n, TD_F32, TD_OP_SUM);
+  get(&b, got, dy, (size_t)n * sizeof(float));
+  CHECK(same_bits(got, x, (size_t)n * sizeof(float)), "nccl all_reduce over one rank is the input");
+  g_gpu->ops->fill(g_gpu, dy, TD_F32, n, 0.0f);
+  lib->all_gather(c, g_gpu, dx, dy, n, TD_F32);
+  get(&b, got, dy, (size_t)n * sizeof(float));
+  CHECK(same_bits(got, x, (size_t)n * sizeof(float)), "nccl all_gather over one rank is the input");
+  g_gpu->ops->fill(g_gpu, dy, TD_F32, n, 0.0f);
+  lib->group_start(c);
+  lib->send(c, g_gpu, dx, n, TD_F32, 0);
+  lib->recv(c, g_gpu, dy, n, TD_F32, 0);
+  lib->group_end(c);
+  td_event *ev = g_gpu->ops->event_create(g_gpu);
+  g_gpu->ops->event_record(g_gpu, ev);
+  g_gpu->ops->event_synchronize(g_gpu, ev);
+  CHECK(g_gpu->ops->event_query(g_gpu, ev) == 1, "event_query after event_synchronize is 1");
+  get(&b, got, dy, (size_t)n * sizeof(float));
+  CHECK(same_bits(got, x, (size_t)n * sizeof(float)), "nccl send/recv to itself in a group");
+  g_gpu->ops->event_destroy(g_gpu, ev);
+  lib->destroy(c);
+  release(&b);
+  td_free(x), td_free(got);
+}
+
 static int want(const char *group) {
   const char *only = getenv("TRIDENT_CUDA_TEST_ONLY");
   return !only || !*only || strstr(group, only) != NULL;
@@ -855,7 +905,7 @@ int main(int argc, char **argv) {
                 {"cross_entropy", test_cross_entropy},
                 {"combine", test_combine_and_masked_sum}, {"adamw", test_adamw},
                 {"reductions", test_reductions}, {"matmul", test_matmul},
-                {"attention", test_attention}};
+                {"attention", test_attention},   {"nccl", test_nccl}};
   for (size_t i = 0; i < sizeof groups / sizeof *groups; i++)
     if (want(groups[i].name)) groups[i].fn();
   if (want("cross_entropy")) test_bad_target(argv[0]);

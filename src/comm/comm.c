@@ -18,6 +18,8 @@
 struct td_comm {
   MPI_Comm mpi; /* MPI_COMM_NULL when MPI is not active (then size is 1) */
   int rank, size;
+  void *attached; /* td_comm_attach's */
+  void (*detach)(void *attached);
 };
 
 static td_comm g_world;
@@ -180,7 +182,7 @@ static void init_mpi(void) {
 td_comm *td_comm_init(void) {
   if (g_ready) return &g_world;
   TD_CHECK(!g_finalized, "td_comm_init after td_comm_finalize (MPI cannot start twice)");
-  g_world = (td_comm){MPI_COMM_NULL, 0, 1};
+  g_world = (td_comm){.mpi = MPI_COMM_NULL, .rank = 0, .size = 1};
   if (under_launcher()) init_mpi();
   const char *tasks = getenv("SLURM_STEP_NUM_TASKS");
   if (g_world.size == 1 && tasks && atoi(tasks) > 1)
@@ -217,6 +219,11 @@ int td_comm_rank(const td_comm *c) { return c->rank; }
 int td_comm_size(const td_comm *c) { return c->size; }
 int td_comm_local_size(void) { return g_local_size; }
 int td_comm_local_rank(void) { return g_local_rank; }
+
+void td_comm_attach(td_comm *c, void *attached, void (*detach)(void *attached)) {
+  c->attached = attached, c->detach = detach;
+}
+void *td_comm_attached(const td_comm *c) { return c->attached; }
 MPI_Comm td_comm_mpi(const td_comm *c) { return c->mpi; }
 
 int td_comm_default_threads(void) {
@@ -235,14 +242,14 @@ td_comm *td_comm_split(td_comm *c, int color, int key) {
   if (c->mpi == MPI_COMM_NULL) { /* a world of one: every color has just this rank */
     if (color < 0) return NULL;
     td_comm *s = td_malloc(sizeof *s);
-    *s = (td_comm){MPI_COMM_NULL, 0, 1};
+    *s = (td_comm){.mpi = MPI_COMM_NULL, .rank = 0, .size = 1};
     return s;
   }
   MPI_Comm m;
   TD_MPI_WATCHED(MPI_Comm_split(c->mpi, color < 0 ? MPI_UNDEFINED : color, key, &m), "MPI_Comm_split");
   if (m == MPI_COMM_NULL) return NULL;
   mpi_check(MPI_Comm_set_errhandler(m, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-  td_comm *s = td_malloc(sizeof *s);
+  td_comm *s = td_calloc(sizeof *s);
   s->mpi = m;
   mpi_check(MPI_Comm_rank(m, &s->rank), "MPI_Comm_rank");
   mpi_check(MPI_Comm_size(m, &s->size), "MPI_Comm_size");
@@ -252,6 +259,7 @@ td_comm *td_comm_split(td_comm *c, int color, int key) {
 void td_comm_free(td_comm *c) {
   if (!c) return;
   TD_CHECK(c != &g_world, "td_comm_free of the world");
+  if (c->detach) c->detach(c->attached);
   if (c->mpi != MPI_COMM_NULL) mpi_check(MPI_Comm_free(&c->mpi), "MPI_Comm_free");
   td_free(c);
 }

@@ -45,7 +45,7 @@
 
 typedef struct td_comm td_comm;
 
-typedef enum { TD_OP_SUM = 0, TD_OP_MAX = 1, TD_OP_MIN = 2 } td_reduce_op;
+#include "comm/reduce_op.h"
 
 /* The world: MPI_Init_thread under a launcher (see above), the exit hook, and the
  * threads per rank (omp_set_num_threads(td_comm_default_threads()) unless
@@ -76,6 +76,13 @@ int td_comm_default_threads(void);
  * by key (then by rank in c). color < 0: this rank joins none and gets NULL. */
 td_comm *td_comm_split(td_comm *c, int color, int key);
 void td_comm_free(td_comm *c); /* NULL is fine; never the world */
+
+/* One pointer a layer above may hang on a communicator (device_comm.c: the
+ * device collective library's communicator over the same ranks), and what
+ * td_comm_free calls with it first (NULL: nothing). Attaching again replaces
+ * both; the world's attachment is never detached by td_comm_free. */
+void td_comm_attach(td_comm *c, void *attached, void (*detach)(void *attached));
+void *td_comm_attached(const td_comm *c);
 
 /* A non-blocking operation in flight. Caller-owned storage; every request that
  * was started must be completed with td_comm_wait or a td_comm_test that

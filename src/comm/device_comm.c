@@ -1,9 +1,13 @@
 #include "comm/device_comm.h"
 
 #include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "comm/ccl.h"
 
 /* ------------------------------------------------------------ staging pool
  * Host staging is pinned memory (host_alloc), kept for reuse: on a GPU a pinned
@@ -57,7 +61,10 @@ static void stage_give(void *p) {
   pthread_mutex_unlock(&g_pool.lock);
 }
 
+static void library_release(td_device *d); /* below */
+
 void td_dcomm_release(td_device *d) {
+  library_release(d);
   pthread_mutex_lock(&g_pool.lock);
   int k = 0;
   for (int i = 0; i < g_pool.n; i++) {
@@ -86,6 +93,198 @@ static void d2h(td_device *d, void *host, const void *dev, size_t n) {
 static void h2d(td_device *d, void *dev, const void *host, size_t n) {
   if (n) d->ops->copy_h2d(d, dev, host, n);
 }
+/* ------------------------------------------------------------ the library
+ * Per device that uses its collective library: the library, the communication
+ * stream (a second handle of the device), an event marking the compute work
+ * before each non-blocking operation, spare events for requests, and the
+ * communicators bound so far (each also hangs on its td_comm, which destroys
+ * it when freed). */
+typedef struct bound bound;
+typedef struct {
+  td_device *dev;
+  const td_ccl_ops *lib;
+  td_device *stream;  /* the communication stream */
+  td_event *issued;   /* compute work issued before a non-blocking operation */
+  td_event **spare;   /* events for requests, reused */
+  int n_spare, cap_spare;
+  bound *first;
+} library;
+
+struct bound {
+  td_comm *comm;
+  td_ccl *ccl;
+  library *lib;
+  bound *next;
+};
+
+static struct {
+  pthread_mutex_t lock;
+  library *lib[8]; /* the devices of this process that use one (usually one) */
+  int n;
+} g_libs = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static library *library_of(const td_device *d) {
+  pthread_mutex_lock(&g_libs.lock);
+  library *l = NULL;
+  for (int i = 0; i < g_libs.n && !l; i++)
+    if (g_libs.lib[i]->dev == d) l = g_libs.lib[i];
+  pthread_mutex_unlock(&g_libs.lock);
+  return l;
+}
+
+int td_dcomm_uses_library(const td_device *d) { return library_of(d) != NULL; }
+
+static void unbind(bound *b) {
+  library *l = b->lib;
+  bound **p = &l->first;
+  while (*p != b) p = &(*p)->next;
+  *p = b->next;
+  l->lib->destroy(b->ccl);
+  td_free(b);
+}
+/* td_comm_free's hook: the communicator goes, its library twin with it. */
+static void detach(void *attached) { unbind(attached); }
+
+/* c's library communicator, made at c's first collective here (every rank of c
+ * is in the same call). */
+static td_ccl *ccl_of(td_comm *c, library *l) {
+  bound *b = td_comm_attached(c);
+  if (b) {
+    TD_CHECK(b->lib == l, "device_comm: a communicator used with two devices' libraries");
+    return b->ccl;
+  }
+  unsigned char id[TD_CCL_ID_BYTES];
+  if (td_comm_rank(c) == 0) l->lib->make_id(id);
+  td_comm_broadcast(c, id, TD_CCL_ID_BYTES / 4, TD_I32, 0);
+  b = td_calloc(sizeof *b);
+  *b = (bound){.comm = c, .ccl = l->lib->create(l->dev, c, td_comm_rank(c), td_comm_size(c), id), .lib = l, .next = l->first};
+  l->first = b;
+  td_comm_attach(c, b, detach);
+  return b->ccl;
+}
+
+static td_event *event_take(library *l) {
+  if (l->n_spare) return l->spare[--l->n_spare];
+  return l->dev->ops->event_create(l->dev);
+}
+static void event_give(library *l, td_event *e) {
+  if (l->n_spare == l->cap_spare) {
+    l->cap_spare = l->cap_spare ? 2 * l->cap_spare : 8;
+    td_event **grown = td_malloc(sizeof *grown * (size_t)l->cap_spare);
+    for (int i = 0; i < l->n_spare; i++) grown[i] = l->spare[i];
+    td_free(l->spare);
+    l->spare = grown;
+  }
+  l->spare[l->n_spare++] = e;
+}
+
+/* The communication stream starts after the compute work issued so far. */
+static void follow_compute(library *l) {
+  l->dev->ops->event_record(l->dev, l->issued);
+  l->stream->ops->event_wait(l->stream, l->issued);
+}
+/* The request's end: an event on the communication stream. */
+static void mark_done(library *l, td_dcomm_request *r) {
+  r->done = event_take(l);
+  l->stream->ops->event_record(l->stream, r->done);
+  r->active = 1;
+}
+
+static void library_close(library *l) {
+  while (l->first) {
+    bound *b = l->first;
+    td_comm_attach(b->comm, NULL, NULL);
+    unbind(b);
+  }
+  td_device *d = l->dev;
+  for (int i = 0; i < l->n_spare; i++) d->ops->event_destroy(d, l->spare[i]);
+  td_free(l->spare);
+  d->ops->event_destroy(d, l->issued);
+  td_device_close(l->stream);
+  td_free(l);
+}
+
+static void library_release(td_device *d) {
+  library *l = NULL;
+  pthread_mutex_lock(&g_libs.lock);
+  for (int i = 0; i < g_libs.n && !l; i++)
+    if (g_libs.lib[i]->dev == d) {
+      l = g_libs.lib[i];
+      g_libs.lib[i] = g_libs.lib[--g_libs.n];
+    }
+  pthread_mutex_unlock(&g_libs.lock);
+  if (l) library_close(l);
+}
+
+/* ---- the choice ---- */
+
+static uint64_t host_hash(void) {
+  char name[256] = "";
+  gethostname(name, sizeof name - 1);
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  return h;
+}
+
+/* How many ranks of world share their device with another rank on their host
+ * (the same host name and device index), the same answer on every rank. */
+static int ranks_sharing(td_comm *world, const td_device *d) {
+  const int size = td_comm_size(world);
+  int64_t mine[2] = {(int64_t)host_hash(), d->index};
+  int64_t *all = td_malloc(sizeof *all * 2 * (size_t)size);
+  td_comm_all_gather(world, mine, all, 2, TD_I64);
+  int sharing = 0;
+  for (int r = 0; r < size; r++)
+    for (int q = 0; q < size; q++)
+      if (q != r && all[2 * q] == all[2 * r] && all[2 * q + 1] == all[2 * r + 1]) {
+        sharing++;
+        break;
+      }
+  td_free(all);
+  return sharing;
+}
+
+int td_dcomm_setup(td_comm *world, td_device *d, int want_library, char *line, size_t n) {
+  const td_ccl_ops *lib = direct(d) ? NULL : td_ccl_for(d);
+  char why[512] = "";
+  int ok = 1;
+  if (!lib)
+    ok = 0, snprintf(why, sizeof why, direct(d) ? "host memory" : "%s has no collective library",
+                     d->ops->name);
+  else if (!want_library)
+    ok = 0, snprintf(why, sizeof why, "--distributed-backend gloo");
+  else if (!lib->load(why, sizeof why))
+    ok = 0;
+  const int sharing = alone(world) ? 0 : ranks_sharing(world, d);
+  /* NCCL cannot give two ranks one GPU; the sealed device's stand-in can. */
+  if (ok && sharing && strcmp(lib->name, "nccl") == 0)
+    ok = 0, snprintf(why, sizeof why, "%d ranks share a GPU with another rank", sharing);
+  int32_t all_ok = ok;
+  if (!alone(world)) td_comm_all_reduce(world, &all_ok, &all_ok, 1, TD_I32, TD_OP_MIN);
+  if (ok && !all_ok) snprintf(why, sizeof why, "another rank cannot use %s", lib->name);
+  if (alone(world)) {
+    snprintf(line, n, "none (one rank)");
+    return 0;
+  }
+  if (!all_ok) {
+    snprintf(line, n, "%s (%s)", direct(d) ? "MPI" : "MPI through host copies", why);
+    return 0;
+  }
+  library *l = td_calloc(sizeof *l);
+  *l = (library){.dev = d, .lib = lib, .stream = td_device_open_index(d->ops->name, d->index),
+                 .issued = d->ops->event_create(d)};
+  pthread_mutex_lock(&g_libs.lock);
+  const int room = g_libs.n < (int)(sizeof g_libs.lib / sizeof *g_libs.lib);
+  if (room) g_libs.lib[g_libs.n++] = l;
+  pthread_mutex_unlock(&g_libs.lock);
+  TD_CHECK(room, "device_comm: too many devices use a collective library in one process");
+  char version[64];
+  lib->version(version, sizeof version);
+  snprintf(line, n, "%s %s, on the device (compute and communication streams)", lib->name,
+           version);
+  return 1;
+}
+
 /* One rank: the result is the input (a device copy unless in place). */
 static void local_copy(td_device *d, void *dst, const void *src, size_t n) {
   if (dst != src && n) d->ops->copy_d2d(d, dst, src, n);
@@ -95,6 +294,8 @@ void td_dcomm_all_reduce(td_comm *c, td_device *d, const void *send, void *recv,
                          td_dtype dt, td_reduce_op op) {
   const size_t n = bytes_of(count, dt);
   if (alone(c)) return local_copy(d, recv, send, n);
+  library *l = library_of(d);
+  if (l) return l->lib->all_reduce(ccl_of(c, l), d, send, recv, count, dt, op);
   if (direct(d)) return td_comm_all_reduce(c, send, recv, count, dt, op);
   void *h = stage_take(d, n);
   d2h(d, h, send, n);
@@ -105,6 +306,8 @@ void td_dcomm_all_reduce(td_comm *c, td_device *d, const void *send, void *recv,
 
 void td_dcomm_all_gather(td_comm *c, td_device *d, const void *send, void *recv, int64_t count,
                          td_dtype dt) {
+  library *l = alone(c) ? NULL : library_of(d);
+  if (l) return l->lib->all_gather(ccl_of(c, l), d, send, recv, count, dt);
   td_dcomm_request r;
   td_dcomm_iall_gather(c, d, send, recv, count, dt, &r);
   td_dcomm_wait(&r);
@@ -114,8 +317,19 @@ void td_dcomm_gather(td_comm *c, td_device *d, const void *send, void *recv, int
                      td_dtype dt, int root) {
   const size_t n = bytes_of(count, dt);
   if (alone(c)) return local_copy(d, recv, send, n);
-  if (direct(d)) return td_comm_gather(c, send, recv, count, dt, root);
   const int me = td_comm_rank(c), size = td_comm_size(c);
+  library *l = library_of(d);
+  if (l) { /* the root receives every other rank's block, in one group */
+    td_ccl *cc = ccl_of(c, l);
+    if (me == root) local_copy(d, (char *)recv + n * (size_t)root, send, n);
+    l->lib->group_start(cc);
+    if (me != root) l->lib->send(cc, d, send, count, dt, root);
+    for (int r = 0; r < size && me == root; r++)
+      if (r != root) l->lib->recv(cc, d, (char *)recv + n * (size_t)r, count, dt, r);
+    l->lib->group_end(cc);
+    return;
+  }
+  if (direct(d)) return td_comm_gather(c, send, recv, count, dt, root);
   char *h = stage_take(d, n * (size_t)(me == root ? size + 1 : 1));
   d2h(d, h, send, n);
   td_comm_gather(c, h, me == root ? h + n : NULL, count, dt, root);
@@ -148,6 +362,13 @@ void td_dcomm_iall_gather(td_comm *c, td_device *d, const void *send, void *recv
   const size_t n = bytes_of(count, dt);
   start(r, d);
   if (alone(c)) return local_copy(d, recv, send, n);
+  library *l = library_of(d);
+  if (l) {
+    td_ccl *cc = ccl_of(c, l);
+    follow_compute(l);
+    l->lib->all_gather(cc, l->stream, send, recv, count, dt);
+    return mark_done(l, r);
+  }
   r->active = 1;
   if (direct(d)) return td_comm_iall_gather(c, send, recv, count, dt, &r->req);
   const int me = td_comm_rank(c), size = td_comm_size(c);
@@ -162,6 +383,21 @@ void td_dcomm_iall_to_all(td_comm *c, td_device *d, const void *send, void *recv
   const size_t n = bytes_of(count, dt);
   start(r, d);
   if (alone(c)) return local_copy(d, recv, send, n);
+  library *l = library_of(d);
+  if (l) { /* block p to rank p, block p from rank p: one group of send/recv pairs */
+    td_ccl *cc = ccl_of(c, l);
+    const int me = td_comm_rank(c), size = td_comm_size(c);
+    follow_compute(l);
+    local_copy(l->stream, (char *)recv + n * (size_t)me, (const char *)send + n * (size_t)me, n);
+    l->lib->group_start(cc);
+    for (int p = 0; p < size; p++) {
+      if (p == me) continue;
+      l->lib->send(cc, l->stream, (const char *)send + n * (size_t)p, count, dt, p);
+      l->lib->recv(cc, l->stream, (char *)recv + n * (size_t)p, count, dt, p);
+    }
+    l->lib->group_end(cc);
+    return mark_done(l, r);
+  }
   r->active = 1;
   if (direct(d)) return td_comm_iall_to_all(c, send, recv, count, dt, &r->req);
   const size_t all = n * (size_t)td_comm_size(c);
@@ -188,14 +424,29 @@ static void finish(td_dcomm_request *r) {
   r->stage = NULL, r->result = NULL;
 }
 
+/* The library's path: the compute stream waits for the operation's end. */
+static void finish_on_device(td_dcomm_request *r) {
+  library *l = library_of(r->dev);
+  r->dev->ops->event_wait(r->dev, r->done);
+  event_give(l, r->done);
+  r->done = NULL, r->active = 0;
+}
+
 void td_dcomm_wait(td_dcomm_request *r) {
   if (!r->active) return;
+  if (r->done) return finish_on_device(r);
   td_comm_wait(&r->req);
   finish(r);
 }
 
 int td_dcomm_test(td_dcomm_request *r) {
   if (!r->active) return 1;
+  if (r->done) {
+    library *l = library_of(r->dev);
+    if (!l->stream->ops->event_query(l->stream, r->done)) return 0;
+    finish_on_device(r);
+    return 1;
+  }
   if (!td_comm_test(&r->req)) return 0;
   finish(r);
   return 1;

@@ -2,19 +2,38 @@
  * buffers belong to a td_device, with comm.h's semantics (counts, in-place rules,
  * ordering).
  *
- * How the bytes move depends on the device:
+ * How the bytes move depends on the device and on td_dcomm_setup:
  *  - memory the host can address (TD_DEVICE_HOST_MEMORY: the CPU backend): the
  *    call goes straight to td_comm, nothing added;
- *  - other memory (a GPU, the sealed test device): staged through host memory,
- *    device-to-host, MPI on the host copy, host-to-device (issue #11's
- *    correctness path; NCCL on device pointers replaces it for CUDA). The
- *    staging is the device's pinned host memory (host_alloc), taken from a pool
- *    for the operation and kept for the next one; td_dcomm_release frees a
- *    device's share before the device closes;
+ *  - the device's collective library (comm/ccl.h: NCCL on CUDA), once
+ *    td_dcomm_setup chose it: each communicator gets the library's communicator
+ *    of the same ranks at its first collective (rank 0 makes the id, MPI
+ *    broadcasts it). Blocking collectives are enqueued on the handle's own
+ *    stream (the compute stream: tensor parallelism's all-reduce is ordered
+ *    with the kernels around it and the host does not wait). Non-blocking ones
+ *    (ZeRO's bucket exchanges and gathers) run on a second handle of the device,
+ *    the communication stream, after an event marks the compute work issued so
+ *    far, so they overlap the compute issued after them; completing the
+ *    request (td_dcomm_wait, or td_dcomm_test once the library's work is done)
+ *    makes the compute stream wait for it, and never the host. The all-to-all
+ *    and the gather are the library's send/recv in one group. Point-to-point
+ *    (the pipeline's activations and gradients) stays on the staged path below:
+ *    NCCL serialises a communicator's operations, so its sends and receives
+ *    between two stages need per-direction communicators and streams to keep
+ *    1F1B's order free of deadlock, which is not built yet;
+ *  - other memory (a GPU without the library, ranks sharing a GPU, the sealed
+ *    test device with --distributed-backend gloo): staged through host memory,
+ *    device-to-host, MPI on the host copy, host-to-device. The staging is the
+ *    device's pinned host memory (host_alloc), taken from a pool for the
+ *    operation and kept for the next one; td_dcomm_release frees a device's
+ *    share before the device closes;
  *  - a communicator of one rank (or NULL) moves nothing between ranks: the
  *    result is a device copy, or nothing when in place.
- * The results are the same bits either way: MPI reduces the same values in the
- * same order whether they sit in device memory or in a host copy. */
+ * Staged and direct give the same bits: MPI reduces the same values in the same
+ * order whether they sit in device memory or in a host copy. The library's sums
+ * follow its own order (NCCL's ring or tree): fp32 within rounding of MPI's;
+ * ZeRO's reduce-scatter sums the exchanged pieces itself, in rank order, so
+ * data parallelism keeps its bits on every path. */
 #ifndef TD_COMM_DEVICE_COMM_H
 #define TD_COMM_DEVICE_COMM_H
 
@@ -29,12 +48,26 @@
 typedef struct {
   td_comm_request req;
   td_device *dev;
+  td_event *done;    /* the library's path: marks the operation's end on the
+                        communication stream (NULL: MPI's request) */
   void *stage;       /* host staging (NULL: none) */
   void *result;      /* device buffer the staged result is copied to, or NULL */
   size_t result_off; /* where in stage the result starts, bytes */
   size_t result_bytes;
   int active;        /* an MPI request is in flight */
 } td_dcomm_request;
+
+/* Chooses, collectively over world, how d's collectives move for the rest of the
+ * run: through d's collective library when want_library (Megatron's
+ * --distributed-backend nccl; 0: gloo, i.e. host MPI), the backend has one that
+ * loads, and no two ranks of a host share a device (NCCL cannot; the sealed
+ * device's stand-in can), on every rank; else host-staged (or direct) MPI.
+ * Writes a line for the start-up summary ("nccl 2.28.9: each rank's own GPU",
+ * "MPI through host copies: 2 ranks share cuda:0") and returns 1 when the
+ * library is used. Every rank must call it before its first collective on d. */
+int td_dcomm_setup(td_comm *world, td_device *d, int want_library, char *line, size_t n);
+/* 1 when d's collectives go through its library (after td_dcomm_setup). */
+int td_dcomm_uses_library(const td_device *d);
 
 void td_dcomm_all_reduce(td_comm *c, td_device *d, const void *send, void *recv, int64_t count,
                          td_dtype dt, td_reduce_op op);
@@ -52,8 +85,8 @@ void td_dcomm_iall_to_all(td_comm *c, td_device *d, const void *send, void *recv
 void td_dcomm_isend(td_comm *c, td_device *d, const void *buf, int64_t count, td_dtype dt, int dest,
                     int tag, td_dcomm_request *r);
 
-/* Frees the staging buffers kept for device d (none may be in flight): call
- * before td_device_close(d). */
+/* Frees the staging buffers kept for device d (none may be in flight), and the
+ * library's communicators, stream and events: call before td_device_close(d). */
 void td_dcomm_release(td_device *d);
 
 void td_dcomm_wait(td_dcomm_request *r);

@@ -127,6 +127,9 @@ typedef struct td_device_ops {
   void (*event_wait)(td_device *d, td_event *e);
   /* The host waits for e's mark (never recorded: returns at once). */
   void (*event_synchronize)(td_device *d, td_event *e);
+  /* 1 when the work before e's mark is done (never recorded: 1); the host does
+   * not wait (cudaEventQuery). */
+  int (*event_query)(td_device *d, td_event *e);
 
   /* ---- pinned host memory and asynchronous copies ----
    * Page-locked host memory (cudaMallocHost): the host side of the async copies,

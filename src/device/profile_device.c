@@ -90,6 +90,7 @@ static td_event *p_event_create(td_device *d) { return IN(d)->ops->event_create(
 static void p_event_destroy(td_device *d, td_event *e) { IN(d)->ops->event_destroy(IN(d), e); }
 static void p_event_record(td_device *d, td_event *e) { IN(d)->ops->event_record(IN(d), e); }
 static void p_event_wait(td_device *d, td_event *e) { IN(d)->ops->event_wait(IN(d), e); }
+static int p_event_query(td_device *d, td_event *e) { return IN(d)->ops->event_query(IN(d), e); }
 static void p_event_synchronize(td_device *d, td_event *e) {
   IN(d)->ops->event_synchronize(IN(d), e);
 }
@@ -300,7 +301,7 @@ td_device *td_profile_device_open(td_device *inner) {
   o->copy_h2d = p_copy_h2d, o->copy_d2h = p_copy_d2h, o->copy_d2d = p_copy_d2d, o->fill = p_fill;
   o->event_create = p_event_create, o->event_destroy = p_event_destroy;
   o->event_record = p_event_record, o->event_wait = p_event_wait;
-  o->event_synchronize = p_event_synchronize;
+  o->event_synchronize = p_event_synchronize, o->event_query = p_event_query;
   o->host_alloc = p_host_alloc, o->host_free = p_host_free;
   o->copy_h2d_async = p_copy_h2d_async, o->copy_d2h_async = p_copy_d2h_async;
   o->matmul = p_matmul, o->bias_backward = p_bias_backward;

@@ -159,6 +159,10 @@ static const flag k_flags[] = {
      .help = "exit after an iteration divisible by N"},
     {.name = "seed", INT(seed), .def = "1234", .c = C_NONNEG, .g = G_TRAIN, .meta = "N",
      .help = "seed of initialisation, dropout and data order"},
+    {.name = "distributed-backend", CHOICE(distributed_backend), .def = "nccl", .choices = k_backends, .g = G_PARALLEL, .meta = "NAME",
+     .help = "collectives on device memory: nccl (the device's collective library, NCCL on CUDA, "
+             "when every rank has a GPU of its own) or gloo (MPI through host copies); the CPU's "
+             "memory is MPI's own either way"},
     {.name = "device", CHOICE(device), .defdoc = "$TRIDENT_DEVICE, else auto", .choices = k_devices, .g = G_TRAIN, .meta = "D",
      .help = "where the model runs: cpu, cuda, or auto (cuda when built in and a GPU is visible); "
              "sealed: the CPU with device memory the host cannot touch (a test device)"},
@@ -386,8 +390,6 @@ static const flag k_flags[] = {
      .note = "Megatron's nsys/torch profiler window; there is no profiler to open here (`trident bench train` times every kernel)"},
     {.name = "transformer-impl", NOTE, .choices = k_impls, .g = G_COMPAT, .meta = "IMPL",
      .note = "trident runs its own C kernels; there is no Transformer Engine, so local and transformer_engine are the same model"},
-    {.name = "distributed-backend", NOTE, .choices = k_backends, .g = G_COMPAT, .meta = "NAME",
-     .note = "the CPU backend has no NCCL or Gloo; MPI carries every collective"},
     {.name = "ckpt-format", NOTE, .choices = k_ckpt_formats, .g = G_COMPAT, .meta = "FMT",
      .note = "checkpoints use Megatron's directory layout with safetensors tensors and JSON metadata, whatever the format named"},
     {.name = "use-flash-attn", NOTE, .g = G_COMPAT,

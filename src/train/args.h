@@ -61,6 +61,7 @@ typedef struct {
   int cpu_optimizer;
   int optimizer; /* index into {"adam"} */
   int device;    /* --device: index into {"auto", "cpu", "cuda"}, or -1 (td_args_device) */
+  int distributed_backend; /* index into {"nccl", "gloo"} */
   double weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad;
   double start_weight_decay, end_weight_decay; /* default: weight_decay */
   int weight_decay_incr_style;                 /* 0 constant, 1 linear, 2 cosine */

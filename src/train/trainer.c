@@ -55,6 +55,7 @@ typedef struct {
   td_pipeline pipe; /* this rank's pipeline stage: arenas, schedule */
   td_tb_writer *tb; /* --tensorboard-dir, on the logging rank */
   td_device *dev;
+  char collectives[640]; /* how collectives on device memory move (td_dcomm_setup) */
   td_gpt *model;
   td_gpt_config cfg;
   int64_t true_vocab; /* the tokenizer's vocabulary, before padding */
@@ -320,6 +321,7 @@ static void print_summary(const trainer *t) {
     td_cpu_gemm_describe(gemm, sizeof gemm);
     printf(" > GEMM: %s\n", gemm);
   }
+  if (t->topo.layout.world > 1) printf(" > collectives on device memory: %s\n", t->collectives);
   if (t->dp_size > 1)
     printf(" > data-parallel gradient %s: %d buckets of at most %lld elements (whole layers), "
            "overlapped with backward, summed in rank order\n",
@@ -601,7 +603,9 @@ static void print_waits(const trainer *t) {
          "the losses and the gradient norm%s%s%s)\n",
          (unsigned long long)t->waits_min, (unsigned long long)t->waits_max,
          (long long)t->steps_run, t->a->log_params_norm ? ", the parameters' norm" : "",
-         td_device_has(t->dev, TD_DEVICE_HOST_MEMORY) ? "" : ", collectives staged through the host",
+         td_device_has(t->dev, TD_DEVICE_HOST_MEMORY) || td_dcomm_uses_library(t->dev)
+             ? ""
+             : ", collectives staged through the host",
          t->timers.level > 0 ? ", --timing-log-level timers" : "");
 }
 
@@ -1264,6 +1268,8 @@ int td_train(td_args *a) {
   t.cfg = model_config(a, td_args_padded_vocab_size(a, t.true_vocab));
   setup_topology(&t);
   t.dev = td_model_device_open(td_args_device(a), td_comm_local_rank(), "train", t.is_logger);
+  td_dcomm_setup(td_comm_world(), t.dev, a->distributed_backend == 0, t.collectives,
+                 sizeof t.collectives);
   t.zero_stage = a->zero_stage;
   if (t.zero_stage >= 2 && t.topo.layout.pp > 1)
     td_fail("--zero-stage %d with --pipeline-model-parallel-size %d: ZeRO stages 2 and 3 shard "

@@ -84,6 +84,7 @@ static void cpu_event_destroy(td_device *d, td_event *e) {
   td_free(e);
 }
 static void cpu_event_noop(td_device *d, td_event *e) { (void)d, (void)e; }
+static int cpu_event_done(td_device *d, td_event *e) { return (void)d, (void)e, 1; }
 
 /* Host memory is all the CPU has: "pinned" memory is plain memory. */
 static void *cpu_host_alloc(td_device *d, size_t bytes) {
@@ -114,6 +115,7 @@ const td_device_ops *td_cpu_device_ops(void) {
       ops.event_record = cpu_event_noop;
       ops.event_wait = cpu_event_noop;
       ops.event_synchronize = cpu_event_noop;
+      ops.event_query = cpu_event_done;
       ops.host_alloc = cpu_host_alloc;
       ops.host_free = cpu_host_free;
       ops.copy_h2d_async = cpu_copy;

@@ -312,6 +312,17 @@ static void cu_event_synchronize(td_device *d, td_event *e) {
   TD_CUDA_OK(cudaEventSynchronize(e->ev));
 }
 
+static int cu_event_query(td_device *d, td_event *e) {
+  td_cuda_enter(d);
+  cudaError_t r = cudaEventQuery(e->ev);
+  if (r == cudaErrorNotReady) {
+    (void)cudaGetLastError(); /* an answer, not an error */
+    return 0;
+  }
+  TD_CUDA_OK(r);
+  return 1;
+}
+
 static void *cu_host_alloc(td_device *d, size_t bytes) {
   td_cuda *c = td_cuda_enter(d);
   void *p = NULL;
@@ -391,6 +402,7 @@ void td_cuda_register_memory(td_device_ops *ops) {
   ops->event_record = cu_event_record;
   ops->event_wait = cu_event_wait;
   ops->event_synchronize = cu_event_synchronize;
+  ops->event_query = cu_event_query;
   ops->host_alloc = cu_host_alloc;
   ops->host_free = cu_host_free;
   ops->copy_h2d_async = cu_copy_h2d_async;
