@@ -10,8 +10,8 @@
 # with its loss scaler, bf16
 # with logits in chunks, under DP with ZeRO-2, TP, PP, and on the sealed device
 # (device memory the host cannot read: staged copies, one rank), where DP and TP
-# collectives through the device's collective library (NCCL's path, here its
-# MPI stand-in) add none, and host-staged ones (--distributed-backend gloo)
+# collectives and PP's sends and receives through the device's collective
+# library (NCCL's path, here its MPI stand-in) add none, and host-staged ones (--distributed-backend gloo)
 # one per collective. On a GPU each
 # wait idles the device until the host issues more work, so this is a speed
 # property of GPU runs that the CPU can check.
@@ -60,6 +60,8 @@ run 2 "$tmp/sealed_dp2.log" --global-batch-size 8 --device sealed --zero-stage 2
 expect_two "$tmp/sealed_dp2.log" "the sealed device, DP=2 with ZeRO-2 through the collective library"
 run 2 "$tmp/sealed_tp2.log" --global-batch-size 8 --device sealed --tensor-model-parallel-size 2 --sequence-parallel
 expect_two "$tmp/sealed_tp2.log" "the sealed device, TP=2 with sequence parallelism through the collective library"
+run 2 "$tmp/sealed_pp2.log" --global-batch-size 8 --device sealed --pipeline-model-parallel-size 2
+expect_two "$tmp/sealed_pp2.log" "the sealed device, PP=2 sending and receiving through the library's channels"
 run 2 "$tmp/sealed_gloo.log" --global-batch-size 8 --device sealed --zero-stage 2 --distributed-backend gloo
 read -r lo hi <<<"$(waits "$tmp/sealed_gloo.log")"
 [ "${lo:-0}" -gt 2 ] && grep -q "collectives staged through the host" "$tmp/sealed_gloo.log" &&

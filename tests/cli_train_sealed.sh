@@ -6,7 +6,8 @@
 #  - one rank with dropout; fp16 (the loss scaler) and bf16;
 #  - data parallelism with ZeRO-1, ZeRO-2 and ZeRO-3 (gradient accumulation on),
 #    tensor parallelism with sequence parallelism (the vocabulary-parallel
-#    cross-entropy), pipeline parallelism (1F1B's sends and receives), TP x DP;
+#    cross-entropy), pipeline parallelism (1F1B's sends and receives; 2 and 4
+#    stages), TP x DP, PP x DP;
 #  - Adam's state offloaded to NVMe (the staged path a GPU takes), and to host
 #    memory with the update on the host (--cpu-optimizer, offload_optimizer cpu);
 #  - a checkpoint saved on the sealed device resumes on the CPU and the reverse,
@@ -51,6 +52,8 @@ both "DP=2 ZeRO-3" 2 --zero-stage 3
 both "TP=2 sequence parallel" 2 --tensor-model-parallel-size 2 --sequence-parallel
 both "PP=2 bf16" 2 --pipeline-model-parallel-size 2 --bf16
 both "TP=2 x DP=2 ZeRO-1" 4 --tensor-model-parallel-size 2 --use-distributed-optimizer
+both "PP=4 (channels between odd and even neighbours)" 4 --pipeline-model-parallel-size 4 --num-layers 4
+both "PP=2 x DP=2 ZeRO-1" 4 --pipeline-model-parallel-size 2 --use-distributed-optimizer
 grep -q "collectives on device memory: mpi-staged" "$tmp/DP=2 ZeRO-2.sealed.log" &&
   ok "multi-rank sealed runs use the collective library (the default --distributed-backend nccl)" ||
   fail "collectives line: $(grep 'collectives on' "$tmp/DP=2 ZeRO-2.sealed.log")"

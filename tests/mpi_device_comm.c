@@ -6,7 +6,8 @@
  *   - sealed, nccl: the device collective library's path (comm/ccl.h) with the
  *     sealed device's MPI stand-in for NCCL: the bootstrap, the blocking ops
  *     on the compute stream, the non-blocking ones on the communication stream
- *     with their events, the all-to-all and gather as grouped send/recv;
+ *     with their events, the all-to-all and gather as grouped send/recv, the
+ *     point-to-point channels between neighbours;
  *   - cuda, when a GPU is visible: staged (ranks share the GPU here).
  * The sealed device faults on any host access to its memory, so a path that
  * touched device memory outside an op would crash this test. Odd counts, and
@@ -145,29 +146,46 @@ static void check_all_to_all(path *p, td_comm *c, int64_t n) {
   }
 }
 
-/* The pipeline's point-to-point: rank r sends to r + 1, which receives. */
+/* The pipeline's point-to-point, as 1F1B uses it: rank r sends two messages
+ * up to r + 1 (both in flight at once), then receives two from r + 1 going
+ * down, each side in the same order; with the library, through the channels
+ * of td_dcomm_p2p_setup. */
 static void check_send_recv(path *p, td_comm *c, int64_t n) {
   const int me = td_comm_rank(c), size = td_comm_size(c);
   if (size < 2) return;
-  float *h = td_malloc((size_t)n * sizeof(float) + 4), *ref = td_malloc((size_t)n * sizeof(float) + 4);
-  fill(h, n, me, 5);
-  if (me > 0) fill(ref, n, me - 1, 5);
-  float *x = to_device(p, h, n), *y = p->d->ops->alloc(p->d, (size_t)n * sizeof(float) + 4);
-  td_dcomm_request r;
-  if (me + 1 < size) td_dcomm_isend(c, p->d, x, n, TD_F32, me + 1, 7, &r);
-  if (me > 0) td_dcomm_recv(c, p->d, y, n, TD_F32, me - 1, 7);
-  if (me + 1 < size) td_dcomm_wait(&r);
-  float *got = to_host(p, y, n);
-  expect(me == 0 || same(got, ref, n), "%s: isend / recv of %lld floats along a chain", p->name,
-         (long long)n);
-  td_free(got), td_free(h), td_free(ref);
-  p->d->ops->free(p->d, x), p->d->ops->free(p->d, y);
+  for (int down = 0; down < 2; down++) {
+    const int to = down ? me - 1 : me + 1, from = down ? me + 1 : me - 1;
+    const int sends = to >= 0 && to < size, recvs = from >= 0 && from < size;
+    float *h[2], *ref[2], *x[2], *y[2];
+    td_dcomm_request r[2];
+    for (int k = 0; k < 2; k++) {
+      h[k] = td_malloc((size_t)n * sizeof(float) + 4), ref[k] = td_malloc((size_t)n * sizeof(float) + 4);
+      fill(h[k], n, me, 5 + (uint64_t)(2 * down + k));
+      if (recvs) fill(ref[k], n, from, 5 + (uint64_t)(2 * down + k));
+      x[k] = to_device(p, h[k], n);
+      y[k] = p->d->ops->alloc(p->d, (size_t)n * sizeof(float) + 4);
+      if (sends) td_dcomm_isend(c, p->d, x[k], n, TD_F32, to, k, &r[k]);
+    }
+    for (int k = 0; k < 2; k++) {
+      if (recvs) td_dcomm_recv(c, p->d, y[k], n, TD_F32, from, k);
+      float *got = to_host(p, y[k], n);
+      expect(!recvs || same(got, ref[k], n), "%s: isend / recv #%d of %lld floats %s a chain of %d",
+             p->name, k, (long long)n, down ? "down" : "up", size);
+      td_free(got);
+    }
+    for (int k = 0; k < 2; k++) {
+      if (sends) td_dcomm_wait(&r[k]);
+      td_free(h[k]), td_free(ref[k]);
+      p->d->ops->free(p->d, x[k]), p->d->ops->free(p->d, y[k]);
+    }
+  }
 }
 
 static void check_path(path *p) {
   static const int64_t counts[] = {1, 13, 4099};
   td_comm *halves = td_comm_split(g_world, g_rank % 2, g_rank); /* evens, odds */
   td_comm *comms[2] = {g_world, halves};
+  for (int k = 0; k < 2; k++) td_dcomm_p2p_setup(comms[k], p->d);
   for (int k = 0; k < 2; k++)
     for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
       check_all_reduce(p, comms[k], counts[i], TD_OP_SUM);

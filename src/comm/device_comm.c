@@ -96,19 +96,36 @@ static void h2d(td_device *d, void *dev, const void *host, size_t n) {
 /* ------------------------------------------------------------ the library
  * Per device that uses its collective library: the library, the communication
  * stream (a second handle of the device), an event marking the compute work
- * before each non-blocking operation, spare events for requests, and the
+ * before each non-blocking operation, spare events for requests, the
  * communicators bound so far (each also hangs on its td_comm, which destroys
- * it when freed). */
+ * it when freed), and the point-to-point channels (td_dcomm_p2p_setup) with
+ * the stream their sends run on. */
 typedef struct bound bound;
+typedef struct channel channel;
 typedef struct {
   td_device *dev;
   const td_ccl_ops *lib;
   td_device *stream;  /* the communication stream */
+  td_device *sender;  /* the point-to-point sends' stream (NULL until a channel exists) */
   td_event *issued;   /* compute work issued before a non-blocking operation */
   td_event **spare;   /* events for requests, reused */
   int n_spare, cap_spare;
   bound *first;
+  channel *channels;
 } library;
+
+/* One direction between two neighbours of a point-to-point communicator: a
+ * library communicator of the two ranks that carries only this direction's
+ * messages, in issue order. */
+struct channel {
+  const td_comm *over; /* the communicator td_dcomm_isend / recv name */
+  int peer;            /* the other rank, in over */
+  int outgoing;        /* 1: this rank sends on it; 0: receives */
+  td_comm *pair;       /* the two ranks (owned by the channel of direction 0) */
+  td_ccl *ccl;
+  int peer_in_ccl;
+  channel *next;
+};
 
 struct bound {
   td_comm *comm;
@@ -178,19 +195,36 @@ static void event_give(library *l, td_event *e) {
   l->spare[l->n_spare++] = e;
 }
 
-/* The communication stream starts after the compute work issued so far. */
-static void follow_compute(library *l) {
+/* Stream s starts after the compute work issued so far. */
+static void follow_compute(library *l, td_device *s) {
   l->dev->ops->event_record(l->dev, l->issued);
-  l->stream->ops->event_wait(l->stream, l->issued);
+  s->ops->event_wait(s, l->issued);
 }
-/* The request's end: an event on the communication stream. */
-static void mark_done(library *l, td_dcomm_request *r) {
+/* The request's end: an event on stream s. */
+static void mark_done(library *l, td_device *s, td_dcomm_request *r) {
   r->done = event_take(l);
-  l->stream->ops->event_record(l->stream, r->done);
+  s->ops->event_record(s, r->done);
   r->active = 1;
 }
 
+static channel *channel_of(library *l, const td_comm *over, int peer, int outgoing) {
+  for (channel *ch = l->channels; ch; ch = ch->next)
+    if (ch->over == over && ch->peer == peer && ch->outgoing == outgoing) return ch;
+  return NULL;
+}
+
+static void channels_close(library *l) {
+  while (l->channels) {
+    channel *ch = l->channels;
+    l->channels = ch->next;
+    l->lib->destroy(ch->ccl);
+    td_comm_free(ch->pair); /* NULL but for direction 0's */
+    td_free(ch);
+  }
+}
+
 static void library_close(library *l) {
+  channels_close(l);
   while (l->first) {
     bound *b = l->first;
     td_comm_attach(b->comm, NULL, NULL);
@@ -201,6 +235,7 @@ static void library_close(library *l) {
   td_free(l->spare);
   d->ops->event_destroy(d, l->issued);
   td_device_close(l->stream);
+  td_device_close(l->sender);
   td_free(l);
 }
 
@@ -214,6 +249,39 @@ static void library_release(td_device *d) {
     }
   pthread_mutex_unlock(&g_libs.lock);
   if (l) library_close(l);
+}
+
+/* ---- point-to-point channels ---- */
+
+/* A library communicator over pair (2 ranks), made by both at once. */
+static td_ccl *pair_ccl(library *l, td_comm *pair) {
+  unsigned char id[TD_CCL_ID_BYTES];
+  if (td_comm_rank(pair) == 0) l->lib->make_id(id);
+  td_comm_broadcast(pair, id, TD_CCL_ID_BYTES / 4, TD_I32, 0);
+  return l->lib->create(l->dev, pair, td_comm_rank(pair), 2, id);
+}
+
+void td_dcomm_p2p_setup(td_comm *over, td_device *d) {
+  library *l = library_of(d);
+  if (!l || alone(over)) return;
+  const int me = td_comm_rank(over), size = td_comm_size(over);
+  if (!l->sender) l->sender = td_device_open_index(d->ops->name, d->index);
+  /* Pairs (r, r + 1) with r even, then with r odd: two splits, each giving every
+   * rank at most one pair; every pair makes its low-to-high channel first. */
+  for (int parity = 0; parity < 2; parity++) {
+    const int low = me - parity < 0 ? -1 : (me - parity) / 2 * 2 + parity;
+    const int in_pair = low >= 0 && low + 1 < size;
+    td_comm *pair = td_comm_split(over, in_pair ? low : -1, me);
+    if (!pair) continue;
+    for (int dir = 0; dir < 2; dir++) {
+      channel *ch = td_calloc(sizeof *ch);
+      const int from = dir == 0 ? low : low + 1;
+      *ch = (channel){.over = over, .peer = me == low ? low + 1 : low, .outgoing = me == from,
+                      .pair = dir == 0 ? pair : NULL, .ccl = pair_ccl(l, pair),
+                      .peer_in_ccl = 1 - td_comm_rank(pair), .next = l->channels};
+      l->channels = ch;
+    }
+  }
 }
 
 /* ---- the choice ---- */
@@ -339,6 +407,14 @@ void td_dcomm_gather(td_comm *c, td_device *d, const void *send, void *recv, int
 
 void td_dcomm_recv(td_comm *c, td_device *d, void *buf, int64_t count, td_dtype dt, int src,
                    int tag) {
+  library *l = library_of(d);
+  channel *ch = l ? channel_of(l, c, src, 0) : NULL;
+  if (ch) { /* on the compute stream: what follows it needs the data */
+    l->lib->group_start(ch->ccl);
+    l->lib->recv(ch->ccl, d, buf, count, dt, ch->peer_in_ccl);
+    l->lib->group_end(ch->ccl);
+    return;
+  }
   if (direct(d)) return td_comm_recv(c, buf, count, dt, src, tag);
   const size_t n = bytes_of(count, dt);
   void *h = stage_take(d, n);
@@ -365,9 +441,9 @@ void td_dcomm_iall_gather(td_comm *c, td_device *d, const void *send, void *recv
   library *l = library_of(d);
   if (l) {
     td_ccl *cc = ccl_of(c, l);
-    follow_compute(l);
+    follow_compute(l, l->stream);
     l->lib->all_gather(cc, l->stream, send, recv, count, dt);
-    return mark_done(l, r);
+    return mark_done(l, l->stream, r);
   }
   r->active = 1;
   if (direct(d)) return td_comm_iall_gather(c, send, recv, count, dt, &r->req);
@@ -387,7 +463,7 @@ void td_dcomm_iall_to_all(td_comm *c, td_device *d, const void *send, void *recv
   if (l) { /* block p to rank p, block p from rank p: one group of send/recv pairs */
     td_ccl *cc = ccl_of(c, l);
     const int me = td_comm_rank(c), size = td_comm_size(c);
-    follow_compute(l);
+    follow_compute(l, l->stream);
     local_copy(l->stream, (char *)recv + n * (size_t)me, (const char *)send + n * (size_t)me, n);
     l->lib->group_start(cc);
     for (int p = 0; p < size; p++) {
@@ -396,7 +472,7 @@ void td_dcomm_iall_to_all(td_comm *c, td_device *d, const void *send, void *recv
       l->lib->recv(cc, l->stream, (char *)recv + n * (size_t)p, count, dt, p);
     }
     l->lib->group_end(cc);
-    return mark_done(l, r);
+    return mark_done(l, l->stream, r);
   }
   r->active = 1;
   if (direct(d)) return td_comm_iall_to_all(c, send, recv, count, dt, &r->req);
@@ -409,6 +485,15 @@ void td_dcomm_iall_to_all(td_comm *c, td_device *d, const void *send, void *recv
 void td_dcomm_isend(td_comm *c, td_device *d, const void *buf, int64_t count, td_dtype dt, int dest,
                     int tag, td_dcomm_request *r) {
   start(r, d);
+  library *l = library_of(d);
+  channel *ch = l ? channel_of(l, c, dest, 1) : NULL;
+  if (ch) { /* on the senders' stream, after the compute that wrote buf */
+    follow_compute(l, l->sender);
+    l->lib->group_start(ch->ccl);
+    l->lib->send(ch->ccl, l->sender, buf, count, dt, ch->peer_in_ccl);
+    l->lib->group_end(ch->ccl);
+    return mark_done(l, l->sender, r);
+  }
   r->active = 1;
   if (direct(d)) return td_comm_isend(c, buf, count, dt, dest, tag, &r->req);
   const size_t n = bytes_of(count, dt);

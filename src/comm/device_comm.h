@@ -17,10 +17,9 @@
  *    request (td_dcomm_wait, or td_dcomm_test once the library's work is done)
  *    makes the compute stream wait for it, and never the host. The all-to-all
  *    and the gather are the library's send/recv in one group. Point-to-point
- *    (the pipeline's activations and gradients) stays on the staged path below:
- *    NCCL serialises a communicator's operations, so its sends and receives
- *    between two stages need per-direction communicators and streams to keep
- *    1F1B's order free of deadlock, which is not built yet;
+ *    (the pipeline's activations and gradients) goes through the channels of
+ *    td_dcomm_p2p_setup (a communicator per direction between neighbours),
+ *    and without them takes the staged path below;
  *  - other memory (a GPU without the library, ranks sharing a GPU, the sealed
  *    test device with --distributed-backend gloo): staged through host memory,
  *    device-to-host, MPI on the host copy, host-to-device. The staging is the
@@ -68,6 +67,20 @@ typedef struct {
 int td_dcomm_setup(td_comm *world, td_device *d, int want_library, char *line, size_t n);
 /* 1 when d's collectives go through its library (after td_dcomm_setup). */
 int td_dcomm_uses_library(const td_device *d);
+/* Collective over `over` (the pipeline's communicator): when d uses its
+ * library, each two neighbours r, r + 1 of it get a library communicator per
+ * direction, and td_dcomm_isend / td_dcomm_recv between them go through it
+ * from then on: a receive on the handle's stream (the compute stream: what
+ * follows needs the data; the host does not wait), a send on a stream of its
+ * own after an event marking the compute that wrote the buffer, its request
+ * completing on the device as the collectives' do. One channel per direction
+ * keeps each NCCL communicator's operations in one order (NCCL runs a
+ * communicator's operations one after another), so 1F1B's sends one way and
+ * receives the other never wait on each other. Messages pair by issue order
+ * on a channel (the tag is not matched): the sender's sends and the receiver's
+ * receives between two ranks must come in the same order, as 1F1B's do.
+ * Without the library, or for ranks that are not neighbours, nothing changes. */
+void td_dcomm_p2p_setup(td_comm *over, td_device *d);
 
 void td_dcomm_all_reduce(td_comm *c, td_device *d, const void *send, void *recv, int64_t count,
                          td_dtype dt, td_reduce_op op);

@@ -12,11 +12,16 @@
  *    when it returns. These waits are the stand-in's, not the design's (NCCL
  *    makes the host wait for nothing), so they do not count as stream waits;
  *  - send/recv only between group_start and group_end (device_comm.c's use):
- *    group_end posts them all as non-blocking MPI calls and waits, so pairs that
- *    NCCL would progress together do here; per peer they pair in issue order
- *    (MPI's ordering on one communicator and tag), as NCCL's do. A send or
- *    receive outside a group is refused: NCCL's would block the stream until
- *    its peer's is posted, which a host-blocking stand-in cannot mirror. */
+ *    group_end posts them all as non-blocking MPI calls and waits for the
+ *    receives, so pairs that NCCL would progress together do here; per peer
+ *    they pair in issue order (MPI's ordering on one communicator and tag), as
+ *    NCCL's do. A send's data is staged at once (its device buffer is free when
+ *    group_end returns, as stream order makes it on a GPU), and the MPI send
+ *    completes later: every call tests the sends in flight, destroy waits for
+ *    them. A send that blocked the host here would deadlock 1F1B where NCCL's,
+ *    blocking only its own stream, does not. A send or receive outside a group
+ *    is refused: NCCL's would block the stream until its peer's is posted,
+ *    which a host-blocking stand-in cannot mirror. */
 #include <stdio.h>
 #include <string.h>
 
@@ -40,7 +45,29 @@ struct td_ccl {
     int peer;
   } *ops;
   int n, cap;
+  struct in_flight { /* sends posted, not yet complete */
+    td_comm_request req;
+    td_device *s;
+    void *host;
+  } *sends;
+  int n_sends, cap_sends;
 };
+
+/* Completes the sends in flight that are done (all of them: wait). */
+static void progress_sends(td_ccl *c, int wait) {
+  int k = 0;
+  for (int i = 0; i < c->n_sends; i++) {
+    struct in_flight *f = &c->sends[i];
+    if (wait)
+      td_comm_wait(&f->req);
+    else if (!td_comm_test(&f->req)) {
+      c->sends[k++] = *f;
+      continue;
+    }
+    f->s->ops->host_free(f->s, f->host);
+  }
+  c->n_sends = k;
+}
 
 static int sealed_load(char *why, size_t n) {
   (void)why, (void)n;
@@ -60,8 +87,9 @@ static td_ccl *sealed_create(td_device *d, td_comm *over, int rank, int nranks, 
 static void sealed_destroy(td_ccl *c) {
   if (!c) return;
   TD_CHECK(!c->grouped && !c->n, "sealed ccl: a communicator destroyed inside a group");
+  progress_sends(c, 1);
   td_comm_free(c->comm);
-  td_free(c->ops);
+  td_free(c->ops), td_free(c->sends);
   td_free(c);
 }
 
@@ -88,6 +116,7 @@ static size_t bytes_of(int64_t count, td_dtype dt) { return (size_t)count * td_d
 
 static void sealed_all_reduce(td_ccl *c, td_device *s, const void *send, void *recv, int64_t count,
                               td_dtype dt, td_reduce_op op) {
+  progress_sends(c, 0);
   const size_t n = bytes_of(count, dt);
   void *h = down(s, send, n);
   td_comm_all_reduce(c->comm, h, h, count, dt, op);
@@ -96,6 +125,7 @@ static void sealed_all_reduce(td_ccl *c, td_device *s, const void *send, void *r
 
 static void sealed_all_gather(td_ccl *c, td_device *s, const void *send, void *recv, int64_t count,
                               td_dtype dt) {
+  progress_sends(c, 0);
   const size_t n = bytes_of(count, dt), size = (size_t)td_comm_size(c->comm);
   char *all = s->ops->host_alloc(s, n * size > 0 ? n * size : 1);
   void *mine = down(s, send, n);
@@ -136,28 +166,41 @@ static void sealed_group_start(td_ccl *c) {
   c->grouped = 1;
 }
 
+/* A send posted (its request a value: MPI keeps no pointer to it). */
+static void keep_send(td_ccl *c, td_device *s, void *host, td_comm_request req) {
+  if (c->n_sends == c->cap_sends) {
+    c->cap_sends = c->cap_sends ? 2 * c->cap_sends : 8;
+    struct in_flight *grown = td_malloc(sizeof *grown * (size_t)c->cap_sends);
+    if (c->n_sends) memcpy(grown, c->sends, sizeof *grown * (size_t)c->n_sends);
+    td_free(c->sends);
+    c->sends = grown;
+  }
+  c->sends[c->n_sends++] = (struct in_flight){.req = req, .s = s, .host = host};
+}
+
 static void sealed_group_end(td_ccl *c) {
   TD_CHECK(c->grouped, "sealed ccl: group_end without group_start");
-  td_comm_request *req = td_malloc(sizeof *req * (size_t)(c->n ? c->n : 1));
+  progress_sends(c, 0);
+  td_comm_request *recv = td_malloc(sizeof *recv * (size_t)(c->n ? c->n : 1));
+  int n_recv = 0;
   for (int i = 0; i < c->n; i++) {
     struct pending *p = &c->ops[i];
     if (p->send) {
-      p->host = down(p->s, p->dev_buf, p->bytes);
-      td_comm_isend(c->comm, p->host, p->count, p->dt, p->peer, 0, &req[i]);
+      td_comm_request req;
+      void *host = down(p->s, p->dev_buf, p->bytes);
+      td_comm_isend(c->comm, host, p->count, p->dt, p->peer, 0, &req);
+      keep_send(c, p->s, host, req);
     } else {
       p->host = p->s->ops->host_alloc(p->s, p->bytes ? p->bytes : 1);
-      td_comm_irecv(c->comm, p->host, p->count, p->dt, p->peer, 0, &req[i]);
+      td_comm_irecv(c->comm, p->host, p->count, p->dt, p->peer, 0, &recv[n_recv++]);
     }
   }
-  td_comm_wait_all(req, c->n);
+  td_comm_wait_all(recv, n_recv);
   for (int i = 0; i < c->n; i++) {
     struct pending *p = &c->ops[i];
-    if (p->send)
-      p->s->ops->host_free(p->s, p->host);
-    else
-      up(p->s, p->dev_buf, p->host, p->bytes);
+    if (!p->send) up(p->s, p->dev_buf, p->host, p->bytes);
   }
-  td_free(req);
+  td_free(recv);
   c->n = 0, c->grouped = 0;
 }
 

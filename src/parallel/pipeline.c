@@ -128,6 +128,7 @@ void td_pipeline_init(td_pipeline *p, td_gpt *model, td_comm *pp, int stage, int
   p->sends = td_calloc((size_t)p->n_replicas * sizeof *p->sends);
   p->sending = td_calloc((size_t)p->n_replicas * sizeof *p->sending);
   p->replicas[0] = model;
+  if (stages > 1) td_dcomm_p2p_setup(pp, td_gpt_device(model)); /* NCCL's channels, when used */
   for (int r = 1; r < p->n_replicas; r++) {
     p->replicas[r] = td_gpt_create_replica(model);
     td_zero_attach(zero, p->replicas[r]);
