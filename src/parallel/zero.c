@@ -680,66 +680,56 @@ void td_zero_init_params(td_zero *z, uint64_t seed) {
   transient_free(z, unit, z->max_unit, sizeof(float));
 }
 
-/* This rank's part of buffer `which` as one shard-sized device buffer (for m
- * and v offloaded to NVMe or host memory: read into a fresh one). */
-static float *shard_of(td_zero *z, td_adamw *o, int which, int *owned) {
-  *owned = 0;
-  if (which == 0) return z->param_shard;
-  if (!o->nvme && !o->host) return which == 1 ? o->exp_avg : o->exp_avg_sq;
-  float *host = td_malloc((size_t)z->shard_numel * sizeof(float));
-  float *dev = OPS(z)->alloc(z->dev, (size_t)z->shard_numel * sizeof(float));
-  td_adamw_read_state(o, which - 1, 0, z->shard_numel, host);
-  OPS(z)->copy_h2d(z->dev, dev, host, (size_t)z->shard_numel * sizeof(float));
-  td_free(host);
-  *owned = 1;
-  return dev;
+/* Unit u's piece of buffer `which` on this rank, in host memory (host: piece
+ * floats): m and v offloaded are read where they are; parameters, and m and v
+ * in device memory, come down with one copy. */
+static void piece_to_host(td_zero *z, td_adamw *o, int which, int u, float *host) {
+  const size_t bytes = (size_t)z->piece[u] * sizeof(float);
+  if (which != 0 && (o->nvme || o->host)) {
+    td_adamw_read_state(o, which - 1, z->shard_off[u], z->piece[u], host);
+    return;
+  }
+  const float *base = which == 0 ? z->param_shard : which == 1 ? o->exp_avg : o->exp_avg_sq;
+  OPS(z)->copy_d2h(z->dev, host, base + z->shard_off[u], bytes);
 }
 
 void td_zero_gather_full(td_zero *z, td_adamw *o, int which, float *full) {
   int sharded = which == 0 ? z->stage == 3 : z->stage >= 1;
   if (!sharded) { /* the whole buffer is here already */
     if (z->dp_rank != 0) return;
-    if (which == 0) {
-      OPS(z)->copy_d2d(z->dev, full, td_gpt_params(z->model), (size_t)z->flat_numel * sizeof(float));
-    } else {
-      float *host = td_malloc((size_t)z->flat_numel * sizeof(float));
-      td_adamw_read_state(o, which - 1, 0, z->flat_numel, host);
-      OPS(z)->copy_h2d(z->dev, full, host, (size_t)z->flat_numel * sizeof(float));
-      td_free(host);
-    }
+    if (which == 0)
+      OPS(z)->copy_d2h(z->dev, full, td_gpt_params(z->model), (size_t)z->flat_numel * sizeof(float));
+    else
+      td_adamw_read_state(o, which - 1, 0, z->flat_numel, full);
     return;
   }
-  int owned;
-  float *shard = shard_of(z, o, which, &owned);
+  /* a unit at a time: this rank's piece to the host, gathered by MPI into the
+   * unit's place in full (DP rank 0); the device holds nothing extra */
+  float *mine = td_malloc((size_t)z->max_unit * sizeof(float));
   for (int u = 0; u < z->n_units; u++) {
+    piece_to_host(z, o, which, u, mine);
     float *dst = full ? full + U(z, u)->offset : NULL;
-    const float *src = shard + z->shard_off[u];
     if (z->dp_size > 1)
-      td_dcomm_gather(z->dp, z->dev, src, dst, z->piece[u], TD_F32, 0);
+      td_comm_gather(z->dp, mine, dst, z->piece[u], TD_F32, 0);
     else
-      OPS(z)->copy_d2d(z->dev, dst, src, (size_t)z->piece[u] * sizeof(float));
+      memcpy(dst, mine, (size_t)z->piece[u] * sizeof(float));
   }
-  if (owned) OPS(z)->free(z->dev, shard);
+  td_free(mine);
 }
 
 void td_zero_scatter_full(td_zero *z, td_adamw *o, int which, const float *full) {
   if (which == 0 && z->stage < 3) {
-    OPS(z)->copy_d2d(z->dev, td_gpt_params(z->model), full, (size_t)z->flat_numel * sizeof(float));
+    OPS(z)->copy_h2d(z->dev, td_gpt_params(z->model), full, (size_t)z->flat_numel * sizeof(float));
     td_gpt_cast_weights(z->model);
     return;
   }
-  float *host = NULL;
   for (int u = 0; u < z->n_units; u++) {
     int64_t p = z->part[u], lo = U(z, u)->offset + (z->stage ? z->dp_rank * z->piece[u] : 0);
-    if (which == 0) {
-      OPS(z)->copy_d2d(z->dev, z->param_shard + z->shard_off[u], full + lo, (size_t)p * sizeof(float));
-      continue;
-    }
-    if (!host) host = td_malloc((size_t)z->max_unit * sizeof(float));
-    OPS(z)->copy_d2h(z->dev, host, full + lo, (size_t)p * sizeof(float));
-    td_adamw_write_state(o, which - 1, z->shard_off[u], p, host);
+    if (which == 0)
+      OPS(z)->copy_h2d(z->dev, z->param_shard + z->shard_off[u], full + lo, (size_t)p * sizeof(float));
+    else
+      td_adamw_write_state(o, which - 1, z->shard_off[u], p, full + lo);
   }
-  td_free(host);
   if (which == 0) drop_slots(z);
 }
 

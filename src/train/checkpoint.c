@@ -291,17 +291,26 @@ static void device_to_host(void *dev, void *dst, const void *src, size_t bytes) 
   ((td_device *)dev)->ops->copy_d2h(dev, dst, src, bytes);
 }
 
-/* The tensors (device memory) as one safetensors file, streamed through a bounded
- * host buffer: a checkpoint never needs a second copy of the model in memory. */
+static void host_to_host(void *ctx, void *dst, const void *src, size_t bytes) {
+  (void)ctx;
+  memcpy(dst, src, bytes);
+}
+
+/* The tensors (device memory, or all of them host memory) as one safetensors
+ * file, streamed through a bounded host buffer: a checkpoint never needs a
+ * second copy of the model in memory. */
 static int save_tensors(td_device *dev, const char *path, const td_ckpt_tensor *ts, int n,
                         char *err, size_t errlen) {
+  const int host = n > 0 && ts[0].on_host;
   td_st_tensor *st = td_calloc(sizeof *st * (size_t)(n ? n : 1));
   for (int i = 0; i < n; i++) {
+    TD_CHECK(ts[i].on_host == host, "checkpoint: %s mixes host and device tensors in one file", path);
     st[i] = (td_st_tensor){.name = ts[i].name, .dtype = TD_F32, .ndim = ts[i].ndim, .data = ts[i].data};
     memcpy(st[i].shape, ts[i].shape, sizeof ts[i].shape);
   }
   const char *k[] = {"format"}, *v[] = {"pt"};
-  int rc = td_safetensors_write_with(path, st, n, k, v, 1, device_to_host, dev, err, errlen);
+  int rc = td_safetensors_write_with(path, st, n, k, v, 1, host ? host_to_host : device_to_host,
+                                     dev, err, errlen);
   td_free(st);
   return rc;
 }
@@ -977,11 +986,15 @@ static void fill_tensor(td_device *dev, const fill *f) {
   if (bytes == 0) return;
   for (int i = 0; i < f->n; i++)
     if (!memcmp(&f->pieces[i].b, &f->r, sizeof f->r)) {
-      dev->ops->copy_h2d(dev, t->data, f->pieces[i].data, bytes);
+      if (t->on_host)
+        memcpy(t->data, f->pieces[i].data, bytes);
+      else
+        dev->ops->copy_h2d(dev, t->data, f->pieces[i].data, bytes);
       return;
     }
-  float *host = td_malloc(bytes);
+  float *host = t->on_host ? t->data : td_malloc(bytes);
   for (int i = 0; i < f->n; i++) copy_box(t->ndim, f->pieces[i].data, &f->pieces[i].b, host, &f->r);
+  if (t->on_host) return;
   dev->ops->copy_h2d(dev, t->data, host, bytes);
   td_free(host);
 }

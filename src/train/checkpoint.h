@@ -61,7 +61,8 @@ typedef struct {
   const char *name;
   int ndim;
   int64_t shape[TD_ST_MAX_DIMS];
-  float *data;
+  float *data;   /* device memory (the dev of save/load), or host memory when on_host */
+  int on_host;   /* data is host memory: read and written with memcpy (ZeRO's gathered buffers) */
   int64_t global_shape[TD_ST_MAX_DIMS];
   int64_t offset[TD_ST_MAX_DIMS];
 } td_ckpt_tensor;

@@ -166,10 +166,14 @@ static void setup_data(trainer *t) {
 /* The checkpoint views of the parameters (k 0) or of Adam's m (1) or v (2)
  * into a whole flat buffer: the model's or the optimizer's own, or a gathered or
  * to-be-sharded copy. */
-static void point_views(trainer *t, int k, float *flat) {
+/* The checkpoint views of buffer k (parameters 0, m 1, v 2) at flat: device
+ * memory, or host memory (on_host: ZeRO's gathered buffers). */
+static void point_views(trainer *t, int k, float *flat, int on_host) {
   td_ckpt_tensor *views[3] = {t->ck_params, t->ck_m, t->ck_v};
-  for (int i = 0; i < td_gpt_num_tensors(t->model); i++)
+  for (int i = 0; i < td_gpt_num_tensors(t->model); i++) {
     views[k][i].data = flat ? flat + td_gpt_tensor_at(t->model, i)->offset : NULL;
+    views[k][i].on_host = on_host;
+  }
 }
 
 /* Whether buffer k (as point_views) is whole on this rank as the checkpoint
@@ -193,7 +197,7 @@ static void setup_checkpoint_views(trainer *t) {
     t->ck_m[i] = c, t->ck_v[i] = c;
     t->ck_m[i].name = t->ck_names[i][0], t->ck_v[i].name = t->ck_names[i][1];
   }
-  if (whole_here(t, 1)) point_views(t, 1, t->opt.exp_avg), point_views(t, 2, t->opt.exp_avg_sq);
+  if (whole_here(t, 1)) point_views(t, 1, t->opt.exp_avg, 0), point_views(t, 2, t->opt.exp_avg_sq, 0);
 }
 
 /* AdamW over this rank's shard (td_zero_runs: everything at stage 0). */
@@ -838,16 +842,17 @@ static char *state_json(const trainer *t) {
  * rank 0 commits (metadata.json, rename, latest file). A failure on any rank
  * aborts the job, leaving the previous checkpoint and latest file intact. */
 /* ZeRO: buffers k (parameters 0, m 1, v 2) that are not whole here gathered on
- * DP rank 0 into full[k], which the checkpoint views then point at (NULL
- * elsewhere, and for the buffers that are whole). Collective over DP. */
+ * DP rank 0 into full[k], host memory, which the checkpoint views then point at
+ * (NULL elsewhere, and for the buffers that are whole). Collective over DP. No
+ * model-sized device buffer: the device may have room for its shards only. */
 static void gather_whole(trainer *t, int with_optim, float *full[3]) {
   size_t bytes = (size_t)td_gpt_flat_numel(t->model) * sizeof(float);
   for (int k = 0; k < 3; k++) {
     full[k] = NULL;
     if (whole_here(t, k) || (k && !with_optim)) continue;
-    if (t->dp_rank == 0) full[k] = t->dev->ops->alloc(t->dev, bytes);
+    if (t->dp_rank == 0) full[k] = td_malloc(bytes);
     td_zero_gather_full(t->zero, &t->opt, k, full[k]);
-    if (t->dp_rank == 0) point_views(t, k, full[k]);
+    if (t->dp_rank == 0) point_views(t, k, full[k], 1);
   }
 }
 
@@ -883,7 +888,7 @@ static void save_checkpoint(trainer *t) {
   if (rc) td_fail("saving checkpoint at iteration %lld: %s", (long long)t->iteration, err);
   free(state);
   for (int k = 0; k < 3; k++)
-    if (full[k]) t->dev->ops->free(t->dev, full[k]);
+    td_free(full[k]);
   if (t->is_logger) {
     printf("  successfully saved checkpoint at iteration %7lld to %s [ t %.3fs ]\n",
            (long long)t->iteration, dir, td_now_seconds() - t0);
@@ -1011,20 +1016,19 @@ static void load_checkpoint(trainer *t) {
                         .exp_avg = with_optim ? t->ck_m : NULL,
                         .exp_avg_sq = with_optim ? t->ck_v : NULL};
   char *state = NULL;
-  float *full[3] = {NULL, NULL, NULL}; /* ZeRO: read whole, keep this rank's pieces */
+  float *full[3] = {NULL, NULL, NULL}; /* ZeRO: read whole (host), keep this rank's pieces */
   size_t bytes = (size_t)td_gpt_flat_numel(t->model) * sizeof(float);
   for (int k = 0; k < 3; k++)
     if (!whole_here(t, k) && (k == 0 || with_optim)) {
-      full[k] = t->dev->ops->alloc(t->dev, bytes);
-      t->dev->ops->fill(t->dev, full[k], TD_F32, td_gpt_flat_numel(t->model), 0.0f); /* the gaps */
-      point_views(t, k, full[k]);
+      full[k] = td_calloc(bytes); /* zeroed: the gaps between tensors */
+      point_views(t, k, full[k], 1);
     }
   if (td_checkpoint_load(t->dev, a->load, it, &c, &state, err, sizeof err))
     td_fail("--load %s: %s", a->load, err);
   for (int k = 0; k < 3; k++)
     if (full[k]) {
       td_zero_scatter_full(t->zero, &t->opt, k, full[k]);
-      t->dev->ops->free(t->dev, full[k]);
+      td_free(full[k]);
     }
   if (!a->finetune) restore_state(t, state, a->load, it, with_optim);
   if (!a->finetune && !a->no_load_rng) restore_rng(t, a->load, it);
