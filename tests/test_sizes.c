@@ -443,6 +443,28 @@ static void test_flags(void) {
   roomy.device_free = on_gpu.device;
   CHECK(td_train_check_memory(&a, &cfg, &lay, TD_F32, &roomy, 1, err, sizeof err) == 0,
         "exactly the device's free memory fits (%s)", err);
+  td_train_place shared = roomy; /* two ranks on one GPU: each has half of its free memory */
+  shared.ranks_on_device = 2;
+  CHECK(td_train_check_memory(&a, &cfg, &lay, TD_F32, &shared, 1, err, sizeof err) == -1 &&
+            strstr(err, "for each of the 2 ranks that share it"),
+        "two ranks sharing the device: each needs its part of the free memory: %s", err);
+  shared.device_free = 2 * on_gpu.device;
+  CHECK(td_train_check_memory(&a, &cfg, &lay, TD_F32, &shared, 1, err, sizeof err) == 0,
+        "two ranks sharing a device with twice the room fit (%s)", err);
+  /* ZeRO with --save: the checkpoint's whole buffers are gathered in host memory */
+  td_args az;
+  CHECK(validate("--train-iters 10 --global-batch-size 8 --save ck --save-interval 5", err, sizeof err, &az) == 0, "%s", err);
+  td_train_place z3 = {.pp_size = 1, .dp_size = 2, .zero_stage = 3};
+  td_train_memory zm;
+  int planned = !td_train_memory_plan(&az, &cfg, &lay, TD_F32, &z3, &zm, err, sizeof err);
+  CHECK(planned &&
+            zm.checkpoint >= 3 * (uint64_t)cfg.num_layers * 12 * 64 * 64 &&
+            zm.total == zm.staging + zm.tables + zm.checkpoint &&
+            zm.device == zm.model.params + zm.model.grads + zm.model.weights_bf16 + zm.activations +
+                             zm.optimizer + zm.shards + zm.transient,
+        "ZeRO-3 with --save: parameters, m and v gathered in host memory (%llu bytes), none on "
+        "the device", (unsigned long long)zm.checkpoint);
+  td_args_free(&az);
   CHECK(offload.optimizer == 4 * m.model.params && offload.total == m.staging + m.tables + offload.optimizer,
         "Adam offloaded to the host: m, v and host copies of parameters and gradients count against "
         "the host (%llu)", (unsigned long long)offload.optimizer);

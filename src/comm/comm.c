@@ -220,6 +220,26 @@ int td_comm_size(const td_comm *c) { return c->size; }
 int td_comm_local_size(void) { return g_local_size; }
 int td_comm_local_rank(void) { return g_local_rank; }
 
+static uint64_t host_hash(void) {
+  char name[256] = "";
+  gethostname(name, sizeof name - 1);
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  return h;
+}
+
+int td_comm_same_on_host(td_comm *c, int64_t key) {
+  const int size = c->size;
+  if (size == 1) return 1;
+  int64_t mine[2] = {(int64_t)host_hash(), key};
+  int64_t *all = td_malloc(sizeof *all * 2 * (size_t)size);
+  td_comm_all_gather(c, mine, all, 2, TD_I64);
+  int n = 0;
+  for (int r = 0; r < size; r++) n += all[2 * r] == mine[0] && all[2 * r + 1] == key;
+  td_free(all);
+  return n;
+}
+
 void td_comm_attach(td_comm *c, void *attached, void (*detach)(void *attached)) {
   c->attached = attached, c->detach = detach;
 }

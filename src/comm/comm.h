@@ -67,6 +67,10 @@ int td_comm_size(const td_comm *c);
 /* Ranks of the world on this node (MPI_COMM_TYPE_SHARED) and this rank among them. */
 int td_comm_local_size(void);
 int td_comm_local_rank(void);
+/* Collective over c: how many of its ranks on this rank's host (same host
+ * name) give the same key, this one included. With the device index as key:
+ * the ranks sharing this rank's GPU. */
+int td_comm_same_on_host(td_comm *c, int64_t key);
 /* Threads per rank: OMP_NUM_THREADS when set; otherwise the CPUs of the node
  * divided by the ranks on it, and at most the CPUs this rank is bound to
  * (mpirun --bind-to core gives each rank one), at least 1. */

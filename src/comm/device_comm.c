@@ -3,7 +3,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/error.h"
 #include "base/mem.h"
@@ -286,32 +285,6 @@ void td_dcomm_p2p_setup(td_comm *over, td_device *d) {
 
 /* ---- the choice ---- */
 
-static uint64_t host_hash(void) {
-  char name[256] = "";
-  gethostname(name, sizeof name - 1);
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-  return h;
-}
-
-/* How many ranks of world share their device with another rank on their host
- * (the same host name and device index), the same answer on every rank. */
-static int ranks_sharing(td_comm *world, const td_device *d) {
-  const int size = td_comm_size(world);
-  int64_t mine[2] = {(int64_t)host_hash(), d->index};
-  int64_t *all = td_malloc(sizeof *all * 2 * (size_t)size);
-  td_comm_all_gather(world, mine, all, 2, TD_I64);
-  int sharing = 0;
-  for (int r = 0; r < size; r++)
-    for (int q = 0; q < size; q++)
-      if (q != r && all[2 * q] == all[2 * r] && all[2 * q + 1] == all[2 * r + 1]) {
-        sharing++;
-        break;
-      }
-  td_free(all);
-  return sharing;
-}
-
 int td_dcomm_setup(td_comm *world, td_device *d, int want_library, char *line, size_t n) {
   const td_ccl_ops *lib = direct(d) ? NULL : td_ccl_for(d);
   char why[512] = "";
@@ -323,7 +296,9 @@ int td_dcomm_setup(td_comm *world, td_device *d, int want_library, char *line, s
     ok = 0, snprintf(why, sizeof why, "--distributed-backend gloo");
   else if (!lib->load(why, sizeof why))
     ok = 0;
-  const int sharing = alone(world) ? 0 : ranks_sharing(world, d);
+  /* ranks (on every host) whose device another rank of their host uses too */
+  int32_t sharing = td_comm_same_on_host(world, d->index) > 1;
+  if (!alone(world)) td_comm_all_reduce(world, &sharing, &sharing, 1, TD_I32, TD_OP_SUM);
   /* NCCL cannot give two ranks one GPU; the sealed device's stand-in can. */
   if (ok && sharing && strcmp(lib->name, "nccl") == 0)
     ok = 0, snprintf(why, sizeof why, "%d ranks share a GPU with another rank", sharing);

@@ -58,9 +58,9 @@ int td_train_memory_plan(const td_args *a, const td_gpt_config *cfg, const td_gp
     m->optimizer = td_sat_mul(share, 4 * sizeof(float));
   uint64_t device = td_sat_add(td_sat_add(m->model.params, m->model.grads),
                                td_sat_add(m->model.weights_bf16, m->activations));
-  device = td_sat_add(device, td_sat_add(p->optimizer_on_host ? 0 : m->optimizer, m->checkpoint));
+  device = td_sat_add(device, p->optimizer_on_host ? 0 : m->optimizer);
   device = td_sat_add(device, td_sat_add(m->shards, m->transient));
-  uint64_t host = td_sat_add(m->staging, m->tables);
+  uint64_t host = td_sat_add(td_sat_add(m->staging, m->tables), m->checkpoint);
   if (p->optimizer_on_host) host = td_sat_add(host, m->optimizer);
   m->total = td_sat_add(p->device_is_host ? device : 0, host);
   m->device = device;
@@ -103,7 +103,7 @@ static void describe(const td_train_memory *m, const td_args *a, const td_gpt_co
   const part parts[] = {{"parameters", m->model.params},
                         {"gradients", m->model.grads},
                         {"optimizer state", m->optimizer},
-                        {"checkpoint staging of the optimizer state", m->checkpoint},
+                        {"checkpoint's gathered buffers (host)", m->checkpoint},
                         {"ZeRO shards", m->shards},
                         {"ZeRO unit buffers", m->transient},
                         {"low-precision weights", m->model.weights_bf16},
@@ -135,14 +135,22 @@ int td_train_check_memory(const td_args *a, const td_gpt_config *cfg, const td_g
   describe(&m, a, cfg, detail, sizeof detail);
   if (td_memory_check(m.total, ranks_per_node, "each rank of this run", detail, err, errlen))
     return -1;
-  if (p->device_is_host || !p->device_free || m.device <= p->device_free) return 0;
-  char need[32], free_b[32], total[32];
+  const int sharing = p->ranks_on_device > 1 ? p->ranks_on_device : 1;
+  const uint64_t share = p->device_free / (uint64_t)sharing;
+  if (p->device_is_host || !p->device_free || m.device <= share) return 0;
+  char need[32], free_b[32], total[32], shared[96] = "";
   td_bytes_text(m.device, need, sizeof need);
   td_bytes_text(p->device_free, free_b, sizeof free_b);
   td_bytes_text(p->device_total, total, sizeof total);
+  if (sharing > 1) {
+    char s[32];
+    td_bytes_text(share, s, sizeof s);
+    snprintf(shared, sizeof shared, ", %s for each of the %d ranks that share it", s, sharing);
+  }
   return td_errorf(err, errlen,
                    "each rank of this run needs %s of device memory on %s (%s), more than the %s "
-                   "free of its %s: a smaller model or micro-batch, more tensor- or "
+                   "free of its %s%s: a smaller model or micro-batch, more tensor- or "
                    "pipeline-parallel ranks, a higher ZeRO stage, or --cpu-optimizer",
-                   need, p->device_name ? p->device_name : "the device", detail, free_b, total);
+                   need, p->device_name ? p->device_name : "the device", detail, free_b, total,
+                   shared);
 }

@@ -27,6 +27,8 @@ typedef struct {
    * (device.h memory_info; 0: unknown, not checked) and its name for messages. */
   uint64_t device_free, device_total;
   const char *device_name;
+  int ranks_on_device; /* ranks of this host on the same device (mpirun with more ranks
+                          than GPUs): each gets its share of device_free; 0 or 1: alone */
 } td_train_place;
 
 /* Bytes per rank, each saturating at TD_SIZE_HUGE (base/checked.h). */
@@ -37,7 +39,7 @@ typedef struct {
   uint64_t optimizer;     /* Adam's two fp32 moments over this rank's (ZeRO) share */
   uint64_t shards;        /* ZeRO-2/3: this rank's gradient (and ZeRO-3 parameter) shard */
   uint64_t transient;     /* ZeRO-2/3: unit-sized gradient buffers, ZeRO-3 gathered slots */
-  uint64_t checkpoint;    /* ZeRO with --save or --load: whole buffers, gathered */
+  uint64_t checkpoint;    /* ZeRO with --save or --load: whole buffers, gathered in host memory */
   uint64_t staging;       /* host: a global batch of tokens, targets and loss mask */
   uint64_t tables;        /* host: the model's and the trainer's per-tensor tables */
   uint64_t total;         /* of host memory: everything on the CPU backend */

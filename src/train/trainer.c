@@ -1284,7 +1284,7 @@ int td_train(td_args *a) {
   char merr[2048]; /* the whole run's memory, before any of it is allocated */
   td_train_place place = {t.topo.layout.pp, t.topo.coord.pp, t.dp_size, t.zero_stage,
                           td_device_has(t.dev, TD_DEVICE_HOST_RAM), optimizer_on_host(&t),
-                          0, 0, NULL};
+                          0, 0, NULL, td_comm_same_on_host(td_comm_world(), t.dev->index)};
   char dev_name[256];
   if (!place.device_is_host && t.dev->ops->memory_info) {
     size_t free_b, total_b;
