@@ -5,8 +5,10 @@
 #   2. tests: test_device_cuda (every op against the CPU backend, odd sizes,
 #      determinism), test_rng_hostdev, cli_train_cuda.sh (CPU vs GPU training on
 #      the demo model, checkpoints across devices, two ranks sharing the GPU,
-#      generate), cli_train_sealed.sh (the device-clean proof the GPU path
-#      rests on) and the CPU kernel tests;
+#      generate; NCCL at one rank inside test_device_cuda),
+#      cli_train_sealed.sh (the device-clean proof the GPU path rests on),
+#      mpi_device_comm (device_comm on every path, the GPU's included) and the
+#      CPU kernel tests;
 #   3. benchmarks: `trident bench kernels --device cuda`, and `trident bench
 #      train --device cuda` on GPT-2 124M, seq 1024, micro-batch 16, bf16, next to
 #      PyTorch on the same GPU (bench/gpu/peer_torch_gpu.py) when a CUDA PyTorch
@@ -41,7 +43,7 @@ bin=$build/trident
 
 # 2. tests
 (cd "$build" && ctest --output-on-failure --timeout 1800 \
-  -R '^(test_device_cuda|test_rng_hostdev|cli_train_cuda|cli_train_sealed|test_kernel_.*)$') \
+  -R '^(test_device_cuda|test_rng_hostdev|cli_train_cuda|cli_train_sealed|mpi_device_comm_np.|test_kernel_.*)$') \
   >"$out/tests.log" 2>&1
 rc_tests=$?
 note "tests: $(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1)"
