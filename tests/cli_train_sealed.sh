@@ -29,6 +29,8 @@ model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32
   --hidden-dropout 0.1 --attention-dropout 0.1 --mock-data --tokenizer-type NullTokenizer
   --vocab-size 500 --log-interval 1 --eval-interval 5 --eval-iters 2 --seed 7 --train-iters 20)
 source "$(dirname "$0")/train_common.sh"
+# The device's peak MB from Megatron's memory report (after the first logged iteration).
+maxalloc() { grep -oE 'max allocated: [0-9.]+' "$1" | head -1 | awk '{ print $3 }'; }
 # Between ops the sealed device's mprotect calls are cheaper with idle threads asleep.
 export OMP_WAIT_POLICY=PASSIVE
 
@@ -92,6 +94,45 @@ cat >"$tmp/ds_cpu.json" <<EOF
 EOF
 both "DP=2 ZeRO-2 offload_optimizer cpu" 2 --deepspeed --deepspeed_config "$tmp/ds_cpu.json"
 both "DP=2 ZeRO-3 --cpu-optimizer" 2 --zero-stage 3 --cpu-optimizer
+
+# ZeRO-3 with the parameters offloaded too (DeepSpeed's offload_param.device cpu):
+# the fp32 shard in host memory, a unit's piece copied up when it is gathered,
+# Adam writing it in place; the CPU's bits (the parameters' norm logged: its
+# statistics read the shard through the device), less device memory, and a
+# checkpoint that resumes without the offload.
+cat >"$tmp/ds_param.json" <<EOF
+{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                       "offload_param": {"device": "cpu", "pin_memory": true}}}
+EOF
+name="DP=2 ZeRO-3 offload_param cpu"
+both "$name" 2 --deepspeed --deepspeed_config "$tmp/ds_param.json" --log-params-norm
+grep -q "parameters offloaded to host memory" "$tmp/$name.sealed.log" &&
+  grep -q "offload_param.device cpu: the cpu device's memory is host memory" "$tmp/$name.cpu.log" &&
+  ok "offload_param: the shard in host memory on the sealed device, the identity on the CPU" ||
+  fail "offload_param summary lines: $(grep -h 'offload' "$tmp/$name."*.log)"
+with=$(maxalloc "$tmp/$name.sealed.log") without=$(maxalloc "$tmp/DP=2 ZeRO-3 --cpu-optimizer.sealed.log")
+awk -v a="$with" -v b="$without" 'BEGIN { exit !(a > 0 && a < b) }' &&
+  ok "offload_param: peak device MB $with < $without without it" ||
+  fail "offload_param peak device MB: $with vs $without without it"
+run 2 "$tmp/param_save.log" --device sealed --deepspeed --deepspeed_config "$tmp/ds_param.json" \
+  --exit-interval 10 --save "$tmp/ck_param" --save-interval 10
+run 2 "$tmp/param_resume.log" --device sealed --zero-stage 3 --load "$tmp/ck_param"
+cat "$tmp/param_save.log" "$tmp/param_resume.log" >"$tmp/param_both.log"
+same "$tmp/DP=2 ZeRO-3 --cpu-optimizer.cpu.log" "$tmp/param_both.log" 0 \
+  "offload_param: saved at 10, resumed without any offload: the straight run's losses"
+cat >"$tmp/ds_param_only.json" <<EOF
+{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+ "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}
+EOF
+if OMP_NUM_THREADS=1 "$bin" train "${model[@]}" --device sealed --deepspeed \
+  --deepspeed_config "$tmp/ds_param_only.json" >"$tmp/param_only.log" 2>&1; then
+  fail "offload_param without offload_optimizer was accepted on the sealed device"
+else
+  grep -q "offload_param.device cpu needs offload_optimizer.device cpu too" "$tmp/param_only.log" &&
+    ok "offload_param without the optimizer on the host: refused, saying why" ||
+    fail "offload_param alone: $(tail -2 "$tmp/param_only.log")"
+fi
 run 2 "$tmp/off_save.log" --device sealed --cpu-optimizer --zero-stage 2 --exit-interval 10 \
   --save "$tmp/ck_off" --save-interval 10
 run 2 "$tmp/on_save.log" --device cpu --zero-stage 2 --exit-interval 10 --save "$tmp/ck_on" \
@@ -132,7 +173,6 @@ done
 # the device would have (a ZeRO-3 model need not fit one device).
 # A model whose parameters outweigh its activations (hidden 128, 8 tokens), so
 # whole-model buffers would show in the peak.
-maxalloc() { grep -oE 'max allocated: [0-9.]+' "$1" | head -1 | awk '{ print $3 }'; }
 z3=(--device sealed --zero-stage 3 --log-interval 5 --hidden-size 128 --seq-length 8
   --max-position-embeddings 8 --micro-batch-size 1 --global-batch-size 2)
 run 2 "$tmp/z3_nosave.log" "${z3[@]}" --train-iters 5

@@ -487,9 +487,19 @@ static void test_conflicts(void) {
                JSON("\"gradient_clipping\": 0.5, \"bf16\": {\"enabled\": true}, \"optimizer\": "
                     "{\"type\": \"Adam\", \"params\": {\"lr\": 2e-3}}}"),
                1, "2 errors:");
-  expect_error("--device cuda", JSON("\"zero_optimization\": {\"stage\": 3, \"offload_param\": "
+  expect_error("--device cuda", JSON("\"zero_optimization\": {\"stage\": 2, \"offload_param\": "
                                      "{\"device\": \"cpu\"}}}"),
-               1, "zero_optimization.offload_param.device cpu with --device cuda: keeping ZeRO-3's");
+               1, "offload_param.device cpu: parameter offload is a ZeRO-3 feature");
+  {
+    td_args a;
+    char err[4096];
+    int rc = run(&a, "--device cuda", JSON("\"zero_optimization\": {\"stage\": 3, \"offload_param\": "
+                                           "{\"device\": \"cpu\"}, \"offload_optimizer\": {\"device\": \"cpu\"}}}"),
+                 1, err, sizeof err);
+    CHECK(rc == 0 && a.offload_param == 1 && a.cpu_optimizer == 1 && a.zero_stage == 3,
+          "ZeRO-3 with offload_param and offload_optimizer cpu: both taken (%s)", err);
+    td_args_free(&a);
+  }
   /* offload_optimizer cpu and the old cpu_offload switch are --cpu-optimizer */
   const char *const offloads[] = {
       "\"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"cpu\"}}}",

@@ -464,6 +464,13 @@ static void test_flags(void) {
                              zm.optimizer + zm.shards + zm.transient,
         "ZeRO-3 with --save: parameters, m and v gathered in host memory (%llu bytes), none on "
         "the device", (unsigned long long)zm.checkpoint);
+  td_train_place z3_off = z3;
+  z3_off.params_on_host = 1;
+  td_train_memory zo;
+  planned = !td_train_memory_plan(&az, &cfg, &lay, TD_F32, &z3_off, &zo, err, sizeof err);
+  CHECK(planned && zo.device + zo.shards / 2 == zm.device && zo.total == zm.total + zm.shards / 2,
+        "offload_param: ZeRO-3's parameter shard (half of its shards) moves from the device to the "
+        "host (%llu bytes)", (unsigned long long)(zm.shards / 2));
   td_args_free(&az);
   CHECK(offload.optimizer == 4 * m.model.params && offload.total == m.staging + m.tables + offload.optimizer,
         "Adam offloaded to the host: m, v and host copies of parameters and gradients count against "

@@ -45,7 +45,7 @@ static void open_run(run *r, const td_gpt_config *c, td_dtype cd, int stage, int
   lay.no_flat_grads = stage >= 2, lay.no_flat_params = stage == 3;
   if (recompute) lay.recompute = TD_RECOMPUTE_UNIFORM, lay.recompute_num_layers = 2;
   r->model = td_gpt_create(tst_device(), c, &lay, MB, cd);
-  r->zero = td_zero_create(r->model, NULL, stage, bucket);
+  r->zero = td_zero_create(r->model, NULL, stage, bucket, 0);
   td_zero_init_params(r->zero, 11);
   int n;
   const td_adam_run *runs = td_zero_runs(r->zero, NULL, &n);

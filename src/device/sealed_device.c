@@ -537,17 +537,21 @@ static void s_event_synchronize(td_device *d, td_event *e) {
  * a wait (synchronize, event_synchronize) opens async copies' host pages. */
 static int s_event_query(td_device *d, td_event *e) { return (void)d, (void)e, 1; }
 
+/* The blocking copies wait for the stream (on a GPU: cudaMemcpyAsync, then
+ * cudaStreamSynchronize): the async copies issued before them are done too. */
 static void s_copy_h2d(td_device *d, void *dst, const void *src, size_t bytes) {
   ENTER(d, "copy_h2d", dst); /* src is host memory: a device src faults */
   d->stream_waits++;
   FWD(copy_h2d, dst, src, bytes);
   leave();
+  release(UINT64_MAX);
 }
 static void s_copy_d2h(td_device *d, void *dst, const void *src, size_t bytes) {
   ENTER(d, "copy_d2h", src);
   d->stream_waits++;
   FWD(copy_d2h, dst, src, bytes);
   leave();
+  release(UINT64_MAX);
 }
 static void s_copy_d2d(td_device *d, void *dst, const void *src, size_t bytes) {
   ENTER(d, "copy_d2d", dst, src);

@@ -15,9 +15,9 @@
  *    writable, runs the CPU backend's op and seals them again, so an op that
  *    strays outside its arguments faults too;
  *  - host_alloc memory is open to the host, except the pages of an async copy's
- *    host side until a wait (synchronize, event_synchronize) says a GPU's copy
- *    would be done: reading a copy_d2h_async destination, or writing a
- *    copy_h2d_async source, too early faults;
+ *    host side until a wait (synchronize, event_synchronize, a blocking copy)
+ *    says a GPU's copy would be done: reading a copy_d2h_async destination, or
+ *    writing a copy_h2d_async source, too early faults;
  *  - a SIGSEGV / SIGBUS handler names faults inside the reservation and in
  *    closed host pages, then hands the signal to the handler installed before it
  *    (the MPI layer's crash line).

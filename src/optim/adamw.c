@@ -56,6 +56,13 @@ void td_adamw_init_host(td_adamw *o, td_device *dev, int64_t numel, const td_ada
   o->host_grads = o->host->ops->alloc(o->host, (size_t)o->grads_span * sizeof(float));
 }
 
+void td_adamw_params_on_host(td_adamw *o) {
+  TD_CHECK(o->host, "td_adamw_params_on_host: the update does not run on the host");
+  o->host->ops->free(o->host, o->host_params);
+  o->host_params = NULL;
+  o->params_on_host = 1;
+}
+
 int td_adamw_init_nvme(td_adamw *o, td_device *dev, int64_t numel, const td_adam_run *runs,
                        int n_runs, float beta1, float beta2, float eps, float weight_decay,
                        const char *dir, const char *stem, int64_t chunk_elems, char *err,
@@ -73,7 +80,8 @@ void td_adamw_free(td_adamw *o) {
   } else if (o->host) {
     td_device *h = o->host;
     h->ops->free(h, o->exp_avg), h->ops->free(h, o->exp_avg_sq);
-    h->ops->free(h, o->host_params), h->ops->free(h, o->host_grads);
+    if (o->host_params) h->ops->free(h, o->host_params);
+    h->ops->free(h, o->host_grads);
     td_device_close(h);
   } else {
     o->dev->ops->free(o->dev, o->exp_avg);
@@ -96,17 +104,20 @@ static void step_on(td_adamw *o, td_device *d, float *params, const float *grads
   }
 }
 
-/* The host update: the runs' parameters and gradients down, AdamW on the host,
- * the parameters back up. */
+/* The host update: the runs' parameters (unless they live on the host) and
+ * gradients down, AdamW on the host, the parameters back up. */
 static void step_host(td_adamw *o, float *params, const float *grads, float lr, float grad_scale) {
   td_device *d = o->dev;
   for (int i = 0; i < o->n_runs; i++) {
     const td_adam_run *r = &o->runs[i];
     size_t bytes = (size_t)r->numel * sizeof(float);
-    d->ops->copy_d2h(d, o->host_params + r->param_offset, params + r->param_offset, bytes);
+    if (!o->params_on_host)
+      d->ops->copy_d2h(d, o->host_params + r->param_offset, params + r->param_offset, bytes);
     d->ops->copy_d2h(d, o->host_grads + r->grad_offset, grads + r->grad_offset, bytes);
   }
-  step_on(o, o->host, o->host_params, o->host_grads, NULL, TD_F32, lr, grad_scale);
+  step_on(o, o->host, o->params_on_host ? params : o->host_params, o->host_grads, NULL, TD_F32, lr,
+          grad_scale);
+  if (o->params_on_host) return;
   for (int i = 0; i < o->n_runs; i++) {
     const td_adam_run *r = &o->runs[i];
     d->ops->copy_h2d(d, params + r->param_offset, o->host_params + r->param_offset,

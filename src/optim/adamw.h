@@ -32,6 +32,8 @@ typedef struct {
   td_device *host;     /* non-NULL: the state is host memory, updated by this CPU
                           device on host copies of the params and grads (td_adamw_init_host) */
   float *host_params, *host_grads; /* those copies (the spans the runs address) */
+  int params_on_host;  /* with host: the params base is host memory, updated in place
+                          (ZeRO-3's offload_param; td_adamw_params_on_host) */
   int64_t params_span, grads_span;
   td_nvme_state *nvme; /* non-NULL: m and v live in a file (td_adamw_init_nvme) */
   td_adam_run *runs;   /* the runs merged into maximal runs of one group */
@@ -60,6 +62,10 @@ int td_adamw_init_nvme(td_adamw *o, td_device *dev, int64_t numel, const td_adam
  * backend's bits. */
 void td_adamw_init_host(td_adamw *o, td_device *dev, int64_t numel, const td_adam_run *runs,
                         int n_runs, float beta1, float beta2, float eps, float weight_decay);
+/* An optimizer of td_adamw_init_host whose params base is host memory itself
+ * (ZeRO-3 with the parameter shard offloaded): the update writes it in place,
+ * and no copy of the parameters is kept or moved. */
+void td_adamw_params_on_host(td_adamw *o);
 void td_adamw_free(td_adamw *o);
 
 /* One update: g = grads * grad_scale (unscale and clip folded in). */

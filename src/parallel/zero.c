@@ -63,7 +63,8 @@ struct td_zero {
   float *grad_shard;
   float **grad_buf;  /* per unit: its gradient buffer while bound (NULL otherwise) */
   /* stage 3 */
-  float *param_shard;
+  float *param_shard;  /* device memory, or pinned host memory when params_on_host */
+  int params_on_host;  /* DeepSpeed's offload_param: the fp32 shard stays in host memory */
   slot slots[SLOTS];
   int *slot_of; /* unit -> slot, -1 */
   int *trace, n_trace, cap_trace, trace_frozen, cursor;
@@ -329,7 +330,10 @@ static void start_gather(td_zero *z, int i, int u) {
   z->slot_of[u] = i;
   int64_t p = z->piece[u];
   float *mine = s->params + z->dp_rank * p;
-  OPS(z)->copy_d2d(z->dev, mine, z->param_shard + z->shard_off[u], (size_t)p * sizeof(float));
+  if (z->params_on_host) /* up from the pinned shard; the host writes it only after the step's waits */
+    OPS(z)->copy_h2d_async(z->dev, mine, z->param_shard + z->shard_off[u], (size_t)p * sizeof(float));
+  else
+    OPS(z)->copy_d2d(z->dev, mine, z->param_shard + z->shard_off[u], (size_t)p * sizeof(float));
   if (z->dp_size > 1)
     td_dcomm_iall_gather(z->comm[COMM_PARAM_GATHER], z->dev, mine, s->params, p, TD_F32, &s->req);
 }
@@ -430,16 +434,20 @@ static void make_runs(td_zero *z) {
 }
 
 static void alloc_stage3(td_zero *z) {
-  z->param_shard = OPS(z)->alloc(z->dev, (size_t)z->shard_numel * sizeof(float));
+  const size_t bytes = (size_t)z->shard_numel * sizeof(float);
+  z->param_shard = z->params_on_host ? OPS(z)->host_alloc(z->dev, bytes) : OPS(z)->alloc(z->dev, bytes);
   z->slot_of = td_malloc(sizeof *z->slot_of * (size_t)z->n_units);
   for (int u = 0; u < z->n_units; u++) z->slot_of[u] = -1;
   for (int i = 0; i < SLOTS; i++) z->slots[i].unit = -1;
 }
 
-td_zero *td_zero_create(td_gpt *model, td_comm *dp, int stage, int64_t bucket_size) {
+td_zero *td_zero_create(td_gpt *model, td_comm *dp, int stage, int64_t bucket_size,
+                        int params_on_host) {
   TD_CHECK(stage >= 0 && stage <= 3, "ZeRO stage %d", stage);
+  TD_CHECK(!params_on_host || stage == 3, "ZeRO: parameters in host memory need stage 3");
   td_zero *z = td_calloc(sizeof *z);
   z->model = model, z->dev = td_gpt_device(model), z->dp = dp, z->stage = stage;
+  z->params_on_host = params_on_host;
   z->dp_size = dp ? td_comm_size(dp) : 1;
   z->dp_rank = dp ? td_comm_rank(dp) : 0;
   z->n_units = td_gpt_num_units(model);
@@ -485,7 +493,10 @@ void td_zero_free(td_zero *z) {
   if (z->grad_buf)
     for (int u = 0; u < z->n_units; u++) transient_free(z, z->grad_buf[u], U(z, u)->numel, sizeof(float));
   if (z->grad_shard) ops->free(z->dev, z->grad_shard);
-  if (z->param_shard) ops->free(z->dev, z->param_shard);
+  if (z->param_shard && z->params_on_host)
+    ops->host_free(z->dev, z->param_shard);
+  else if (z->param_shard)
+    ops->free(z->dev, z->param_shard);
   if (z->slot_of)
     for (int i = 0; i < SLOTS; i++) empty_slot(z, i);
   for (int k = 0; k < N_COMMS; k++) td_comm_free(z->comm[k]);
@@ -525,20 +536,28 @@ static void piece_range(const td_zero *z, int u, int r, int64_t *lo, int64_t *hi
 
 /* Rank r's part of the statistic, read from data laid out as the flat buffer
  * (flat) or as r's shard (shard; r == this rank): one reduction op per tensor
- * piece into the device slots from `slot` on. Returns the pieces' count. */
-static int64_t piece_stats(td_zero *z, int r, const float *flat, const float *shard, int squares,
-                           const unsigned char *counted, int64_t slot) {
+ * piece into the device slots from `slot` on. Returns the pieces' count. A
+ * shard in host memory goes up a unit's piece at a time through upload (device
+ * memory of the largest piece; stream order keeps one unit's ops before the
+ * next copy). */
+static int64_t piece_stats(td_zero *z, int r, const float *flat, const float *shard, float *upload,
+                           int squares, const unsigned char *counted, int64_t slot) {
   const int64_t first = slot;
   for (int u = 0; u < z->n_units; u++) {
     const td_gpt_unit *un = U(z, u);
     int64_t lo, hi;
     piece_range(z, u, r, &lo, &hi);
+    const float *piece = shard ? shard + z->shard_off[u] : NULL;
+    if (shard && upload) {
+      OPS(z)->copy_h2d_async(z->dev, upload, piece, (size_t)z->piece[u] * sizeof(float));
+      piece = upload;
+    }
     for (int i = un->first_tensor; i < un->first_tensor + un->n_tensors; i++) {
       const td_gpt_tensor *t = td_gpt_tensor_at(z->model, i);
       int64_t b = t->offset > lo ? t->offset : lo;
       int64_t e = t->offset + t->numel < hi ? t->offset + t->numel : hi;
       if (b >= e || (counted && !counted[i])) continue;
-      const float *x = flat ? flat + b : shard + z->shard_off[u] + (b - lo);
+      const float *x = flat ? flat + b : piece + (b - lo);
       TD_CHECK(slot < z->n_stat, "ZeRO statistics: more pieces than the %lld slots",
                (long long)z->n_stat);
       double *out = z->stat_dev + slot++;
@@ -576,14 +595,20 @@ void td_zero_model_sums(td_zero *z, td_zero_what what, int n, const int *squares
     z->stat_host = td_malloc((size_t)(z->n_stat ? z->n_stat : 1) * sizeof(double));
   }
   const float *shard = what == TD_ZERO_GRADS ? z->grad_shard : z->param_shard;
+  int64_t max_piece = 0;
+  for (int u = 0; u < z->n_units; u++) max_piece = z->piece[u] > max_piece ? z->piece[u] : max_piece;
+  float *upload = sharded && shard == z->param_shard && z->params_on_host
+                      ? transient_alloc(z, max_piece, sizeof(float))
+                      : NULL;
   for (int q = 0; q < n; q++)
     for (int k = 0; k < ranks; k++) {
       const int r = sharded ? z->dp_rank : k;
       count[q * ranks + k] = piece_stats(z, r, sharded ? NULL : flat, sharded ? shard : NULL,
-                                         squares[q], counted, used);
+                                         upload, squares[q], counted, used);
       used += count[q * ranks + k];
     }
   if (used) OPS(z)->copy_d2h(z->dev, z->stat_host, z->stat_dev, (size_t)used * sizeof(double));
+  transient_free(z, upload, max_piece, sizeof(float));
   used = 0;
   for (int q = 0; q < n; q++)
     for (int k = 0; k < ranks; k++)
@@ -674,8 +699,13 @@ void td_zero_init_params(td_zero *z, uint64_t seed) {
   float *unit = transient_alloc(z, z->max_unit, sizeof(float));
   for (int u = 0; u < z->n_units; u++) {
     td_gpt_init_unit(z->model, u, seed, unit);
-    OPS(z)->copy_d2d(z->dev, z->param_shard + z->shard_off[u], unit + z->dp_rank * z->piece[u],
-                     (size_t)z->piece[u] * sizeof(float));
+    float *dst = z->param_shard + z->shard_off[u];
+    const float *src = unit + z->dp_rank * z->piece[u];
+    const size_t bytes = (size_t)z->piece[u] * sizeof(float);
+    if (z->params_on_host)
+      OPS(z)->copy_d2h(z->dev, dst, src, bytes);
+    else
+      OPS(z)->copy_d2d(z->dev, dst, src, bytes);
   }
   transient_free(z, unit, z->max_unit, sizeof(float));
 }
@@ -690,7 +720,10 @@ static void piece_to_host(td_zero *z, td_adamw *o, int which, int u, float *host
     return;
   }
   const float *base = which == 0 ? z->param_shard : which == 1 ? o->exp_avg : o->exp_avg_sq;
-  OPS(z)->copy_d2h(z->dev, host, base + z->shard_off[u], bytes);
+  if (which == 0 && z->params_on_host)
+    memcpy(host, base + z->shard_off[u], bytes);
+  else
+    OPS(z)->copy_d2h(z->dev, host, base + z->shard_off[u], bytes);
 }
 
 void td_zero_gather_full(td_zero *z, td_adamw *o, int which, float *full) {
@@ -725,7 +758,9 @@ void td_zero_scatter_full(td_zero *z, td_adamw *o, int which, const float *full)
   }
   for (int u = 0; u < z->n_units; u++) {
     int64_t p = z->part[u], lo = U(z, u)->offset + (z->stage ? z->dp_rank * z->piece[u] : 0);
-    if (which == 0)
+    if (which == 0 && z->params_on_host)
+      memcpy(z->param_shard + z->shard_off[u], full + lo, (size_t)p * sizeof(float));
+    else if (which == 0)
       OPS(z)->copy_h2d(z->dev, z->param_shard + z->shard_off[u], full + lo, (size_t)p * sizeof(float));
     else
       td_adamw_write_state(o, which - 1, z->shard_off[u], p, full + lo);
@@ -739,7 +774,8 @@ td_zero_memory td_zero_memory_report(const td_zero *z, const td_adamw *o) {
   td_gpt_memory m = td_gpt_memory_report(z->model);
   td_zero_memory r = {.params = m.params, .weights = m.weights_bf16, .grads = m.grads,
                       .transient_peak = z->transient_peak};
-  if (z->param_shard) r.params += (uint64_t)z->shard_numel * sizeof(float);
+  if (z->param_shard && !z->params_on_host) r.params += (uint64_t)z->shard_numel * sizeof(float);
+  if (z->params_on_host) r.params_host = (uint64_t)z->shard_numel * sizeof(float);
   if (z->grad_shard) r.grads += (uint64_t)z->shard_numel * sizeof(float);
   if (o && !o->nvme && !o->host) r.optim = 2 * (uint64_t)o->numel * sizeof(float);
   return r;

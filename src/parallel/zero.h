@@ -58,8 +58,13 @@ int64_t td_zero_unit_multiple(int dp_size);
 
 /* For model (built with unit_multiple td_zero_unit_multiple(dp), and at stage
  * 2/3 no_flat_grads, at stage 3 no_flat_params), its data-parallel group dp
- * (NULL: a group of one) and stage 0-3. Installs the model's hooks. */
-td_zero *td_zero_create(td_gpt *model, td_comm *dp, int stage, int64_t bucket_size);
+ * (NULL: a group of one) and stage 0-3. Installs the model's hooks.
+ * params_on_host (stage 3 only; DeepSpeed's offload_param.device cpu): this
+ * rank's fp32 parameter shard lives in the device's pinned host memory, each
+ * unit's piece copied up when the unit is gathered; td_zero_param_base is then
+ * a host address, for an optimizer that updates on the host. */
+td_zero *td_zero_create(td_gpt *model, td_comm *dp, int stage, int64_t bucket_size,
+                        int params_on_host);
 void td_zero_free(td_zero *z);
 /* Hook a pipeline replica of the model (td_gpt_create_replica) as well. */
 void td_zero_attach(td_zero *z, td_gpt *replica);
@@ -105,7 +110,8 @@ void td_zero_gather_params(td_zero *z);
 /* After the parameters changed (an update, a load): refresh the weight copy in
  * the matmul dtype (stage 3: drop the gathered copies). */
 void td_zero_params_changed(td_zero *z);
-/* Where this rank's parameters of a run are (params base for td_adam_run). */
+/* Where this rank's parameters of a run are (params base for td_adam_run): device
+ * memory, or host memory with params_on_host. */
 float *td_zero_param_base(td_zero *z);
 
 /* Stage 3: initialise the shards from seed; other stages: td_gpt_init_params. */
@@ -121,11 +127,12 @@ void td_zero_init_params(td_zero *z, uint64_t seed);
 void td_zero_gather_full(td_zero *z, td_adamw *o, int which, float *full);
 void td_zero_scatter_full(td_zero *z, td_adamw *o, int which, const float *full);
 
-/* Bytes this rank holds: persistent model states (parameters, weight copy,
- * gradients, optimizer state) and transient buffers (stage 3 slots, gradient
- * buffers in the pool, receive buffers), at their peak so far. */
+/* Bytes this rank holds on the device: persistent model states (parameters,
+ * weight copy, gradients, optimizer state) and transient buffers (stage 3
+ * slots, gradient buffers in the pool, receive buffers), at their peak so far;
+ * and the parameter shard offloaded to host memory (params_host, 0 without). */
 typedef struct {
-  uint64_t params, weights, grads, optim, transient_peak;
+  uint64_t params, weights, grads, optim, transient_peak, params_host;
 } td_zero_memory;
 td_zero_memory td_zero_memory_report(const td_zero *z, const td_adamw *o);
 

@@ -59,6 +59,7 @@ typedef struct {
   td_strlist rampup_batch_size;  /* START INCREMENT SAMPLES (Megatron's RampupBatchsize...) */
   const char *step_batch_size_schedule;
   int cpu_optimizer;
+  int offload_param; /* DeepSpeed's zero_optimization.offload_param.device cpu (ZeRO-3) */
   int optimizer; /* index into {"adam"} */
   int device;    /* --device: index into {"auto", "cpu", "cuda"}, or -1 (td_args_device) */
   int distributed_backend; /* index into {"nccl", "gloo"} */

@@ -56,7 +56,7 @@ typedef struct dskey {
 #define NOTE_Z3                                                                                    \
   "a ZeRO stage 3 tuning knob; trident's stage 3 gathers one layer at a time into three slots " \
   "and prefetches the next, so it changes nothing"
-#define NOTE_HOST "host staging buffers are not pinned here (its copies are synchronous)"
+#define NOTE_HOST "the optimizer's host buffers are not pinned here (their copies are synchronous); offload_param's parameter shard always is"
 #define NOTE_ALLGATHER                                                                             \
   "the parameter all-gather after the update runs one layer at a time here"
 #define NOTE_MONITOR "is not built; the scalars go to stdout and to --tensorboard-dir"
@@ -1172,19 +1172,18 @@ static void apply_zero(td_ds_config *c, td_args *a) {
 }
 
 /* Optimizer offload to cpu is --cpu-optimizer (the trainer runs Adam on the host
- * when the device's memory is its own). Parameter offload to cpu is the identity
- * on the CPU backend; off it (ZeRO-3 parameters in host memory) it is not built. */
+ * when the device's memory is its own). Parameter offload to cpu (ZeRO-3 only,
+ * as in DeepSpeed) keeps the fp32 parameter shard in host memory; the trainer
+ * makes it the identity on the CPU backend and needs the optimizer on the host
+ * elsewhere (the update writes the parameters where they are). */
 static void apply_offload(td_ds_config *c, td_args *a) {
   if (c->zero.cpu_offload == 1 || c->zero.offload_optimizer_device == 1) a->cpu_optimizer = 1;
   if (c->zero.offload_param_device != 1) return;
-  const char *dev = td_args_device(a);
-  if (!strcmp(dev, "cpu") || !strcmp(dev, "auto"))
-    add_note(c, "zero_optimization.offload_param.device cpu: the CPU backend keeps the "
-                "parameters in host memory already");
-  else
-    add_error(c, "zero_optimization.offload_param.device cpu with --device %s: keeping ZeRO-3's "
-                 "parameters in host memory is %s (offload_optimizer.device cpu is built)",
-              dev, NOT_BUILT);
+  if (a->zero_stage != 3)
+    add_error(c, "zero_optimization.offload_param.device cpu: parameter offload is a ZeRO-3 "
+                 "feature (zero_optimization.stage 3), as in DeepSpeed; the stage here is %d",
+              a->zero_stage);
+  a->offload_param = 1;
 }
 
 static int same_str(const char *a, const char *b) { return a && b && !strcmp(a, b); }

@@ -58,9 +58,11 @@ int td_train_memory_plan(const td_args *a, const td_gpt_config *cfg, const td_gp
     m->optimizer = td_sat_mul(share, 4 * sizeof(float));
   uint64_t device = td_sat_add(td_sat_add(m->model.params, m->model.grads),
                                td_sat_add(m->model.weights_bf16, m->activations));
+  /* offload_param: the parameter shard (part of shards at stage 3) is host memory */
+  uint64_t param_shard = p->params_on_host ? td_sat_mul(share, sizeof(float)) : 0;
   device = td_sat_add(device, p->optimizer_on_host ? 0 : m->optimizer);
-  device = td_sat_add(device, td_sat_add(m->shards, m->transient));
-  uint64_t host = td_sat_add(td_sat_add(m->staging, m->tables), m->checkpoint);
+  device = td_sat_add(device, td_sat_add(m->shards - param_shard, m->transient));
+  uint64_t host = td_sat_add(td_sat_add(m->staging, m->tables), td_sat_add(m->checkpoint, param_shard));
   if (p->optimizer_on_host) host = td_sat_add(host, m->optimizer);
   m->total = td_sat_add(p->device_is_host ? device : 0, host);
   m->device = device;

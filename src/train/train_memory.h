@@ -29,6 +29,7 @@ typedef struct {
   const char *device_name;
   int ranks_on_device; /* ranks of this host on the same device (mpirun with more ranks
                           than GPUs): each gets its share of device_free; 0 or 1: alone */
+  int params_on_host;  /* ZeRO-3's parameter shard in host memory (offload_param) */
 } td_train_place;
 
 /* Bytes per rank, each saturating at TD_SIZE_HUGE (base/checked.h). */

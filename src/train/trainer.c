@@ -206,6 +206,11 @@ static void setup_checkpoint_views(trainer *t) {
 static int optimizer_on_host(const trainer *t) {
   return t->a->cpu_optimizer && !td_device_has(t->dev, TD_DEVICE_HOST_MEMORY);
 }
+/* offload_param.device cpu (ZeRO-3): the parameter shard in host memory when the
+ * device's memory is its own; the CPU backend's is host memory already. */
+static int params_on_host(const trainer *t) {
+  return t->a->offload_param && !td_device_has(t->dev, TD_DEVICE_HOST_MEMORY);
+}
 
 static void setup_optimizer(trainer *t) {
   const td_args *a = t->a;
@@ -215,6 +220,7 @@ static void setup_optimizer(trainer *t) {
   float b1 = (float)a->adam_beta1, b2 = (float)a->adam_beta2, eps = (float)a->adam_eps;
   if (!a->optimizer_nvme_path && optimizer_on_host(t)) {
     td_adamw_init_host(&t->opt, t->dev, numel, runs, n, b1, b2, eps, (float)a->weight_decay);
+    if (params_on_host(t)) td_adamw_params_on_host(&t->opt);
     return;
   }
   if (!a->optimizer_nvme_path) {
@@ -276,7 +282,7 @@ static void setup_topology(trainer *t) {
 /* The data-parallel engine (hooked into the model), then the pipeline stage
  * (its replicas hooked too). */
 static void setup_zero_and_pipeline(trainer *t) {
-  t->zero = td_zero_create(t->model, t->dp, t->zero_stage, ddp_bucket_size(t));
+  t->zero = td_zero_create(t->model, t->dp, t->zero_stage, ddp_bucket_size(t), params_on_host(t));
   td_pipeline_init(&t->pipe, t->model, t->topo.group[TD_GROUP_PP], t->topo.coord.pp,
                    t->topo.layout.pp, t->a->num_micro_batches, &t->timers, t->zero);
 }
@@ -335,13 +341,18 @@ static void print_summary(const trainer *t) {
                                       "Adam state, gradients and parameters"};
   if (t->opt.host)
     printf(" > optimizer offloaded to host memory (DeepSpeed's cpu offload, cpu_adam): Adam's m "
-           "and v, %.1f MiB per rank, and the update on the host; parameters and gradients "
-           "copied each step\n",
-           2.0 * (double)t->opt.numel * sizeof(float) / 1048576.0);
+           "and v, %.1f MiB per rank, and the update on the host; %s copied each step\n",
+           2.0 * (double)t->opt.numel * sizeof(float) / 1048576.0,
+           t->opt.params_on_host ? "gradients" : "parameters and gradients");
   else if (a->cpu_optimizer && t->is_logger)
     fprintf(stderr, "trident: note: --cpu-optimizer / offload_optimizer.device cpu: the %s "
                     "device's memory is host memory, so Adam runs on the host already\n",
             t->dev->ops->name);
+  if (zm.params_host)
+    printf(" > parameters offloaded to host memory (DeepSpeed's offload_param, ZeRO-3): this "
+           "rank's fp32 shard, %.1f MiB, in pinned host memory, a unit's piece copied up when the "
+           "unit is gathered; Adam updates it in place on the host\n",
+           zm.params_host / 1048576.0);
   if (t->opt.nvme)
     printf(" > optimizer state offloaded to NVMe (ZeRO-Infinity): %s/trident_adam_rank*.adam, "
            "%.1f MiB per rank, streamed through the step\n",
@@ -1280,11 +1291,20 @@ int td_train(td_args *a) {
             "the gradients that the pipeline accumulates over its micro-batches in flight; as "
             "DeepSpeed, trident runs them without pipeline parallelism only (ZeRO-1 works with it)",
             t.zero_stage, t.topo.layout.pp);
+  if (params_on_host(&t) && (!optimizer_on_host(&t) || a->optimizer_nvme_path))
+    td_fail("zero_optimization.offload_param.device cpu needs offload_optimizer.device cpu too "
+            "(or --cpu-optimizer): the parameters then live in host memory, where Adam updates "
+            "them");
+  if (a->offload_param && !params_on_host(&t) && t.is_logger)
+    fprintf(stderr, "trident: note: zero_optimization.offload_param.device cpu: the %s device's "
+                    "memory is host memory, so the parameters are there already\n",
+            t.dev->ops->name);
   td_gpt_layout lay = model_layout(&t);
   char merr[2048]; /* the whole run's memory, before any of it is allocated */
   td_train_place place = {t.topo.layout.pp, t.topo.coord.pp, t.dp_size, t.zero_stage,
                           td_device_has(t.dev, TD_DEVICE_HOST_RAM), optimizer_on_host(&t),
-                          0, 0, NULL, td_comm_same_on_host(td_comm_world(), t.dev->index)};
+                          0, 0, NULL, td_comm_same_on_host(td_comm_world(), t.dev->index),
+                          params_on_host(&t)};
   char dev_name[256];
   if (!place.device_is_host && t.dev->ops->memory_info) {
     size_t free_b, total_b;
