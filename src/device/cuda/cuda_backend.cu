@@ -1,8 +1,13 @@
 /* The CUDA backend: opening a GPU (stream, cuBLASLt handle, workspace), memory,
  * copies, fill, synchronize, and the ops table the kernel files fill in.
  *
- * Memory is plain cudaMalloc (never managed memory), zeroed on the handle's
- * stream before alloc returns. copy_h2d and copy_d2h return with the copy done;
+ * Memory comes from the device's stream-ordered pool (cudaMallocAsync /
+ * cudaFreeAsync on the handle's stream, the pool keeping what is freed, as
+ * PyTorch's caching allocator does; never managed memory), zeroed on the
+ * stream: an alloc or free never makes the host or the device wait, where
+ * cudaFree waits for the whole device (every stream, NCCL's included) and
+ * would serialise ZeRO's per-unit buffers with the communication they overlap.
+ * A GPU without memory pools gets cudaMalloc / cudaFree. copy_h2d and copy_d2h return with the copy done;
  * copy_d2d, fill and the async copies are asynchronous on the stream like the
  * kernels. Events are cudaEvent_t without timing (the cheapest kind); host_alloc
  * is cudaMallocHost (page-locked, so the async copies really are). */
@@ -107,6 +112,15 @@ extern "C" void *td_cuda_open(int *index) {
     td_fail("cuda:%d (%s) has compute capability %d.%d; trident's CUDA kernels are built for "
             "8.0 (A100) and newer", c->index, prop.name, prop.major, prop.minor);
   TD_CUDA_OK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  int pools = 0;
+  TD_CUDA_OK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, c->index));
+  if (pools) { /* the pool keeps freed memory for the next alloc instead of unmapping it */
+    cudaMemPool_t pool;
+    uint64_t keep = UINT64_MAX;
+    TD_CUDA_OK(cudaDeviceGetDefaultMemPool(&pool, c->index));
+    TD_CUDA_OK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  }
+  c->pools = pools;
   td_cublaslt_load(); /* here, not at start-up: only a process that opens a GPU pays for it */
   TD_LT_OK(td_lt.cublasLtCreate(&c->lt));
   TD_CUDA_OK(cudaMalloc(&c->workspace, TD_CUDA_WORKSPACE_BYTES));
@@ -225,7 +239,8 @@ static void cu_memory_info(td_device *d, size_t *free_bytes, size_t *total_bytes
 static void *cu_alloc(td_device *d, size_t bytes) {
   td_cuda *c = td_cuda_enter(d);
   void *p = NULL;
-  if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+  const size_t n = bytes ? bytes : 1;
+  if ((c->pools ? cudaMallocAsync(&p, n, c->stream) : cudaMalloc(&p, n)) != cudaSuccess) {
     (void)cudaGetLastError();
     size_t free_b = 0, total_b = 0;
     (void)cudaMemGetInfo(&free_b, &total_b);
@@ -233,7 +248,7 @@ static void *cu_alloc(td_device *d, size_t bytes) {
             c->index, bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
   }
   if (bytes) TD_CUDA_OK(cudaMemsetAsync(p, 0, bytes, c->stream));
-  TD_CUDA_OK(cudaStreamSynchronize(c->stream));
+  if (!c->pools) TD_CUDA_OK(cudaStreamSynchronize(c->stream));
   live_add(p, bytes);
   return p;
 }
@@ -243,7 +258,8 @@ static void cu_free(td_device *d, void *p) {
   if (!p) return;
   if (!live_remove(p))
     td_fail("cuda:%d: free(%p): not a live allocation of this backend", c->index, p);
-  TD_CUDA_OK(cudaFree(p));
+  /* in stream order: the work issued on this handle that uses p comes first */
+  TD_CUDA_OK(c->pools ? cudaFreeAsync(p, c->stream) : cudaFree(p));
 }
 
 /* Host buffers may be reused as soon as this returns (pinned or not). */

@@ -41,6 +41,7 @@ typedef struct td_cuda {
   int *err_host, *err_dev;   /* mapped pinned flag: kernels report bad input (TD_CUDA_ERR_*) */
   td_cuda_gemm_cache *gemm;  /* cuBLASLt plans per shape (cuda_gemm.cu) */
   int tf32;                  /* TRIDENT_CUDA_TF32=1: fp32 GEMMs on TF32 tensor cores */
+  int pools;                 /* alloc/free from the stream-ordered pool (cudaMallocAsync) */
   int sm_count, cc_major, cc_minor;
   size_t smem_optin;         /* dynamic shared memory a block may opt in to */
   size_t mem_total;
