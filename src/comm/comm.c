@@ -13,7 +13,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mem.h"
-#include "comm/watchdog.h"
+#include "base/watchdog.h"
 
 struct td_comm {
   MPI_Comm mpi; /* MPI_COMM_NULL when MPI is not active (then size is 1) */
@@ -39,7 +39,7 @@ static void mpi_check(int rc, const char *fn) {
   ((blocking) ? (td_watchdog_enter(#fn), mpi_check(fn args, #fn), td_watchdog_leave())    \
               : mpi_check(ifn iargs, #ifn))
 
-/* A blocking MPI call under the watchdog (src/comm/watchdog.h). */
+/* A blocking MPI call under the watchdog (src/base/watchdog.h). */
 #define TD_MPI_WATCHED(call, name) \
   (td_watchdog_enter(name), mpi_check(call, name), td_watchdog_leave())
 

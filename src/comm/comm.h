@@ -56,7 +56,7 @@ td_comm *td_comm_init(void);
 void td_comm_finalize(void);
 td_comm *td_comm_world(void); /* after td_comm_init */
 /* A blocking call that has not completed after `seconds` ends its rank with a
- * message naming the call (src/comm/watchdog.h; Megatron's
+ * message naming the call (src/base/watchdog.h; Megatron's
  * --distributed-timeout-minutes, default 10 minutes, set by td_comm_init). */
 #define TD_COMM_DEFAULT_TIMEOUT_S 600.0
 void td_comm_set_timeout(double seconds);

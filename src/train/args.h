@@ -92,7 +92,7 @@ typedef struct {
   int log_params_norm, log_num_zeros_in_grad, exit_signal_handler;
   int no_save_optim, no_save_rng, exit_on_missing_checkpoint;
   int no_check_for_nan_in_loss_and_grad; /* skip non-finite steps instead of stopping */
-  double distributed_timeout_minutes;     /* the communication watchdog (comm/watchdog.h) */
+  double distributed_timeout_minutes;     /* the communication watchdog (base/watchdog.h) */
   double exit_duration_in_mins; /* Megatron's is an int; a fraction is accepted */
   const char *tensorboard_dir;
   int64_t tensorboard_log_interval;

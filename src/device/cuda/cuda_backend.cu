@@ -32,6 +32,15 @@ void td_cuda_lt_check(cublasStatus_t s, const char *what, const char *file, int 
   td_fail("cuBLASLt error at %s:%d (%s): status %d", file, line, what, (int)s);
 }
 
+/* The host waits for c's stream under the watchdog (base/watchdog.h): with NCCL a
+ * stream can wait forever for a rank that is gone. */
+void td_cuda_wait_stream(td_cuda *c) {
+  td_watchdog_enter("a wait for the GPU's stream (cudaStreamSynchronize: kernels, copies, NCCL)");
+  cudaError_t e = cudaStreamSynchronize(c->stream);
+  td_watchdog_leave();
+  TD_CUDA_OK(e);
+}
+
 td_cuda *td_cuda_enter(td_device *d) {
   td_cuda *c = (td_cuda *)d->impl;
   TD_CUDA_OK(cudaSetDevice(c->index));
@@ -39,7 +48,7 @@ td_cuda *td_cuda_enter(td_device *d) {
 }
 
 void td_cuda_sync(td_cuda *c) {
-  TD_CUDA_OK(cudaStreamSynchronize(c->stream));
+  td_cuda_wait_stream(c);
   int flags = *(volatile int *)c->err_host;
   if (!flags) return;
   *(volatile int *)c->err_host = 0;
@@ -51,7 +60,7 @@ void td_cuda_sync(td_cuda *c) {
 
 void *td_cuda_scratch(td_cuda *c, size_t bytes) {
   if (bytes <= c->scratch_bytes) return c->scratch;
-  TD_CUDA_OK(cudaStreamSynchronize(c->stream)); /* the old buffer may still be in use */
+  td_cuda_wait_stream(c); /* the old buffer may still be in use */
   if (c->scratch) TD_CUDA_OK(cudaFree(c->scratch));
   size_t grown = bytes + bytes / 4;
   if (cudaMalloc(&c->scratch, grown) != cudaSuccess) {
@@ -137,7 +146,7 @@ extern "C" void td_cuda_close(void *impl) {
   td_cuda *c = (td_cuda *)impl;
   if (!c) return;
   TD_CUDA_OK(cudaSetDevice(c->index));
-  TD_CUDA_OK(cudaStreamSynchronize(c->stream));
+  td_cuda_wait_stream(c);
   td_cuda_gemm_release(c);
   if (c->scratch) TD_CUDA_OK(cudaFree(c->scratch));
   TD_CUDA_OK(cudaFree(c->workspace));
@@ -248,7 +257,7 @@ static void *cu_alloc(td_device *d, size_t bytes) {
             c->index, bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
   }
   if (bytes) TD_CUDA_OK(cudaMemsetAsync(p, 0, bytes, c->stream));
-  if (!c->pools) TD_CUDA_OK(cudaStreamSynchronize(c->stream));
+  if (!c->pools) td_cuda_wait_stream(c);
   live_add(p, bytes);
   return p;
 }
@@ -268,7 +277,7 @@ static void cu_copy_h2d(td_device *d, void *dst, const void *src, size_t bytes) 
   d->stream_waits++;
   if (!bytes) return;
   TD_CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
-  TD_CUDA_OK(cudaStreamSynchronize(c->stream));
+  td_cuda_wait_stream(c);
 }
 
 static void cu_copy_d2h(td_device *d, void *dst, const void *src, size_t bytes) {
@@ -325,7 +334,10 @@ static void cu_event_wait(td_device *d, td_event *e) {
 /* Kernels flag bad input through err_host; a wait on the handle's own work reports it. */
 static void cu_event_synchronize(td_device *d, td_event *e) {
   td_cuda_enter(d);
-  TD_CUDA_OK(cudaEventSynchronize(e->ev));
+  td_watchdog_enter("a wait for a GPU event (cudaEventSynchronize: kernels, copies, NCCL)");
+  cudaError_t r = cudaEventSynchronize(e->ev);
+  td_watchdog_leave();
+  TD_CUDA_OK(r);
 }
 
 static int cu_event_query(td_device *d, td_event *e) {

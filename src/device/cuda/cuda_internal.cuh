@@ -17,6 +17,7 @@
 extern "C" {
 #include "base/log.h"
 #include "base/mem.h"
+#include "base/watchdog.h"
 #include "device/device.h"
 /* base/error.h spells noreturn the C11 way; the same functions for C++: */
 [[noreturn]] void td_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -64,6 +65,8 @@ void td_cuda_lt_check(cublasStatus_t s, const char *what, const char *file, int 
 /* The handle's state, with its device made current (every op starts here). */
 td_cuda *td_cuda_enter(td_device *d);
 
+/* The host waits for c's stream (under the watchdog). */
+void td_cuda_wait_stream(td_cuda *c);
 /* Wait for the stream, then fail with the message of any input error a kernel flagged. */
 void td_cuda_sync(td_cuda *c);
 

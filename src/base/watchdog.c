@@ -1,4 +1,4 @@
-#include "comm/watchdog.h"
+#include "base/watchdog.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
