@@ -47,13 +47,13 @@
 typedef struct {
   td_comm_request req;
   td_device *dev;
-  td_event *done;    /* the library's path: marks the operation's end on the
-                        communication stream (NULL: MPI's request) */
+  td_event *done;    /* the library's path: marks the operation's end on its
+                        stream (communication or sends; NULL: MPI's request) */
   void *stage;       /* host staging (NULL: none) */
   void *result;      /* device buffer the staged result is copied to, or NULL */
   size_t result_off; /* where in stage the result starts, bytes */
   size_t result_bytes;
-  int active;        /* an MPI request is in flight */
+  int active;        /* an operation is in flight (MPI's request, or done's) */
 } td_dcomm_request;
 
 /* Chooses, collectively over world, how d's collectives move for the rest of the
@@ -61,9 +61,9 @@ typedef struct {
  * --distributed-backend nccl; 0: gloo, i.e. host MPI), the backend has one that
  * loads, and no two ranks of a host share a device (NCCL cannot; the sealed
  * device's stand-in can), on every rank; else host-staged (or direct) MPI.
- * Writes a line for the start-up summary ("nccl 2.28.9: each rank's own GPU",
- * "MPI through host copies: 2 ranks share cuda:0") and returns 1 when the
- * library is used. Every rank must call it before its first collective on d. */
+ * Writes a line for the start-up summary ("nccl 2.28.9, on the device (compute
+ * and communication streams)", "MPI through host copies (2 ranks share a GPU
+ * with another rank)") and returns 1 when the library is used. Every rank must call it before its first collective on d. */
 int td_dcomm_setup(td_comm *world, td_device *d, int want_library, char *line, size_t n);
 /* 1 when d's collectives go through its library (after td_dcomm_setup). */
 int td_dcomm_uses_library(const td_device *d);
