@@ -185,7 +185,7 @@ static void check_path(path *p) {
   static const int64_t counts[] = {1, 13, 4099};
   td_comm *halves = td_comm_split(g_world, g_rank % 2, g_rank); /* evens, odds */
   td_comm *comms[2] = {g_world, halves};
-  for (int k = 0; k < 2; k++) td_dcomm_p2p_setup(comms[k], p->d);
+  for (int k = 0; k < 2; k++) td_dcomm_bind(comms[k], p->d), td_dcomm_p2p_setup(comms[k], p->d);
   for (int k = 0; k < 2; k++)
     for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
       check_all_reduce(p, comms[k], counts[i], TD_OP_SUM);

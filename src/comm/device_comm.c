@@ -93,18 +93,25 @@ static void h2d(td_device *d, void *dev, const void *host, size_t n) {
   if (n) d->ops->copy_h2d(d, dev, host, n);
 }
 /* ------------------------------------------------------------ the library
- * Per device that uses its collective library: the library, the communication
- * stream (a second handle of the device), an event marking the compute work
- * before each non-blocking operation, spare events for requests, the
- * communicators bound so far (each also hangs on its td_comm, which destroys
- * it when freed), and the point-to-point channels (td_dcomm_p2p_setup) with
- * the stream their sends run on. */
+ * Per device that uses its collective library: the library, an event marking
+ * the compute work before each non-blocking operation, spare events for
+ * requests, the communicators bound (td_dcomm_bind; each also hangs on its
+ * td_comm, which destroys it when freed) with the stream each one's
+ * non-blocking operations run on, and the point-to-point channels
+ * (td_dcomm_p2p_setup) with the stream their sends run on.
+ *
+ * A stream per communicator, not one for all: a library operation blocks its
+ * stream until every rank of its communicator joins, and ZeRO issues its
+ * exchanges, gradient gathers and parameter gathers (three communicators) in
+ * an order that depends on which earlier ones were found complete (timing), so
+ * on one shared stream two ranks could queue them in different orders and
+ * each wait on an operation behind the other's. Per communicator the order is
+ * the same on every rank. */
 typedef struct bound bound;
 typedef struct channel channel;
 typedef struct {
   td_device *dev;
   const td_ccl_ops *lib;
-  td_device *stream;  /* the communication stream */
   td_device *sender;  /* the point-to-point sends' stream (NULL until a channel exists) */
   td_event *issued;   /* compute work issued before a non-blocking operation */
   td_event **spare;   /* events for requests, reused */
@@ -129,6 +136,7 @@ struct channel {
 struct bound {
   td_comm *comm;
   td_ccl *ccl;
+  td_device *stream; /* its non-blocking operations' stream (opened at the first one) */
   library *lib;
   bound *next;
 };
@@ -156,27 +164,39 @@ static void unbind(bound *b) {
   while (*p != b) p = &(*p)->next;
   *p = b->next;
   l->lib->destroy(b->ccl);
+  td_device_close(b->stream);
   td_free(b);
 }
 /* td_comm_free's hook: the communicator goes, its library twin with it. */
 static void detach(void *attached) { unbind(attached); }
 
-/* c's library communicator, made at c's first collective here (every rank of c
- * is in the same call). */
-static td_ccl *ccl_of(td_comm *c, library *l) {
+/* c's library twin (td_dcomm_bind made it). */
+static bound *bound_of(td_comm *c, library *l) {
   bound *b = td_comm_attached(c);
-  if (b) {
-    TD_CHECK(b->lib == l, "device_comm: a communicator used with two devices' libraries");
-    return b->ccl;
-  }
+  TD_CHECK(b, "device_comm: a collective through the %s library on a communicator of %d ranks "
+           "that td_dcomm_bind did not bind (made at set-up, before any operation is in flight)",
+           l->lib->name, td_comm_size(c));
+  TD_CHECK(b->lib == l, "device_comm: a communicator used with two devices' libraries");
+  return b;
+}
+static td_ccl *ccl_of(td_comm *c, library *l) { return bound_of(c, l)->ccl; }
+/* The stream of c's non-blocking operations. */
+static td_device *stream_of(bound *b) {
+  if (!b->stream) b->stream = td_device_open_index(b->lib->dev->ops->name, b->lib->dev->index);
+  return b->stream;
+}
+
+void td_dcomm_bind(td_comm *c, td_device *d) {
+  library *l = library_of(d);
+  if (!l || alone(c) || td_comm_attached(c)) return;
   unsigned char id[TD_CCL_ID_BYTES];
   if (td_comm_rank(c) == 0) l->lib->make_id(id);
   td_comm_broadcast(c, id, TD_CCL_ID_BYTES / 4, TD_I32, 0);
-  b = td_calloc(sizeof *b);
-  *b = (bound){.comm = c, .ccl = l->lib->create(l->dev, c, td_comm_rank(c), td_comm_size(c), id), .lib = l, .next = l->first};
+  bound *b = td_calloc(sizeof *b);
+  *b = (bound){.comm = c, .ccl = l->lib->create(l->dev, c, td_comm_rank(c), td_comm_size(c), id),
+               .lib = l, .next = l->first};
   l->first = b;
   td_comm_attach(c, b, detach);
-  return b->ccl;
 }
 
 static td_event *event_take(library *l) {
@@ -233,7 +253,6 @@ static void library_close(library *l) {
   for (int i = 0; i < l->n_spare; i++) d->ops->event_destroy(d, l->spare[i]);
   td_free(l->spare);
   d->ops->event_destroy(d, l->issued);
-  td_device_close(l->stream);
   td_device_close(l->sender);
   td_free(l);
 }
@@ -297,7 +316,7 @@ int td_dcomm_setup(td_comm *world, td_device *d, int want_library, char *line, s
   else if (!lib->load(why, sizeof why))
     ok = 0;
   /* ranks (on every host) whose device another rank of their host uses too */
-  int32_t sharing = td_comm_same_on_host(world, d->index) > 1;
+  int32_t sharing = td_comm_same_on_host(world, (int64_t)td_device_key(d)) > 1;
   if (!alone(world)) td_comm_all_reduce(world, &sharing, &sharing, 1, TD_I32, TD_OP_SUM);
   /* NCCL cannot give two ranks one GPU; the sealed device's stand-in can. */
   if (ok && sharing && strcmp(lib->name, "nccl") == 0)
@@ -314,8 +333,7 @@ int td_dcomm_setup(td_comm *world, td_device *d, int want_library, char *line, s
     return 0;
   }
   library *l = td_calloc(sizeof *l);
-  *l = (library){.dev = d, .lib = lib, .stream = td_device_open_index(d->ops->name, d->index),
-                 .issued = d->ops->event_create(d)};
+  *l = (library){.dev = d, .lib = lib, .issued = d->ops->event_create(d)};
   pthread_mutex_lock(&g_libs.lock);
   const int room = g_libs.n < (int)(sizeof g_libs.lib / sizeof *g_libs.lib);
   if (room) g_libs.lib[g_libs.n++] = l;
@@ -325,6 +343,7 @@ int td_dcomm_setup(td_comm *world, td_device *d, int want_library, char *line, s
   lib->version(version, sizeof version);
   snprintf(line, n, "%s %s, on the device (compute and communication streams)", lib->name,
            version);
+  td_dcomm_bind(world, d);
   return 1;
 }
 
@@ -415,10 +434,11 @@ void td_dcomm_iall_gather(td_comm *c, td_device *d, const void *send, void *recv
   if (alone(c)) return local_copy(d, recv, send, n);
   library *l = library_of(d);
   if (l) {
-    td_ccl *cc = ccl_of(c, l);
-    follow_compute(l, l->stream);
-    l->lib->all_gather(cc, l->stream, send, recv, count, dt);
-    return mark_done(l, l->stream, r);
+    bound *b = bound_of(c, l);
+    td_device *s = stream_of(b);
+    follow_compute(l, s);
+    l->lib->all_gather(b->ccl, s, send, recv, count, dt);
+    return mark_done(l, s, r);
   }
   r->active = 1;
   if (direct(d)) return td_comm_iall_gather(c, send, recv, count, dt, &r->req);
@@ -436,18 +456,19 @@ void td_dcomm_iall_to_all(td_comm *c, td_device *d, const void *send, void *recv
   if (alone(c)) return local_copy(d, recv, send, n);
   library *l = library_of(d);
   if (l) { /* block p to rank p, block p from rank p: one group of send/recv pairs */
-    td_ccl *cc = ccl_of(c, l);
+    bound *b = bound_of(c, l);
+    td_device *s = stream_of(b);
     const int me = td_comm_rank(c), size = td_comm_size(c);
-    follow_compute(l, l->stream);
-    local_copy(l->stream, (char *)recv + n * (size_t)me, (const char *)send + n * (size_t)me, n);
-    l->lib->group_start(cc);
+    follow_compute(l, s);
+    local_copy(s, (char *)recv + n * (size_t)me, (const char *)send + n * (size_t)me, n);
+    l->lib->group_start(b->ccl);
     for (int p = 0; p < size; p++) {
       if (p == me) continue;
-      l->lib->send(cc, l->stream, (const char *)send + n * (size_t)p, count, dt, p);
-      l->lib->recv(cc, l->stream, (char *)recv + n * (size_t)p, count, dt, p);
+      l->lib->send(b->ccl, s, (const char *)send + n * (size_t)p, count, dt, p);
+      l->lib->recv(b->ccl, s, (char *)recv + n * (size_t)p, count, dt, p);
     }
-    l->lib->group_end(cc);
-    return mark_done(l, l->stream, r);
+    l->lib->group_end(b->ccl);
+    return mark_done(l, s, r);
   }
   r->active = 1;
   if (direct(d)) return td_comm_iall_to_all(c, send, recv, count, dt, &r->req);
@@ -501,9 +522,8 @@ void td_dcomm_wait(td_dcomm_request *r) {
 
 int td_dcomm_test(td_dcomm_request *r) {
   if (!r->active) return 1;
-  if (r->done) {
-    library *l = library_of(r->dev);
-    if (!l->stream->ops->event_query(l->stream, r->done)) return 0;
+  if (r->done) { /* an event of the device: any of its handles can ask */
+    if (!r->dev->ops->event_query(r->dev, r->done)) return 0;
     finish_on_device(r);
     return 1;
   }

@@ -7,13 +7,15 @@
  *    call goes straight to td_comm, nothing added;
  *  - the device's collective library (comm/ccl.h: NCCL on CUDA), once
  *    td_dcomm_setup chose it: each communicator gets the library's communicator
- *    of the same ranks at its first collective (rank 0 makes the id, MPI
- *    broadcasts it). Blocking collectives are enqueued on the handle's own
- *    stream (the compute stream: tensor parallelism's all-reduce is ordered
+ *    of the same ranks from td_dcomm_bind, at set-up (rank 0 makes the id, MPI
+ *    broadcasts it; NCCL's initialisation may synchronise the device, so never
+ *    in the middle of a step). Blocking collectives are enqueued on the handle's
+ *    own stream (the compute stream: tensor parallelism's all-reduce is ordered
  *    with the kernels around it and the host does not wait). Non-blocking ones
- *    (ZeRO's bucket exchanges and gathers) run on a second handle of the device,
- *    the communication stream, after an event marks the compute work issued so
- *    far, so they overlap the compute issued after them; completing the
+ *    (ZeRO's bucket exchanges and gathers) run on a stream of their
+ *    communicator's (another handle of the device), after an event marks the
+ *    compute work issued so far, so they overlap the compute issued after them;
+ *    completing the
  *    request (td_dcomm_wait, or td_dcomm_test once the library's work is done)
  *    makes the compute stream wait for it, and never the host. The all-to-all
  *    and the gather are the library's send/recv in one group. Point-to-point
@@ -67,6 +69,12 @@ typedef struct {
 int td_dcomm_setup(td_comm *world, td_device *d, int want_library, char *line, size_t n);
 /* 1 when d's collectives go through its library (after td_dcomm_setup). */
 int td_dcomm_uses_library(const td_device *d);
+/* Collective over c: when d uses its library, c's library twin (nothing for a
+ * communicator of one rank, or one bound already). Every communicator of more
+ * than one rank that collectives on d's memory use must be bound first, at
+ * set-up: a collective through the library on an unbound one is an error.
+ * td_dcomm_setup binds the world. */
+void td_dcomm_bind(td_comm *c, td_device *d);
 /* Collective over `over` (the pipeline's communicator): when d uses its
  * library, each two neighbours r, r + 1 of it get a library communicator per
  * direction, and td_dcomm_isend / td_dcomm_recv between them go through it

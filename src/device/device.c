@@ -82,6 +82,10 @@ void td_device_close(td_device *d) {
   td_free(d);
 }
 
+uint64_t td_device_key(const td_device *d) {
+  return d->ops->device_key ? d->ops->device_key(d) : (uint64_t)d->index;
+}
+
 double td_device_reduce_now(td_device *d, td_device_reduce_op op, const float *x, int64_t n) {
   double *out = d->ops->alloc(d, sizeof(double)), v;
   op(d, out, x, n);

@@ -97,7 +97,13 @@ typedef struct td_device_ops {
   const char *name;
   unsigned caps; /* td_device_cap bits */
   /* ---- memory ---- */
-  void *(*alloc)(td_device *d, size_t bytes); /* zeroed, 64-byte aligned */
+  /* zeroed, 64-byte aligned. Like a kernel's output, the memory (and its
+   * zeroing) belongs to d's stream order: another handle of the device uses it
+   * after an event recorded on d (a GPU's stream-ordered pool). free is in d's
+   * stream order too: the work issued on d before it that uses p comes first;
+   * work on another handle that uses p must be waited for on d (an event) before
+   * the free. */
+  void *(*alloc)(td_device *d, size_t bytes);
   void (*free)(td_device *d, void *p);
   void (*copy_h2d)(td_device *d, void *dst, const void *src, size_t bytes);
   void (*copy_d2h)(td_device *d, void *dst, const void *src, size_t bytes);
@@ -111,6 +117,10 @@ typedef struct td_device_ops {
   /* The device's own memory, free now and in all (cudaMemGetInfo); NULL where its
    * memory is the host's (TD_DEVICE_HOST_RAM: the host's check covers it). */
   void (*memory_info)(td_device *d, size_t *free_bytes, size_t *total_bytes);
+  /* Names the physical device among the processes of a host (a hash of the GPU's
+   * UUID: under CUDA_VISIBLE_DEVICES two processes may both see theirs as
+   * cuda:0); NULL: the index names it (td_device_key). */
+  uint64_t (*device_key)(const td_device *d);
 
   /* ---- streams and events ----
    * A handle is a stream: its ops run in the order they are issued, and an op may
@@ -261,6 +271,9 @@ struct td_device {
 static inline int td_device_has(const td_device *d, td_device_cap cap) {
   return (d->ops->caps & cap) != 0;
 }
+
+/* The physical device d runs on, as device_key (else its index) gives it. */
+uint64_t td_device_key(const td_device *d);
 
 /* The value of a reduction op on the host, waiting for it (tests and one-off
  * checks; the training step reads its statistics back together):

@@ -59,6 +59,7 @@ static void p_synchronize(td_device *d) {
 static void p_memory_info(td_device *d, size_t *free_bytes, size_t *total_bytes) {
   IN(d)->ops->memory_info(IN(d), free_bytes, total_bytes);
 }
+static uint64_t p_device_key(const td_device *d) { return td_device_key(IN((td_device *)d)); }
 static void p_memory_stats(td_device *d, size_t *allocated, size_t *peak) {
   IN(d)->ops->memory_stats(IN(d), allocated, peak);
 }
@@ -298,6 +299,7 @@ td_device *td_profile_device_open(td_device *inner) {
   o->alloc = p_alloc, o->free = p_free, o->synchronize = p_synchronize;
   o->memory_stats = inner->ops->memory_stats ? p_memory_stats : NULL;
   o->memory_info = inner->ops->memory_info ? p_memory_info : NULL;
+  o->device_key = p_device_key;
   o->copy_h2d = p_copy_h2d, o->copy_d2h = p_copy_d2h, o->copy_d2d = p_copy_d2d, o->fill = p_fill;
   o->event_create = p_event_create, o->event_destroy = p_event_destroy;
   o->event_record = p_event_record, o->event_wait = p_event_wait;

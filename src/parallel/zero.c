@@ -468,7 +468,10 @@ td_zero *td_zero_create(td_gpt *model, td_comm *dp, int stage, int64_t bucket_si
   }
   z->red = td_calloc(sizeof *z->red * nu);
   z->queue = td_malloc(sizeof *z->queue * nu);
-  for (int k = 0; k < N_COMMS && z->dp_size > 1; k++) z->comm[k] = td_comm_split(dp, 0, z->dp_rank);
+  for (int k = 0; k < N_COMMS && z->dp_size > 1; k++) {
+    z->comm[k] = td_comm_split(dp, 0, z->dp_rank);
+    td_dcomm_bind(z->comm[k], z->dev); /* the device's collective library, when it has one */
+  }
   make_buckets(z, bucket_size);
   make_runs(z);
   if (stage >= 2) {
@@ -756,6 +759,8 @@ void td_zero_scatter_full(td_zero *z, td_adamw *o, int which, const float *full)
     td_gpt_cast_weights(z->model);
     return;
   }
+  /* the host writes the shard: no copy of it may still be reading (a prefetch) */
+  if (which == 0 && z->params_on_host) OPS(z)->synchronize(z->dev);
   for (int u = 0; u < z->n_units; u++) {
     int64_t p = z->part[u], lo = U(z, u)->offset + (z->stage ? z->dp_rank * z->piece[u] : 0);
     if (which == 0 && z->params_on_host)

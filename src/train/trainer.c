@@ -1285,6 +1285,11 @@ int td_train(td_args *a) {
   t.dev = td_model_device_open(td_args_device(a), td_comm_local_rank(), "train", t.is_logger);
   td_dcomm_setup(td_comm_world(), t.dev, a->distributed_backend == 0, t.collectives,
                  sizeof t.collectives);
+  /* the groups whose collectives move device memory get their library twins now,
+   * before any work is in flight (the pipeline's get channels, ZeRO's copies its own) */
+  td_dcomm_bind(t.topo.group[TD_GROUP_TP], t.dev);
+  td_dcomm_bind(t.topo.group[TD_GROUP_DP], t.dev);
+  td_dcomm_bind(t.topo.group[TD_GROUP_EMBEDDING], t.dev);
   t.zero_stage = a->zero_stage;
   if (t.zero_stage >= 2 && t.topo.layout.pp > 1)
     td_fail("--zero-stage %d with --pipeline-model-parallel-size %d: ZeRO stages 2 and 3 shard "
@@ -1303,7 +1308,7 @@ int td_train(td_args *a) {
   char merr[2048]; /* the whole run's memory, before any of it is allocated */
   td_train_place place = {t.topo.layout.pp, t.topo.coord.pp, t.dp_size, t.zero_stage,
                           td_device_has(t.dev, TD_DEVICE_HOST_RAM), optimizer_on_host(&t),
-                          0, 0, NULL, td_comm_same_on_host(td_comm_world(), t.dev->index),
+                          0, 0, NULL, td_comm_same_on_host(td_comm_world(), (int64_t)td_device_key(t.dev)),
                           params_on_host(&t)};
   char dev_name[256];
   if (!place.device_is_host && t.dev->ops->memory_info) {

@@ -1,4 +1,4 @@
-/* The CUDA backend: opening a GPU (stream, cuBLASLt handle, workspace), memory,
+/* The CUDA backend: opening a GPU (stream, cuBLASLt handle), memory,
  * copies, fill, synchronize, and the ops table the kernel files fill in.
  *
  * Memory comes from the device's stream-ordered pool (cudaMallocAsync /
@@ -7,9 +7,11 @@
  * stream: an alloc or free never makes the host or the device wait, where
  * cudaFree waits for the whole device (every stream, NCCL's included) and
  * would serialise ZeRO's per-unit buffers with the communication they overlap.
- * A GPU without memory pools gets cudaMalloc / cudaFree. copy_h2d and copy_d2h return with the copy done;
- * copy_d2d, fill and the async copies are asynchronous on the stream like the
- * kernels. Events are cudaEvent_t without timing (the cheapest kind); host_alloc
+ * A GPU without memory pools gets cudaMalloc / cudaFree. copy_h2d and
+ * copy_d2h return with the copy done; copy_d2d, fill and the async copies are
+ * asynchronous on the stream like the kernels. cuBLASLt's workspace is made at
+ * a handle's first matmul: handles that only carry communication (device_comm's
+ * streams) never have one. Events are cudaEvent_t without timing (the cheapest kind); host_alloc
  * is cudaMallocHost (page-locked, so the async copies really are). */
 #include <pthread.h>
 #include <stdint.h>
@@ -58,12 +60,41 @@ void td_cuda_sync(td_cuda *c) {
   td_fail("cuda:%d: a kernel reported bad input (flags %#x)", c->index, (unsigned)flags);
 }
 
+/* Device memory of bytes into *p: from the stream-ordered pool (usable in c's
+ * stream order), else cudaMalloc. A pool out of room gives back what it keeps
+ * (after the stream, so the frees issued are done) and tries once more, so
+ * memory it caches never fails an allocation. */
+static cudaError_t device_malloc(td_cuda *c, void **p, size_t bytes) {
+  if (!c->pools) return cudaMalloc(p, bytes);
+  cudaError_t e = cudaMallocAsync(p, bytes, c->stream);
+  if (e != cudaErrorMemoryAllocation) return e;
+  (void)cudaGetLastError();
+  cudaMemPool_t pool;
+  td_cuda_wait_stream(c);
+  TD_CUDA_OK(cudaDeviceGetDefaultMemPool(&pool, c->index));
+  TD_CUDA_OK(cudaMemPoolTrimTo(pool, 0));
+  return cudaMallocAsync(p, bytes, c->stream);
+}
+/* In c's stream order with the pool: the work issued on c that uses p comes first. */
+static void device_free(td_cuda *c, void *p) {
+  TD_CUDA_OK(c->pools ? cudaFreeAsync(p, c->stream) : cudaFree(p));
+}
+
+void *td_cuda_workspace(td_cuda *c) {
+  if (!c->workspace && cudaMalloc(&c->workspace, TD_CUDA_WORKSPACE_BYTES) != cudaSuccess) {
+    (void)cudaGetLastError();
+    td_fail("cuda:%d: cannot allocate cuBLASLt's %d MiB workspace", c->index,
+            (int)(TD_CUDA_WORKSPACE_BYTES >> 20));
+  }
+  return c->workspace;
+}
+
 void *td_cuda_scratch(td_cuda *c, size_t bytes) {
   if (bytes <= c->scratch_bytes) return c->scratch;
-  td_cuda_wait_stream(c); /* the old buffer may still be in use */
-  if (c->scratch) TD_CUDA_OK(cudaFree(c->scratch));
+  if (!c->pools) td_cuda_wait_stream(c); /* the old buffer may still be in use */
+  if (c->scratch) device_free(c, c->scratch);
   size_t grown = bytes + bytes / 4;
-  if (cudaMalloc(&c->scratch, grown) != cudaSuccess) {
+  if (device_malloc(c, &c->scratch, grown) != cudaSuccess) {
     (void)cudaGetLastError();
     td_fail("cuda:%d: cannot allocate %.1f MiB of kernel scratch", c->index, grown / 1048576.0);
   }
@@ -117,6 +148,9 @@ extern "C" void *td_cuda_open(int *index) {
   snprintf(c->name, sizeof c->name, "%s", prop.name);
   c->cc_major = prop.major, c->cc_minor = prop.minor, c->sm_count = prop.multiProcessorCount;
   c->smem_optin = prop.sharedMemPerBlockOptin, c->mem_total = prop.totalGlobalMem;
+  c->uuid_key = 1469598103934665603ull; /* FNV-1a over the 16 bytes of the UUID */
+  for (int i = 0; i < 16; i++)
+    c->uuid_key = (c->uuid_key ^ (unsigned char)prop.uuid.bytes[i]) * 1099511628211ull;
   if (prop.major < 8)
     td_fail("cuda:%d (%s) has compute capability %d.%d; trident's CUDA kernels are built for "
             "8.0 (A100) and newer", c->index, prop.name, prop.major, prop.minor);
@@ -132,7 +166,6 @@ extern "C" void *td_cuda_open(int *index) {
   c->pools = pools;
   td_cublaslt_load(); /* here, not at start-up: only a process that opens a GPU pays for it */
   TD_LT_OK(td_lt.cublasLtCreate(&c->lt));
-  TD_CUDA_OK(cudaMalloc(&c->workspace, TD_CUDA_WORKSPACE_BYTES));
   TD_CUDA_OK(cudaMalloc(&c->reduce, 16));
   TD_CUDA_OK(cudaHostAlloc((void **)&c->err_host, sizeof(int), cudaHostAllocMapped));
   TD_CUDA_OK(cudaHostGetDevicePointer((void **)&c->err_dev, c->err_host, 0));
@@ -148,8 +181,8 @@ extern "C" void td_cuda_close(void *impl) {
   TD_CUDA_OK(cudaSetDevice(c->index));
   td_cuda_wait_stream(c);
   td_cuda_gemm_release(c);
-  if (c->scratch) TD_CUDA_OK(cudaFree(c->scratch));
-  TD_CUDA_OK(cudaFree(c->workspace));
+  if (c->scratch) device_free(c, c->scratch);
+  if (c->workspace) TD_CUDA_OK(cudaFree(c->workspace));
   TD_CUDA_OK(cudaFree(c->reduce));
   TD_CUDA_OK(cudaFreeHost(c->err_host));
   TD_LT_OK(td_lt.cublasLtDestroy(c->lt));
@@ -240,6 +273,8 @@ static void cu_memory_stats(td_device *d, size_t *allocated, size_t *peak) {
   pthread_mutex_unlock(&g_live.lock);
 }
 
+static uint64_t cu_device_key(const td_device *d) { return ((const td_cuda *)d->impl)->uuid_key; }
+
 static void cu_memory_info(td_device *d, size_t *free_bytes, size_t *total_bytes) {
   td_cuda_enter(d);
   TD_CUDA_OK(cudaMemGetInfo(free_bytes, total_bytes));
@@ -248,8 +283,7 @@ static void cu_memory_info(td_device *d, size_t *free_bytes, size_t *total_bytes
 static void *cu_alloc(td_device *d, size_t bytes) {
   td_cuda *c = td_cuda_enter(d);
   void *p = NULL;
-  const size_t n = bytes ? bytes : 1;
-  if ((c->pools ? cudaMallocAsync(&p, n, c->stream) : cudaMalloc(&p, n)) != cudaSuccess) {
+  if (device_malloc(c, &p, bytes ? bytes : 1) != cudaSuccess) {
     (void)cudaGetLastError();
     size_t free_b = 0, total_b = 0;
     (void)cudaMemGetInfo(&free_b, &total_b);
@@ -267,8 +301,7 @@ static void cu_free(td_device *d, void *p) {
   if (!p) return;
   if (!live_remove(p))
     td_fail("cuda:%d: free(%p): not a live allocation of this backend", c->index, p);
-  /* in stream order: the work issued on this handle that uses p comes first */
-  TD_CUDA_OK(c->pools ? cudaFreeAsync(p, c->stream) : cudaFree(p));
+  device_free(c, p);
 }
 
 /* Host buffers may be reused as soon as this returns (pinned or not). */
@@ -425,6 +458,7 @@ void td_cuda_register_memory(td_device_ops *ops) {
   ops->synchronize = cu_synchronize;
   ops->memory_stats = cu_memory_stats;
   ops->memory_info = cu_memory_info;
+  ops->device_key = cu_device_key;
   ops->event_create = cu_event_create;
   ops->event_destroy = cu_event_destroy;
   ops->event_record = cu_event_record;

@@ -164,7 +164,7 @@ static int first_algorithm(td_cuda *c, gemm_plan *p, const gemm_key *k, uint32_t
   for (int i = 0; i < 4; i++)
     TD_LT_OK(td_lt.cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]));
   if (k->has_bias) { /* the heuristic reads the bias pointer's alignment from its value */
-    const void *fake = (const char *)c->workspace + (align_bias & 255u);
+    const void *fake = (const char *)td_cuda_workspace(c) + (align_bias & 255u);
     TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                   &fake, sizeof fake));
   }
@@ -313,7 +313,7 @@ static void cu_matmul(td_device *d, const td_matmul_desc *g) {
   }
   float alpha = g->alpha, beta = g->beta;
   TD_LT_OK(td_lt.cublasLtMatmul(c->lt, p->op, &alpha, g->b, p->la, g->a, p->lb, &beta, g->c,
-                                p->lc, g->c, p->lc, &p->algo, c->workspace,
+                                p->lc, g->c, p->lc, &p->algo, td_cuda_workspace(c),
                                 TD_CUDA_WORKSPACE_BYTES, c->stream));
 }
 

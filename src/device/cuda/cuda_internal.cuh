@@ -35,7 +35,7 @@ typedef struct td_cuda {
   int index;                 /* CUDA device ordinal */
   cudaStream_t stream;       /* every op of the handle runs on it */
   cublasLtHandle_t lt;
-  void *workspace;           /* TD_CUDA_WORKSPACE_BYTES for cuBLASLt */
+  void *workspace;           /* TD_CUDA_WORKSPACE_BYTES for cuBLASLt (td_cuda_workspace) */
   void *scratch;             /* kernels' partial sums and staging; grows, never shrinks */
   size_t scratch_bytes;
   void *reduce;              /* 16 device bytes: count_zeros' counter */
@@ -43,6 +43,7 @@ typedef struct td_cuda {
   td_cuda_gemm_cache *gemm;  /* cuBLASLt plans per shape (cuda_gemm.cu) */
   int tf32;                  /* TRIDENT_CUDA_TF32=1: fp32 GEMMs on TF32 tensor cores */
   int pools;                 /* alloc/free from the stream-ordered pool (cudaMallocAsync) */
+  uint64_t uuid_key;         /* a hash of the GPU's UUID (device_key) */
   int sm_count, cc_major, cc_minor;
   size_t smem_optin;         /* dynamic shared memory a block may opt in to */
   size_t mem_total;
@@ -65,6 +66,8 @@ void td_cuda_lt_check(cublasStatus_t s, const char *what, const char *file, int 
 /* The handle's state, with its device made current (every op starts here). */
 td_cuda *td_cuda_enter(td_device *d);
 
+/* cuBLASLt's workspace, made at the first call (fails naming the device). */
+void *td_cuda_workspace(td_cuda *c);
 /* The host waits for c's stream (under the watchdog). */
 void td_cuda_wait_stream(td_cuda *c);
 /* Wait for the stream, then fail with the message of any input error a kernel flagged. */

@@ -88,9 +88,12 @@ static int version_ok(void) {
   }
   /* codes since 2.9: major*10000 + minor*100 + patch */
   if (g_version / 10000 != NCCL_MAJOR || g_version < TD_NCCL_MIN_VERSION) {
+    /* before 2.9 the code was major*1000 + minor*100 + patch */
+    const int old = g_version < 10000, major = old ? g_version / 1000 : g_version / 10000;
+    const int minor = old ? g_version / 100 % 10 : g_version / 100 % 100;
     snprintf(g_error, sizeof g_error,
              "it is NCCL %d.%d.%d; trident needs NCCL %d.x, at least %d.%d (built with %d.%d.%d)",
-             g_version / 10000, g_version / 100 % 100, g_version % 100, NCCL_MAJOR,
+             major, minor, g_version % 100, NCCL_MAJOR,
              TD_NCCL_MIN_VERSION / 10000, TD_NCCL_MIN_VERSION / 100 % 100, NCCL_MAJOR, NCCL_MINOR,
              NCCL_PATCH);
     return 0;
@@ -151,14 +154,21 @@ static td_ccl *nccl_create(td_device *d, td_comm *over, int rank, int nranks, co
   c->index = cu->index, c->rank = rank, c->nranks = nranks;
   ncclUniqueId uid;
   memcpy(&uid, id, sizeof uid);
-  TD_NCCL_OK(g_nccl.ncclCommInitRank(&c->comm, c->nranks, uid, c->rank), c);
+  /* blocks until every rank joined: under the watchdog, as an MPI call */
+  td_watchdog_enter("ncclCommInitRank (every rank of a communicator joins)");
+  ncclResult_t r = g_nccl.ncclCommInitRank(&c->comm, c->nranks, uid, c->rank);
+  td_watchdog_leave();
+  TD_NCCL_OK(r, c);
   return c;
 }
 
 static void nccl_destroy(td_ccl *c) {
   if (!c) return;
   TD_CUDA_OK(cudaSetDevice(c->index));
-  TD_NCCL_OK(g_nccl.ncclCommDestroy(c->comm), c);
+  td_watchdog_enter("ncclCommDestroy (waits for the communicator's operations)");
+  ncclResult_t r = g_nccl.ncclCommDestroy(c->comm);
+  td_watchdog_leave();
+  TD_NCCL_OK(r, c);
   td_free(c);
 }
 
@@ -218,7 +228,14 @@ static void nccl_recv(td_ccl *c, td_device *s, void *buf, int64_t count, td_dtyp
 }
 
 static void nccl_group_start(td_ccl *c) { TD_NCCL_OK(g_nccl.ncclGroupStart(), c); }
-static void nccl_group_end(td_ccl *c) { TD_NCCL_OK(g_nccl.ncclGroupEnd(), c); }
+/* The group's operations are launched here (and a connection's first use sets
+ * it up with the peer): under the watchdog. */
+static void nccl_group_end(td_ccl *c) {
+  td_watchdog_enter("ncclGroupEnd (launching NCCL's send/recv; a first use connects to the peer)");
+  ncclResult_t r = g_nccl.ncclGroupEnd();
+  td_watchdog_leave();
+  TD_NCCL_OK(r, c);
+}
 
 extern "C" const td_ccl_ops *td_nccl_ops(void) {
   static const td_ccl_ops ops = {
