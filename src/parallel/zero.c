@@ -753,24 +753,42 @@ void td_zero_gather_full(td_zero *z, td_adamw *o, int which, float *full) {
   td_free(mine);
 }
 
+/* Unit u of buffer `which` as this rank keeps it (part[u] floats from host), into
+ * its place: the flat parameters (whole below stage 3), the parameter shard, or
+ * Adam's state. */
+static void store_part(td_zero *z, td_adamw *o, int which, int u, const float *host) {
+  const size_t bytes = (size_t)z->part[u] * sizeof(float);
+  if (which == 0 && z->stage < 3)
+    OPS(z)->copy_h2d(z->dev, td_gpt_params(z->model) + U(z, u)->offset, host, bytes);
+  else if (which == 0 && z->params_on_host)
+    memcpy(z->param_shard + z->shard_off[u], host, bytes);
+  else if (which == 0)
+    OPS(z)->copy_h2d(z->dev, z->param_shard + z->shard_off[u], host, bytes);
+  else
+    td_adamw_write_state(o, which - 1, z->shard_off[u], z->part[u], host);
+}
+
 void td_zero_scatter_full(td_zero *z, td_adamw *o, int which, const float *full) {
-  if (which == 0 && z->stage < 3) {
-    OPS(z)->copy_h2d(z->dev, td_gpt_params(z->model), full, (size_t)z->flat_numel * sizeof(float));
-    td_gpt_cast_weights(z->model);
-    return;
-  }
+  const int whole = z->stage == 0 || (which == 0 && z->stage < 3); /* every rank keeps all */
   /* the host writes the shard: no copy of it may still be reading (a prefetch) */
   if (which == 0 && z->params_on_host) OPS(z)->synchronize(z->dev);
+  float *mine = td_malloc((size_t)z->max_unit * sizeof(float));
   for (int u = 0; u < z->n_units; u++) {
-    int64_t p = z->part[u], lo = U(z, u)->offset + (z->stage ? z->dp_rank * z->piece[u] : 0);
-    if (which == 0 && z->params_on_host)
-      memcpy(z->param_shard + z->shard_off[u], full + lo, (size_t)p * sizeof(float));
-    else if (which == 0)
-      OPS(z)->copy_h2d(z->dev, z->param_shard + z->shard_off[u], full + lo, (size_t)p * sizeof(float));
-    else
-      td_adamw_write_state(o, which - 1, z->shard_off[u], p, full + lo);
+    const int64_t n = U(z, u)->numel;
+    const float *unit = full ? full + U(z, u)->offset : NULL; /* DP rank 0's */
+    if (z->dp_size == 1)
+      memcpy(mine, unit, (size_t)n * sizeof(float));
+    else if (whole) {
+      if (z->dp_rank == 0) memcpy(mine, unit, (size_t)n * sizeof(float));
+      td_comm_broadcast(z->dp, mine, n, TD_F32, 0);
+    } else {
+      td_comm_scatter(z->dp, unit, mine, z->piece[u], TD_F32, 0);
+    }
+    store_part(z, o, which, u, mine);
   }
-  if (which == 0) drop_slots(z);
+  td_free(mine);
+  if (which == 0 && z->stage < 3) td_gpt_cast_weights(z->model);
+  if (which == 0 && z->stage == 3) drop_slots(z);
 }
 
 /* ------------------------------------------------------------ reports */

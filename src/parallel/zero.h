@@ -120,10 +120,12 @@ void td_zero_init_params(td_zero *z, uint64_t seed);
 /* Checkpoints are whole tensors: the flat buffer of the parameters (which 0) or
  * of Adam's m (1) or v (2) gathered on DP rank 0 into full (HOST memory, flat
  * numel elements there; NULL elsewhere), collective over DP; and the reverse,
- * every rank keeping its pieces of full (host memory, flat numel elements on
- * every rank). A unit's piece at a time goes through host memory, so a save or
- * load needs no model-sized device buffer (ZeRO-3's point: the model need not
- * fit one device). o: the optimizer (for m and v). */
+ * DP rank 0's full (host memory, flat numel elements; NULL elsewhere) handed
+ * out, each rank keeping its pieces (a scatter per unit; a broadcast of what
+ * every rank keeps whole). A unit at a time goes through host memory, so a
+ * save or load needs no model-sized device buffer (ZeRO-3's point: the model
+ * need not fit one device), and only DP rank 0 holds the whole buffer (the
+ * other ranks of a host need none). o: the optimizer (for m and v). */
 void td_zero_gather_full(td_zero *z, td_adamw *o, int which, float *full);
 void td_zero_scatter_full(td_zero *z, td_adamw *o, int which, const float *full);
 

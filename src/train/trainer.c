@@ -1027,17 +1027,26 @@ static void load_checkpoint(trainer *t) {
                         .exp_avg = with_optim ? t->ck_m : NULL,
                         .exp_avg_sq = with_optim ? t->ck_v : NULL};
   char *state = NULL;
-  float *full[3] = {NULL, NULL, NULL}; /* ZeRO: read whole (host), keep this rank's pieces */
+  /* ZeRO: the buffers not whole here are read whole by DP rank 0 only (host
+   * memory), which hands every rank its pieces; the others read the rest */
+  float *full[3] = {NULL, NULL, NULL};
+  int from_root[3] = {0, 0, 0};
   size_t bytes = (size_t)td_gpt_flat_numel(t->model) * sizeof(float);
   for (int k = 0; k < 3; k++)
     if (!whole_here(t, k) && (k == 0 || with_optim)) {
+      from_root[k] = 1;
+      if (t->dp_rank != 0) continue;
       full[k] = td_calloc(bytes); /* zeroed: the gaps between tensors */
       point_views(t, k, full[k], 1);
     }
+  if (t->dp_rank != 0) {
+    if (from_root[1]) c.exp_avg = c.exp_avg_sq = NULL;
+    if (from_root[0]) c.n_params = 0, c.exp_avg = c.exp_avg_sq = NULL; /* stage 3: the state only */
+  }
   if (td_checkpoint_load(t->dev, a->load, it, &c, &state, err, sizeof err))
     td_fail("--load %s: %s", a->load, err);
   for (int k = 0; k < 3; k++)
-    if (full[k]) {
+    if (from_root[k]) {
       td_zero_scatter_full(t->zero, &t->opt, k, full[k]);
       td_free(full[k]);
     }
