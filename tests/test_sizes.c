@@ -464,6 +464,12 @@ static void test_flags(void) {
                              zm.optimizer + zm.shards + zm.transient,
         "ZeRO-3 with --save: parameters, m and v gathered in host memory (%llu bytes), none on "
         "the device", (unsigned long long)zm.checkpoint);
+  td_train_place z3_other = z3;
+  z3_other.dp_rank = 1;
+  td_train_memory zr1;
+  planned = !td_train_memory_plan(&az, &cfg, &lay, TD_F32, &z3_other, &zr1, err, sizeof err);
+  CHECK(planned && zr1.checkpoint == 0 && zr1.total == zm.total - zm.checkpoint,
+        "ZeRO-3 with --save on DP rank 1: no whole checkpoint buffers (DP rank 0 holds them)");
   td_train_place z3_off = z3;
   z3_off.params_on_host = 1;
   td_train_memory zo;

@@ -48,7 +48,8 @@ int td_train_memory_plan(const td_args *a, const td_gpt_config *cfg, const td_gp
   if (z >= 2)
     m->transient = td_sat_add(td_sat_mul(bucket, sizeof(float)),
                               td_sat_mul(unit, 3 + (z == 3 ? 3 + 3 * (compute != TD_F32) : 0)));
-  if (z && (a->save || a->load)) m->checkpoint = td_sat_mul(c.flat_numel, (2 + (z == 3)) * sizeof(float));
+  if (z && (a->save || a->load) && p->dp_rank == 0)
+    m->checkpoint = td_sat_mul(c.flat_numel, (2 + (z == 3)) * sizeof(float));
   uint64_t tokens = td_sat_mul((uint64_t)a->global_batch_size, (uint64_t)a->seq_length);
   m->staging = td_sat_add(td_sat_mul(tokens, 2 * sizeof(int32_t) + sizeof(float)),
                           td_sat_mul((uint64_t)a->seq_length + 1, sizeof(int32_t)));

@@ -21,6 +21,7 @@
  * count against the host's memory; a GPU's own memory is not checked here). */
 typedef struct {
   int pp_size, pp_rank, dp_size, zero_stage;
+  int dp_rank;         /* ZeRO's whole checkpoint buffers live on DP rank 0 only */
   int device_is_host;
   int optimizer_on_host; /* Adam's state and update in host memory (td_adamw_init_host) */
   /* A device with memory of its own (device_is_host 0): its free and total bytes
@@ -40,7 +41,7 @@ typedef struct {
   uint64_t optimizer;     /* Adam's two fp32 moments over this rank's (ZeRO) share */
   uint64_t shards;        /* ZeRO-2/3: this rank's gradient (and ZeRO-3 parameter) shard */
   uint64_t transient;     /* ZeRO-2/3: unit-sized gradient buffers, ZeRO-3 gathered slots */
-  uint64_t checkpoint;    /* ZeRO with --save or --load: whole buffers, gathered in host memory */
+  uint64_t checkpoint;    /* ZeRO with --save or --load: whole buffers in host memory (DP rank 0) */
   uint64_t staging;       /* host: a global batch of tokens, targets and loss mask */
   uint64_t tables;        /* host: the model's and the trainer's per-tensor tables */
   uint64_t total;         /* of host memory: everything on the CPU backend */

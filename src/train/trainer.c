@@ -1315,10 +1315,13 @@ int td_train(td_args *a) {
             t.dev->ops->name);
   td_gpt_layout lay = model_layout(&t);
   char merr[2048]; /* the whole run's memory, before any of it is allocated */
-  td_train_place place = {t.topo.layout.pp, t.topo.coord.pp, t.dp_size, t.zero_stage,
-                          td_device_has(t.dev, TD_DEVICE_HOST_RAM), optimizer_on_host(&t),
-                          0, 0, NULL, td_comm_same_on_host(td_comm_world(), (int64_t)td_device_key(t.dev)),
-                          params_on_host(&t)};
+  td_train_place place = {.pp_size = t.topo.layout.pp, .pp_rank = t.topo.coord.pp,
+                          .dp_size = t.dp_size, .zero_stage = t.zero_stage, .dp_rank = t.dp_rank,
+                          .device_is_host = td_device_has(t.dev, TD_DEVICE_HOST_RAM),
+                          .optimizer_on_host = optimizer_on_host(&t),
+                          .ranks_on_device = td_comm_same_on_host(td_comm_world(),
+                                                                  (int64_t)td_device_key(t.dev)),
+                          .params_on_host = params_on_host(&t)};
   char dev_name[256];
   if (!place.device_is_host && t.dev->ops->memory_info) {
     size_t free_b, total_b;
