@@ -753,13 +753,14 @@ void td_zero_gather_full(td_zero *z, td_adamw *o, int which, float *full) {
   td_free(mine);
 }
 
-/* Unit u of buffer `which` as this rank keeps it (part[u] floats from host), into
- * its place: the flat parameters (whole below stage 3), the parameter shard, or
- * Adam's state. */
+/* Unit u of buffer `which` as this rank keeps it (from host: the whole unit for
+ * the parameters below stage 3, else part[u] floats), into its place: the flat
+ * parameters, the parameter shard, or Adam's state. */
 static void store_part(td_zero *z, td_adamw *o, int which, int u, const float *host) {
   const size_t bytes = (size_t)z->part[u] * sizeof(float);
-  if (which == 0 && z->stage < 3)
-    OPS(z)->copy_h2d(z->dev, td_gpt_params(z->model) + U(z, u)->offset, host, bytes);
+  if (which == 0 && z->stage < 3) /* the whole unit, whatever the optimizer's part */
+    OPS(z)->copy_h2d(z->dev, td_gpt_params(z->model) + U(z, u)->offset, host,
+                     (size_t)U(z, u)->numel * sizeof(float));
   else if (which == 0 && z->params_on_host)
     memcpy(z->param_shard + z->shard_off[u], host, bytes);
   else if (which == 0)
