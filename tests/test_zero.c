@@ -6,7 +6,8 @@
  * bits as stage 0: gradients placed through unit buffers, parameters gathered
  * into slots, prefetched, dropped after each step. Whole buffers gathered from
  * the shards and scattered back round-trip exactly. Multi-rank equality (DP=2,
- * DP=4, TP=2 x DP=2) is cli_train_dp.sh's and cli_train_tp.sh's. */
+ * DP=4, TP=2 x DP=2) is cli_train_dp.sh's and cli_train_tp.sh's; the
+ * round trip across ranks is mpi_zero_checkpoint's. */
 #include <string.h>
 
 #include "base/mem.h"
