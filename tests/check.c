@@ -26,6 +26,19 @@ void tst_check(int ok, const char *file, int line, const char *fmt, ...) {
   va_end(ap);
 }
 
+int tst_check_on_rank(int rank, int size, int ok, const char *fmt, ...) {
+  char what[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  if (rank == 0)
+    tst_check(ok, __FILE__, __LINE__, "rank 0 of %d: %s", size, what);
+  else if (!ok)
+    fprintf(stderr, "rank %d: FAIL %s\n", rank, what);
+  return ok;
+}
+
 int tst_finish(void) {
   printf("%d passed, %d failed\n", tst_passed, tst_failed);
   return tst_failed ? 1 : 0;

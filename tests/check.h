@@ -18,6 +18,13 @@ void tst_check(int ok, const char *file, int line, const char *fmt, ...)
 
 int tst_finish(void);
 
+/* A check of one MPI rank's own (ranks of different split groups may run
+ * different checks): rank 0 records it as CHECK does, other ranks print only
+ * their failures to stderr. Returns ok, for the rank's own failure flag (the
+ * exit code then combines every rank's). */
+int tst_check_on_rank(int rank, int size, int ok, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Seed for this run (printed once). */
 uint64_t tst_seed(void);
 /* Uniform in [lo, hi) / normal(0, std), from stream `stream` of the run's seed. */

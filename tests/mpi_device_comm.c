@@ -12,7 +12,6 @@
  * The sealed device faults on any host access to its memory, so a path that
  * touched device memory outside an op would crash this test. Odd counts, and
  * split communicators (freed with their library twin attached). */
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,22 +25,7 @@ static td_comm *g_world;
 static int g_rank, g_size, g_failed;
 static uint64_t g_seed; /* rank 0's test seed: every rank fills as any other would */
 
-/* Checks are local (ranks of different split groups run different checks);
- * rank 0 records its own, other ranks print their failures, and the exit code
- * combines every rank's. */
-static void expect(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void expect(int ok, const char *fmt, ...) {
-  char what[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(what, sizeof what, fmt, ap);
-  va_end(ap);
-  if (!ok) g_failed = 1;
-  if (g_rank == 0)
-    CHECK(ok, "rank 0 of %d: %s", g_size, what);
-  else if (!ok)
-    fprintf(stderr, "rank %d: FAIL %s\n", g_rank, what);
-}
+#define expect(ok, ...) (g_failed |= !tst_check_on_rank(g_rank, g_size, (ok), __VA_ARGS__))
 
 /* Host data of rank r: values that differ per rank and element (fp32 with
  * fractions, so a sum's order would show in its bits). */

@@ -10,7 +10,6 @@
  * through host memory a unit at a time (no whole buffer on the device), so a
  * unit that is split wrongly, or a rank that stores a part of the wrong size,
  * shows as a difference. */
-#include <stdarg.h>
 #include <string.h>
 
 #include "base/mem.h"
@@ -23,20 +22,7 @@
 static td_comm *g_world;
 static int g_rank, g_size, g_failed;
 
-/* Local checks (rank 0 records, others print failures); the exit code is every rank's. */
-static void expect(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void expect(int ok, const char *fmt, ...) {
-  char what[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(what, sizeof what, fmt, ap);
-  va_end(ap);
-  if (!ok) g_failed = 1;
-  if (g_rank == 0)
-    CHECK(ok, "rank 0 of %d: %s", g_size, what);
-  else if (!ok)
-    fprintf(stderr, "rank %d: FAIL %s\n", g_rank, what);
-}
+#define expect(ok, ...) (g_failed |= !tst_check_on_rank(g_rank, g_size, (ok), __VA_ARGS__))
 
 static td_gpt_config tiny_config(void) {
   td_gpt_config c;

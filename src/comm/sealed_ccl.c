@@ -135,19 +135,23 @@ static void sealed_all_gather(td_ccl *c, td_device *s, const void *send, void *r
   up(s, recv, all, n * size);
 }
 
+/* Room for one more element in the array *p of n (capacity *cap). */
+static void reserve_one(void **p, int *cap, int n, size_t elem) {
+  if (n < *cap) return;
+  *cap = *cap ? 2 * *cap : 16;
+  void *grown = td_malloc(elem * (size_t)*cap);
+  if (n) memcpy(grown, *p, elem * (size_t)n);
+  td_free(*p);
+  *p = grown;
+}
+
 static void queue(td_ccl *c, int send, td_device *s, void *buf, int64_t count, td_dtype dt,
                   int peer) {
   TD_CHECK(c->grouped, "sealed ccl: %s outside group_start/group_end (NCCL's would block the "
            "stream until its peer's is posted)", send ? "send" : "recv");
   TD_CHECK(peer >= 0 && peer < td_comm_size(c->comm), "sealed ccl: peer %d of %d ranks", peer,
            td_comm_size(c->comm));
-  if (c->n == c->cap) {
-    c->cap = c->cap ? 2 * c->cap : 16;
-    struct pending *grown = td_malloc(sizeof *grown * (size_t)c->cap);
-    if (c->n) memcpy(grown, c->ops, sizeof *grown * (size_t)c->n);
-    td_free(c->ops);
-    c->ops = grown;
-  }
+  reserve_one((void **)&c->ops, &c->cap, c->n, sizeof *c->ops);
   c->ops[c->n++] = (struct pending){.send = send, .s = s, .dev_buf = buf,
                                     .bytes = bytes_of(count, dt), .count = count, .dt = dt,
                                     .peer = peer};
@@ -168,13 +172,7 @@ static void sealed_group_start(td_ccl *c) {
 
 /* A send posted (its request a value: MPI keeps no pointer to it). */
 static void keep_send(td_ccl *c, td_device *s, void *host, td_comm_request req) {
-  if (c->n_sends == c->cap_sends) {
-    c->cap_sends = c->cap_sends ? 2 * c->cap_sends : 8;
-    struct in_flight *grown = td_malloc(sizeof *grown * (size_t)c->cap_sends);
-    if (c->n_sends) memcpy(grown, c->sends, sizeof *grown * (size_t)c->n_sends);
-    td_free(c->sends);
-    c->sends = grown;
-  }
+  reserve_one((void **)&c->sends, &c->cap_sends, c->n_sends, sizeof *c->sends);
   c->sends[c->n_sends++] = (struct in_flight){.req = req, .s = s, .host = host};
 }
 
