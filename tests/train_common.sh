@@ -3,7 +3,8 @@
 # two runs print. The caller sets model (an array of flags every run gets) before
 # calling run, and exits with $failed.
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# TRIDENT_KEEP_TEST_TMP=1 keeps the logs and files (a GPU node's post-mortem)
+trap '[ "${TRIDENT_KEEP_TEST_TMP:-0}" = 1 ] || rm -rf "$tmp"' EXIT
 failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 ok() { echo "ok    $*"; }
