@@ -10,6 +10,7 @@ all: build
 
 deps:
 	@bash scripts/install-deps.sh
+	@python3 scripts/fetch-cudnn-frontend.py --if-cuda || true
 
 build: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null

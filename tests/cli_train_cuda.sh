@@ -63,6 +63,23 @@ trun 1 cpu "$tmp/cpu_bf16.log" --bf16
 trun 1 cuda "$tmp/gpu_bf16.log" --bf16
 same "$tmp/cpu_bf16.log" "$tmp/gpu_bf16.log" 1e-2 "bf16: GPU == CPU"
 
+# bf16 without attention dropout runs cuDNN's fused attention (when it loads):
+# forced, so a fallback to trident's kernels fails instead of passing unseen.
+case "$probe" in
+*"attention on cuDNN"*)
+  trun 1 cpu "$tmp/cpu_bf16_nodrop.log" --bf16 --attention-dropout 0
+  export TRIDENT_CUDA_ATTENTION=cudnn
+  trun 1 cuda "$tmp/gpu_bf16_cudnn.log" --bf16 --attention-dropout 0
+  trun 1 cuda "$tmp/gpu_bf16_cudnn2.log" --bf16 --attention-dropout 0
+  unset TRIDENT_CUDA_ATTENTION
+  grep -q "kernels: attention on cuDNN" "$tmp/gpu_bf16_cudnn.log" ||
+    fail "the cuDNN run does not say so: $(grep ' > kernels' "$tmp/gpu_bf16_cudnn.log")"
+  same "$tmp/cpu_bf16_nodrop.log" "$tmp/gpu_bf16_cudnn.log" 1e-2 "bf16 on cuDNN's attention: GPU == CPU"
+  same "$tmp/gpu_bf16_cudnn.log" "$tmp/gpu_bf16_cudnn2.log" 0 "cuDNN's attention repeats bit for bit"
+  ;;
+*) echo "SKIP cuDNN's attention: $(echo "$probe" | grep 'kernels:')" ;;
+esac
+
 trun 1 cuda "$tmp/gpu_again.log"
 same "$tmp/gpu.log" "$tmp/gpu_again.log" 0 "a second GPU run repeats the first bit for bit"
 

@@ -20,6 +20,7 @@
 #include "base/rng.h"
 #include "check.h"
 #include "comm/ccl.h"
+#include "device/cuda/cuda_device.h"
 #include "device/device.h"
 
 static td_device *g_cpu, *g_gpu;
@@ -710,28 +711,37 @@ static void att_on(td_device *d, const att_case *c, const float *qkv, const floa
 
 static void att_free(att_result *r) { td_free(r->out), td_free(r->lse), td_free(r->dqkv); }
 
-static void att_case_run(const att_case *c) {
+/* The GPU's attention (TRIDENT_CUDA_ATTENTION=mode: native, cudnn or auto) against
+ * the CPU's on the same random inputs, twice (bit-identical), within the tolerances
+ * of the dtype. cuDNN's lse: its softmax runs on exp2 with the scale folded in, so
+ * a looser bound than trident's kernels' (same formula as the CPU's). */
+static void att_case_run_on(const att_case *c, const char *mode) {
   const int64_t nqkv = c->B * c->T * c->H * 3 * c->D, no = c->B * c->T * c->H * c->D;
   const int64_t nl = c->B * c->H * c->T;
   float *qkv = randf(nqkv, -1.5f, 1.5f), *dout = randf(no, -1, 1);
   att_result rc, g1, g2;
   att_on(g_cpu, c, qkv, dout, &rc);
+  setenv("TRIDENT_CUDA_ATTENTION", mode, 1);
   att_on(g_gpu, c, qkv, dout, &g1);
   att_on(g_gpu, c, qkv, dout, &g2);
+  unsetenv("TRIDENT_CUDA_ATTENTION");
   const int bf = c->dt == TD_BF16;
   double e_o = relerr(g1.out, rc.out, no), e_l = relerr(g1.lse, rc.lse, nl);
   double e_d = relerr(g1.dqkv, rc.dqkv, nqkv);
   double tol_o = bf ? 2e-2 : 2e-5, tol_d = bf ? 5e-2 : 1e-4;
+  double tol_l = strcmp(mode, "native") ? 1e-4 : 1e-5;
   int det = same_bits(g1.out, g2.out, no * 4) && same_bits(g1.lse, g2.lse, nl * 4) &&
             same_bits(g1.dqkv, g2.dqkv, nqkv * 4);
-  CHECK(e_o < tol_o && e_l < 1e-5 && e_d < tol_d && det,
-        "attention %s B%lld T%lld H%lld D%lld p=%g heads [%lld of %lld): out %.2g lse %.2g "
+  CHECK(e_o < tol_o && e_l < tol_l && e_d < tol_d && det,
+        "attention (%s) %s B%lld T%lld H%lld D%lld p=%g heads [%lld of %lld): out %.2g lse %.2g "
         "dqkv %.2g, deterministic %d",
-        td_dtype_name(c->dt), (long long)c->B, (long long)c->T, (long long)c->H, (long long)c->D,
-        (double)c->p, (long long)c->h0, (long long)c->Ht, e_o, e_l, e_d, det);
+        mode, td_dtype_name(c->dt), (long long)c->B, (long long)c->T, (long long)c->H,
+        (long long)c->D, (double)c->p, (long long)c->h0, (long long)c->Ht, e_o, e_l, e_d, det);
   att_free(&rc), att_free(&g1), att_free(&g2);
   td_free(qkv), td_free(dout);
 }
+
+static void att_case_run(const att_case *c) { att_case_run_on(c, "native"); }
 
 /* The masks themselves: q = k = 0 makes P uniform over the visible keys, and
  * v_j = e_j (D >= T) puts element (i, j) of P' in out[i, j]: nonzero iff kept.
@@ -788,6 +798,66 @@ static void test_attention(void) {
   att_case gpt2 = {.B = 2, .T = 256, .H = 4, .D = 64, .dt = TD_BF16, .p = 0.1f};
   att_case_run(&gpt2);
   test_attention_masks();
+}
+
+/* cuDNN's fused attention (bf16, no dropout, head_dim % 8 == 0, T > 1) against the
+ * CPU: forced (TRIDENT_CUDA_ATTENTION=cudnn fails rather than fall back) at GPT-2's
+ * shape; auto gives cuDNN's bits on the calls it takes, runs trident's kernels on
+ * the others (dropout, T = 1), and takes odd lengths and head sizes (counted by
+ * td_cudnn_attention_calls). Skipped when cuDNN's attention is not available (not
+ * built in, or libcudnn.so.9 not found). */
+static void test_attention_cudnn(void) {
+  const char *what = td_cudnn_describe();
+  if (strncmp(what, "cuDNN ", 6) != 0) {
+    printf("SKIP attention_cudnn: %s\n", what);
+    return;
+  }
+  printf("  (%s)\n", what);
+  att_case gpt2 = {.B = 4, .T = 1024, .H = 12, .D = 64, .dt = TD_BF16};
+  att_case_run_on(&gpt2, "cudnn");
+  /* one input through cudnn, auto and native: auto must give cuDNN's bits */
+  att_case small = {.B = 2, .T = 77, .H = 3, .D = 64, .dt = TD_BF16};
+  const int64_t nqkv = small.B * small.T * small.H * 3 * small.D;
+  const int64_t no = small.B * small.T * small.H * small.D;
+  float *qkv = randf(nqkv, -1.5f, 1.5f), *dout = randf(no, -1, 1);
+  att_result forced, autor, native;
+  const char *modes[3] = {"cudnn", "auto", "native"};
+  att_result *outs[3] = {&forced, &autor, &native};
+  for (int m = 0; m < 3; m++) {
+    setenv("TRIDENT_CUDA_ATTENTION", modes[m], 1);
+    att_on(g_gpu, &small, qkv, dout, outs[m]);
+  }
+  unsetenv("TRIDENT_CUDA_ATTENTION");
+  int auto_is_cudnn = same_bits(forced.out, autor.out, no * 4) &&
+                      same_bits(forced.dqkv, autor.dqkv, nqkv * 4);
+  int native_differs = !same_bits(forced.dqkv, native.dqkv, nqkv * 4);
+  CHECK(auto_is_cudnn && native_differs,
+        "TRIDENT_CUDA_ATTENTION=auto runs cuDNN on bf16 without dropout (%d; native's bits "
+        "differ from cuDNN's: %d)",
+        auto_is_cudnn, native_differs);
+  att_free(&forced), att_free(&autor), att_free(&native);
+  td_free(qkv), td_free(dout);
+  att_case drop = {.B = 1, .T = 65, .H = 2, .D = 64, .dt = TD_BF16, .p = 0.1f};
+  int64_t before = td_cudnn_attention_calls();
+  att_case_run_on(&drop, "auto");
+  int64_t ran = td_cudnn_attention_calls() - before;
+  CHECK(ran == 0, "attention with dropout: trident's kernels run it (cuDNN ran %lld calls)",
+        (long long)ran);
+  /* odd lengths and head sizes through auto, each against the CPU; cuDNN must
+   * have taken all four calls (two runs, forward and backward) of every shape but
+   * T = 1 (which it refuses: trident's kernels run it) */
+  static const int64_t Ts[] = {1, 17, 64, 130, 333}, Ds[] = {64, 32, 128, 40};
+  for (int ti = 0; ti < 5; ti++)
+    for (int di = 0; di < 4; di++) {
+      att_case c = {.B = 1 + ti % 2, .T = Ts[ti], .H = 1 + (ti + di) % 3, .D = Ds[di],
+                    .dt = TD_BF16};
+      before = td_cudnn_attention_calls();
+      att_case_run_on(&c, "auto");
+      ran = td_cudnn_attention_calls() - before;
+      int64_t want = c.T == 1 ? 0 : 4;
+      CHECK(ran == want, "attention T%lld D%lld: cuDNN ran %lld of the calls, expected %lld",
+            (long long)c.T, (long long)c.D, (long long)ran, (long long)want);
+    }
 }
 
 /* A target outside the vocabulary is an input error the CPU reports at once; the
@@ -905,7 +975,8 @@ int main(int argc, char **argv) {
                 {"cross_entropy", test_cross_entropy},
                 {"combine", test_combine_and_masked_sum}, {"adamw", test_adamw},
                 {"reductions", test_reductions}, {"matmul", test_matmul},
-                {"attention", test_attention},   {"nccl", test_nccl}};
+                {"attention", test_attention},   {"nccl", test_nccl},
+                {"attention_cudnn", test_attention_cudnn}};
   for (size_t i = 0; i < sizeof groups / sizeof *groups; i++)
     if (want(groups[i].name)) groups[i].fn();
   if (want("cross_entropy")) test_bad_target(argv[0]);

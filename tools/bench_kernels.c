@@ -451,6 +451,9 @@ int td_bench_kernels(int argc, char **argv) {
   char dev[320];
   td_device_describe(c.dev, dev, sizeof dev);
   if (!c.json) printf("trident bench kernels: device %s, %d threads\n", dev, omp_get_max_threads());
+  char kernels[512];
+  if (!c.json && td_device_describe_kernels(c.dev, kernels, sizeof kernels))
+    printf("kernels: %s\n", kernels);
   for (int di = 0; di < 2; di++) {
     td_dtype dt = di ? TD_BF16 : TD_F32;
     if ((di == 0 && !c.do_fp32) || (di == 1 && !c.do_bf16)) continue;

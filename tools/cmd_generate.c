@@ -26,7 +26,6 @@
 #include "model/gpt_config.h"
 #include "model/sampling.h"
 #include "train/checkpoint.h"
-#include "train/model_device.h"
 
 typedef struct {
   const char *load, *vocab, *merges, *prompt, *device;
@@ -55,8 +54,8 @@ static void usage(FILE *f) {
           "  --seed S            random seed of the sampling (default 1234)\n"
           "  --num-samples N     continuations to generate (default 1), each its own stream\n"
           "  --json              one JSON object per sample: prompt, text, tokens\n"
-          "  --device D          cpu, cuda or auto (default: $TRIDENT_DEVICE, else auto; the\n"
-          "                      model is not yet validated on a GPU: auto is the CPU)\n");
+          "  --device D          cpu, cuda or auto (default: $TRIDENT_DEVICE, else auto: cuda\n"
+          "                      when this trident has the CUDA backend and a GPU is visible)\n");
 }
 
 static double number(const char *flag, const char *v, double lo, double hi, int lo_open) {
@@ -132,7 +131,7 @@ typedef struct {
 /* The latest checkpoint of dir as a single-rank model for micro-batches of one. */
 static loaded load_model(const char *dir, const char *device) {
   char err[1024], *state = NULL;
-  loaded l = {.dev = td_model_device_open(device, 0, "generate", 1)};
+  loaded l = {.dev = td_device_open(device)};
   int64_t it = td_checkpoint_latest(dir, err, sizeof err);
   if (it == -2) td_fail("--load %s", err);
   if (it == -1) td_fail("--load %s: no latest_checkpointed_iteration.txt: not a checkpoint directory", dir);

@@ -21,14 +21,16 @@ typedef struct {
   void (*close)(void *impl);
   int (*available)(void);
   void (*describe)(const void *impl, char *buf, size_t n);
+  void (*describe_kernels)(char *buf, size_t n); /* NULL: nothing to say */
 } backend;
 
 static const backend k_backends[] = {
-    {"cpu", td_cpu_device_ops, NULL, NULL, NULL, NULL},
+    {"cpu", td_cpu_device_ops, NULL, NULL, NULL, NULL, NULL},
     /* A test device (sealed_device.h): opened by name, left out of td_device_names(). */
-    {"sealed", td_sealed_device_ops, td_sealed_open, NULL, NULL, td_sealed_describe},
+    {"sealed", td_sealed_device_ops, td_sealed_open, NULL, NULL, td_sealed_describe, NULL},
 #ifdef TD_HAVE_CUDA
-    {"cuda", td_cuda_device_ops, td_cuda_open, td_cuda_close, td_cuda_available, td_cuda_describe},
+    {"cuda", td_cuda_device_ops, td_cuda_open, td_cuda_close, td_cuda_available, td_cuda_describe,
+     td_cuda_describe_kernels},
 #endif
 };
 #define N_BACKENDS (sizeof k_backends / sizeof *k_backends)
@@ -101,4 +103,14 @@ void td_device_describe(const td_device *d, char *buf, size_t n) {
       return;
     }
   snprintf(buf, n, "%s", d->ops->name);
+}
+
+int td_device_describe_kernels(const td_device *d, char *buf, size_t n) {
+  for (size_t i = 0; i < N_BACKENDS; i++)
+    if (d->ops == k_backends[i].ops() && k_backends[i].describe_kernels) {
+      k_backends[i].describe_kernels(buf, n);
+      return 1;
+    }
+  if (n) buf[0] = 0;
+  return 0;
 }

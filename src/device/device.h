@@ -299,5 +299,9 @@ const char *td_device_resolve(const char *name);
 const char *td_device_names(void);
 /* One line naming the opened device: "cpu", "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, ...)". */
 void td_device_describe(const td_device *d, char *buf, size_t n);
+/* Which libraries run the backend's heavy kernels, where it has a choice ("attention:
+ * cuDNN 9.14.0 fused (bf16 without dropout), trident's kernels otherwise"); 0 and
+ * "" when the backend has nothing to say. */
+int td_device_describe_kernels(const td_device *d, char *buf, size_t n);
 
 #endif

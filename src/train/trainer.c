@@ -32,7 +32,6 @@
 #include "train/checkpoint.h"
 #include "train/curriculum.h"
 #include "train/ds_config.h"
-#include "train/model_device.h"
 #include "parallel/pipeline.h"
 #include "parallel/zero.h"
 #include "train/tb_events.h"
@@ -331,6 +330,8 @@ static void print_summary(const trainer *t) {
     td_cpu_gemm_describe(gemm, sizeof gemm);
     printf(" > GEMM: %s\n", gemm);
   }
+  char kernels[512];
+  if (td_device_describe_kernels(t->dev, kernels, sizeof kernels)) printf(" > kernels: %s\n", kernels);
   if (t->topo.layout.world > 1) printf(" > collectives on device memory: %s\n", t->collectives);
   if (t->dp_size > 1)
     printf(" > data-parallel gradient %s: %d buckets of at most %lld elements (whole layers), "
@@ -1291,7 +1292,7 @@ int td_train(td_args *a) {
   t.true_vocab = tokenizer_vocab(a, &t.eod);
   t.cfg = model_config(a, td_args_padded_vocab_size(a, t.true_vocab));
   setup_topology(&t);
-  t.dev = td_model_device_open(td_args_device(a), td_comm_local_rank(), "train", t.is_logger);
+  t.dev = td_device_open_index(td_args_device(a), td_comm_local_rank());
   td_dcomm_setup(td_comm_world(), t.dev, a->distributed_backend == 0, t.collectives,
                  sizeof t.collectives);
   /* the groups whose collectives move device memory get their library twins now,

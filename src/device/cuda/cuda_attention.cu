@@ -1,6 +1,8 @@
 /* Causal self-attention on the CUDA backend (td_attention_desc in device.h):
  * FlashAttention-2's algorithm in plain CUDA cores (fp32 math, shared-memory
- * tiles; tensor cores are a later step), O(T) memory beyond inputs and outputs.
+ * tiles), O(T) memory beyond inputs and outputs. bf16 calls without dropout go to
+ * cuDNN's fused attention on the tensor cores first (cuda_cudnn_attention.cu);
+ * these kernels run fp32, dropout (td_rng_u32's masks) and what cuDNN refuses.
  *
  * Tiles are BT x BT (query rows x key rows) with BT chosen by the head dim D:
  * 64 for D <= 64, 32 for D <= 128, 16 for D <= 256 (so BT * D <= 4096 and every
@@ -448,6 +450,7 @@ static attn_args attn_setup(const td_cuda *c, const td_attention_desc *ad, int *
 
 static void cu_attention_forward(td_device *d, const td_attention_desc *ad) {
   td_cuda *c = td_cuda_enter(d);
+  if (td_cudnn_attention(c, ad, 0)) return;
   int bt;
   attn_args a = attn_setup(c, ad, &bt);
   if (ad->dtype == TD_BF16)
@@ -458,6 +461,7 @@ static void cu_attention_forward(td_device *d, const td_attention_desc *ad) {
 
 static void cu_attention_backward(td_device *d, const td_attention_desc *ad) {
   td_cuda *c = td_cuda_enter(d);
+  if (td_cudnn_attention(c, ad, 1)) return;
   int bt;
   attn_args a = attn_setup(c, ad, &bt);
   a.dvec = (float *)td_cuda_scratch(c, (size_t)(a.B * a.H * a.T) * sizeof(float));

@@ -181,6 +181,7 @@ extern "C" void td_cuda_close(void *impl) {
   TD_CUDA_OK(cudaSetDevice(c->index));
   td_cuda_wait_stream(c);
   td_cuda_gemm_release(c);
+  td_cudnn_release(c);
   if (c->scratch) device_free(c, c->scratch);
   if (c->workspace) TD_CUDA_OK(cudaFree(c->workspace));
   TD_CUDA_OK(cudaFree(c->reduce));

@@ -9,6 +9,7 @@
 #define TD_DEVICE_CUDA_CUDA_DEVICE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "device/device.h"
 
@@ -26,6 +27,14 @@ void td_cuda_close(void *impl);
 /* 1 when at least one GPU is visible and the driver works; never fails. Asks
  * the driver only: cuBLASLt is not loaded until td_cuda_open. */
 int td_cuda_available(void);
+/* "cuDNN 9.14.0" when cuDNN's fused attention is available (it loads cuDNN),
+ * else why not (cuda_cudnn_attention.cu) */
+const char *td_cudnn_describe(void);
+/* Attention ops (forward or backward) cuDNN has run in this process: the tests'
+ * proof of which implementation took a call. */
+int64_t td_cudnn_attention_calls(void);
+/* td_device_describe_kernels for CUDA: which attention runs (cuDNN's or trident's) */
+void td_cuda_describe_kernels(char *buf, size_t n);
 /* "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB)" */
 void td_cuda_describe(const void *impl, char *buf, size_t n);
 

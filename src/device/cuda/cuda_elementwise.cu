@@ -120,8 +120,11 @@ __global__ void td_layernorm_backward_dx_kernel(float *dx, const float *dout, co
     const float *xr = x + r * cols, *gr = dout + r * cols;
     const float m = mean[r], rs = rstd[r];
     double s_dy = 0, s_dyx = 0;
+    /* dyw rounded on its own (__fmul_rn: never fused into the subtraction below),
+     * so dyw - m_dy cancels exactly when the row is constant (cols = 1, say), where
+     * rstd = 1/sqrt(eps) would magnify a fused product's rounding ~300-fold */
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      float xhat = (xr[c] - m) * rs, dyw = gr[c] * w[c];
+      float xhat = (xr[c] - m) * rs, dyw = __fmul_rn(gr[c], w[c]);
       s_dy += dyw;
       s_dyx += (double)dyw * xhat;
     }
@@ -129,7 +132,7 @@ __global__ void td_layernorm_backward_dx_kernel(float *dx, const float *dout, co
     s_dyx = td_block_sum(s_dyx, red);
     const float m_dy = (float)(s_dy / (double)cols), m_dyx = (float)(s_dyx / (double)cols);
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      float xhat = (xr[c] - m) * rs, dyw = gr[c] * w[c];
+      float xhat = (xr[c] - m) * rs, dyw = __fmul_rn(gr[c], w[c]);
       dx[r * cols + c] += rs * (dyw - m_dy - xhat * m_dyx);
     }
   }

@@ -41,6 +41,7 @@ typedef struct td_cuda {
   void *reduce;              /* 16 device bytes: count_zeros' counter */
   int *err_host, *err_dev;   /* mapped pinned flag: kernels report bad input (TD_CUDA_ERR_*) */
   td_cuda_gemm_cache *gemm;  /* cuBLASLt plans per shape (cuda_gemm.cu) */
+  struct td_cudnn *cudnn;    /* cuDNN handle and attention graphs (cuda_cudnn_attention.cu) */
   int tf32;                  /* TRIDENT_CUDA_TF32=1: fp32 GEMMs on TF32 tensor cores */
   int pools;                 /* alloc/free from the stream-ordered pool (cudaMallocAsync) */
   uint64_t uuid_key;         /* a hash of the GPU's UUID (device_key) */
@@ -100,6 +101,13 @@ void td_cuda_register_optim(td_device_ops *ops);       /* adamw, sum_squares, co
 void td_cuda_register_attention(td_device_ops *ops);   /* attention_forward/backward */
 
 void td_cuda_gemm_release(td_cuda *c); /* frees the plan cache */
+
+/* cuDNN's fused attention (cuda_cudnn_attention.cu): runs the op on c's stream and
+ * returns 1, or returns 0 when it does not take this call (not bf16, dropout,
+ * cuDNN missing or refusing the shape; TRIDENT_CUDA_ATTENTION=native) and the
+ * caller runs trident's kernels. TRIDENT_CUDA_ATTENTION=cudnn fails instead. */
+int td_cudnn_attention(td_cuda *c, const td_attention_desc *ad, int backward);
+void td_cudnn_release(td_cuda *c);
 
 /* ------------------------------------------------------------ device helpers */
 
