@@ -713,8 +713,7 @@ static void att_free(att_result *r) { td_free(r->out), td_free(r->lse), td_free(
 
 /* The GPU's attention (TRIDENT_CUDA_ATTENTION=mode: native, cudnn or auto) against
  * the CPU's on the same random inputs, twice (bit-identical), within the tolerances
- * of the dtype. cuDNN's lse: its softmax runs on exp2 with the scale folded in, so
- * a looser bound than trident's kernels' (same formula as the CPU's). */
+ * of the dtype (cuDNN's lse came within 6e-7 of the CPU's on an H100). */
 static void att_case_run_on(const att_case *c, const char *mode) {
   const int64_t nqkv = c->B * c->T * c->H * 3 * c->D, no = c->B * c->T * c->H * c->D;
   const int64_t nl = c->B * c->H * c->T;
@@ -729,10 +728,9 @@ static void att_case_run_on(const att_case *c, const char *mode) {
   double e_o = relerr(g1.out, rc.out, no), e_l = relerr(g1.lse, rc.lse, nl);
   double e_d = relerr(g1.dqkv, rc.dqkv, nqkv);
   double tol_o = bf ? 2e-2 : 2e-5, tol_d = bf ? 5e-2 : 1e-4;
-  double tol_l = strcmp(mode, "native") ? 1e-4 : 1e-5;
   int det = same_bits(g1.out, g2.out, no * 4) && same_bits(g1.lse, g2.lse, nl * 4) &&
             same_bits(g1.dqkv, g2.dqkv, nqkv * 4);
-  CHECK(e_o < tol_o && e_l < tol_l && e_d < tol_d && det,
+  CHECK(e_o < tol_o && e_l < 1e-5 && e_d < tol_d && det,
         "attention (%s) %s B%lld T%lld H%lld D%lld p=%g heads [%lld of %lld): out %.2g lse %.2g "
         "dqkv %.2g, deterministic %d",
         mode, td_dtype_name(c->dt), (long long)c->B, (long long)c->T, (long long)c->H,

@@ -27,7 +27,9 @@ typedef struct td_event td_event;
 /* C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] + bias      for b < batch
  *   op(A): m x k (A is m x k, or k x m when trans_a), lda = row stride of A as stored
  *   op(B): k x n (B is k x n, or n x k when trans_b), ldb likewise
- *   C: m x n with row stride ldc. bias: n floats added to every row, or NULL.
+ *   C: m x n with row stride ldc. bias: n floats added to every row, or NULL
+ *   (with a bf16 C a backend may round the bias to bf16 first, as PyTorch's
+ *   autocast and Megatron's bf16 parameters do; the CPU adds it in fp32).
  *   a_dtype == b_dtype in {TD_F32, TD_BF16}; accumulation is fp32.
  *   c_dtype TD_F32, or TD_BF16 with bf16 inputs and beta == 0.
  *   stride_a/b/c: elements between consecutive batch items (batch > 1). */

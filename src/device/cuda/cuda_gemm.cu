@@ -17,10 +17,15 @@
  * the handle, so the same call runs the same kernel every time (cuBLAS is
  * bitwise reproducible for a given algorithm, GPU and library version on one
  * stream). A shape the heuristic has no algorithm for (possible for odd
- * alignments) runs td_gemm_naive_kernel instead, with a warning once; a bf16
- * output whose algorithms all want a bf16 bias vector runs as an fp32 product
- * into scratch and td_bias_round_kernel (the bias added before the one rounding,
- * as the CPU does). */
+ * alignments) runs td_gemm_naive_kernel instead, with a warning once.
+ *
+ * Bias with a bf16 output: cuBLASLt may have no algorithm taking an fp32 bias
+ * there, so the plan tries, in order, an fp32 bias (the CPU's numerics:
+ * added before the one rounding), the bias rounded to bf16 on the way in (one
+ * n-element cast per call into scratch; what PyTorch's autocast and Megatron's
+ * bf16 parameters add), and last an fp32 product into scratch plus
+ * td_bias_round_kernel (the CPU's numerics again, at the cost of the product's
+ * extra round trip through memory). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,7 +42,8 @@ typedef struct {
   gemm_key key;
   int used;
   int naive;      /* no cuBLASLt algorithm: the fallback kernel */
-  int split_bias; /* bf16 output, no algorithm with an fp32 bias: fp32 product + td_bias_round_kernel */
+  int bias_bf16;  /* bf16 output, no algorithm with an fp32 bias: the bias cast to bf16 first */
+  int split_bias; /* ... nor with a bf16 bias: fp32 product + td_bias_round_kernel */
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;
@@ -208,8 +214,15 @@ static void plan_create(td_cuda *c, gemm_plan *p, const gemm_key *k) {
     TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                   &bt, sizeof bt));
     if (first_algorithm(c, p, k, k->align_bias)) return;
-    if (k->c_dtype == TD_BF16) { /* the fp32 product's own plan does the work */
-      p->split_bias = 1;
+    if (k->c_dtype == TD_BF16) {
+      bt = CUDA_R_16BF; /* the bf16 copy lives in scratch: 256-byte aligned */
+      TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                    &bt, sizeof bt));
+      if (first_algorithm(c, p, k, 256)) {
+        p->bias_bf16 = 1;
+        return;
+      }
+      p->split_bias = 1; /* the fp32 product's own plan does the work */
       return;
     }
   } else if (first_algorithm(c, p, k, 0)) {
@@ -246,6 +259,11 @@ __global__ void td_bias_round_kernel(uint16_t *c, int64_t ldc, int64_t sc, const
     int64_t q = e / (m * n), i = (e / n) % m, j = e % n;
     c[q * sc + i * ldc + j] = td_hd_f32_to_bf16(prod[e] + bias[j]);
   }
+}
+
+/* out[j] = bf16(bias[j]) */
+__global__ void td_bias_to_bf16_kernel(uint16_t *out, const float *bias, int64_t n) {
+  TD_GRID_STRIDE(j, n) out[j] = td_hd_f32_to_bf16(bias[j]);
 }
 
 static void cu_matmul(td_device *d, const td_matmul_desc *g);
@@ -308,6 +326,13 @@ static void cu_matmul(td_device *d, const td_matmul_desc *g) {
   }
   if (g->bias) {
     const void *bias = g->bias;
+    if (p->bias_bf16) {
+      uint16_t *b16 = (uint16_t *)td_cuda_scratch(c, (size_t)g->n * sizeof(uint16_t));
+      td_bias_to_bf16_kernel<<<td_cuda_grid(c, g->n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0,
+                               c->stream>>>(b16, g->bias, g->n);
+      TD_CUDA_LAUNCHED();
+      bias = b16;
+    }
     TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                   &bias, sizeof bias));
   }
