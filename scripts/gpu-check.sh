@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One command for a machine with an NVIDIA GPU (issue #11): build trident with
 # the CUDA backend in build-cuda/, run the GPU tests, benchmark, print a summary.
-#   1. build: cmake -DTRIDENT_CUDA=ON (sm_80, sm_90 and PTX), warnings as errors;
+#   1. build: cmake -DTRIDENT_CUDA=ON (sm_80, sm_90 and PTX), warnings as errors,
+#      with cuDNN's attention when the frontend's headers are in third_party/
+#      (fetched here if missing and PyPI is reachable; else carry them over);
 #   2. tests: test_device_cuda (every op against the CPU backend, odd sizes,
-#      determinism), test_rng_hostdev, cli_train_cuda.sh (CPU vs GPU training on
+#      determinism, cuDNN's attention when it loads), test_rng_hostdev, cli_train_cuda.sh (CPU vs GPU training on
 #      the demo model, checkpoints across devices, two ranks sharing the GPU,
 #      generate; NCCL at one rank inside test_device_cuda),
 #      cli_train_sealed.sh (the device-clean proof the GPU path rests on),
@@ -31,6 +33,7 @@ note "GPU: $(echo "$gpus" | head -1)"
 command -v nvcc >/dev/null || export PATH=$PATH:/usr/local/cuda/bin
 
 # 1. build
+python3 scripts/fetch-cudnn-frontend.py --if-cuda || note "no cuDNN frontend headers: attention on trident's kernels only"
 if ! { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIDENT_CUDA=ON &&
   cmake --build "$build" -j "$(nproc)"; } >"$out/build.log" 2>&1; then
   tail -30 "$out/build.log"
