@@ -9,8 +9,10 @@
 #      the demo model, checkpoints across devices, two ranks sharing the GPU,
 #      generate; NCCL at one rank inside test_device_cuda),
 #      cli_train_sealed.sh (the device-clean proof the GPU path rests on),
-#      mpi_device_comm (device_comm on every path, the GPU's included) and the
-#      CPU kernel tests;
+#      mpi_device_comm (device_comm on every path, the GPU's included), the
+#      kernel tests on the CPU and on the GPU (their _cuda variants: the CPU's
+#      double references and finite differences, TRIDENT_TEST_DEVICE=cuda) and
+#      the model's gradient and PyTorch-parity tests on the GPU;
 #   3. benchmarks: `trident bench kernels --device cuda`, and `trident bench
 #      train --device cuda` on GPT-2 124M, seq 1024, micro-batch 16, bf16, next to
 #      PyTorch on the same GPU (bench/gpu/peer_torch_gpu.py) when a CUDA PyTorch
@@ -46,14 +48,14 @@ bin=$build/trident
 
 # 2. tests
 (cd "$build" && ctest --output-on-failure --timeout 1800 \
-  -R '^(test_device_cuda|test_rng_hostdev|cli_train_cuda|cli_train_sealed|mpi_device_comm_np.|test_kernel_.*)$') \
+  -R '^(test_device_cuda|test_rng_hostdev|cli_train_cuda|cli_train_sealed|mpi_device_comm_np.|test_kernel_.*|test_gpt_(parity|grad)_cuda)$') \
   >"$out/tests.log" 2>&1
 rc_tests=$?
 note "tests: $(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1)"
 grep -E '^ *[0-9]+/[0-9]+ Test' "$out/tests.log" | sed 's/^/  /'
 grep -E '^(ok|FAIL|SKIP)' "$out/tests.log" >"$out/checks.txt" || true
 [ $rc_tests = 0 ] || note "FAILED checks: $(grep -c '^FAIL\|  FAIL' "$out/tests.log") (see $out/tests.log)"
-if grep -qE '(test_device_cuda|cli_train_cuda) .*Skipped' "$out/tests.log"; then
+if grep -qE '(test_device_cuda|cli_train_cuda|_cuda) .*Skipped' "$out/tests.log"; then
   note "the GPU tests were SKIPPED: trident saw no usable GPU (see $out/tests.log)"
   rc_tests=1
 fi

@@ -2,7 +2,9 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "base/dtype.h"
@@ -103,8 +105,32 @@ double tst_rel_err_f(const float *got, const float *ref, int64_t n) {
 
 td_device *tst_device(void) {
   static td_device *d;
-  if (!d) d = td_device_open("cpu");
+  if (d) return d;
+  const char *name = getenv("TRIDENT_TEST_DEVICE");
+  if (!name || !*name) name = "cpu";
+  if (!td_device_available(name)) { /* cuda without a GPU (or without the backend) */
+    printf("SKIP: TRIDENT_TEST_DEVICE=%s is not available here\n", name);
+    exit(77);
+  }
+  d = td_device_open(name);
   return d;
+}
+
+int tst_device_is_cpu(void) { return !strcmp(tst_device()->ops->name, "cpu"); }
+
+void *tst_put(const void *host, size_t bytes) {
+  td_device *d = tst_device();
+  void *p = d->ops->alloc(d, bytes ? bytes : 1);
+  if (host && bytes) d->ops->copy_h2d(d, p, host, bytes);
+  return p;
+}
+
+void tst_get(void *host, const void *dev, size_t bytes) {
+  if (bytes) tst_device()->ops->copy_d2h(tst_device(), host, dev, bytes);
+}
+
+void tst_release(void *dev) {
+  if (dev) tst_device()->ops->free(tst_device(), dev);
 }
 
 void tst_round_bf16(float *x, int64_t n) {

@@ -54,8 +54,18 @@ double tst_rel_err_f(const float *got, const float *ref, int64_t n);
 #define UNDER_ASAN 0
 #endif
 
-/* The CPU device, opened once. */
+/* The device under test, opened once: TRIDENT_TEST_DEVICE (cpu, sealed, cuda;
+ * default cpu). One that is not available here (cuda without a GPU) ends the
+ * test with exit 77, reported skipped. */
 td_device *tst_device(void);
+/* 1 when the device under test is the CPU (checks of the CPU's own machinery:
+ * thread counts, GEMM library choice). */
+int tst_device_is_cpu(void);
+/* Device memory of bytes holding a copy of host (zeroed when host is NULL). */
+void *tst_put(const void *host, size_t bytes);
+/* Copy bytes of device memory back to host. */
+void tst_get(void *host, const void *dev, size_t bytes);
+void tst_release(void *dev);
 
 /* Round a float buffer to bf16 in place (so a double reference sees the same inputs). */
 void tst_round_bf16(float *x, int64_t n);

@@ -249,8 +249,10 @@ static void test_memory(td_device *d) {
 typedef void (*poke_fn)(td_device *d, char *p);
 
 /* Run poke(d, p) in a child with stderr in a temporary file: 1 when the child
- * died of SIGSEGV and its stderr holds `want` (out: the stderr's start). */
-static int crashes(td_device *d, char *p, poke_fn poke, const char *want, char *out, size_t n) {
+ * died of signal sig (0: exited with a failure status) and its stderr holds
+ * `want` (out: the stderr's start). */
+static int child_dies(td_device *d, char *p, poke_fn poke, const char *want, char *out, size_t n,
+                      int sig) {
   FILE *f = tmpfile();
   if (!f) return 0;
   fflush(stdout), fflush(stderr);
@@ -271,7 +273,13 @@ static int crashes(td_device *d, char *p, poke_fn poke, const char *want, char *
   char *nl = strchr(out, '\n');
   int found = strstr(out, want) != NULL;
   if (nl) *nl = '\0'; /* the message line, for the check's output */
-  return WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV && found;
+  int died = sig ? WIFSIGNALED(status) && WTERMSIG(status) == sig
+                 : WIFEXITED(status) && WEXITSTATUS(status) != 0;
+  return died && found;
+}
+
+static int crashes(td_device *d, char *p, poke_fn poke, const char *want, char *out, size_t n) {
+  return child_dies(d, p, poke, want, out, n, SIGSEGV);
 }
 
 static void write_into(td_device *d, char *p) { (void)d, *(volatile char *)p = 1; }
@@ -280,6 +288,21 @@ static void read_at(td_device *d, char *p) { (void)d, (void)*(volatile char *)p;
 static void h2d_from_device(td_device *d, char *p) {
   void *dst = d->ops->alloc(d, 64);
   d->ops->copy_h2d(d, dst, p, 64);
+}
+
+/* host memory where an op takes device memory: a GPU kernel would fault on it */
+static void scale_host(td_device *d, char *p) {
+  (void)p;
+  float host[4] = {1, 2, 3, 4};
+  d->ops->scale(d, host, 4, 2.0f);
+}
+
+/* An op given a host pointer for device memory fails naming the op (not a
+ * signal: also under AddressSanitizer). */
+static void test_host_pointer_refused(td_device *d) {
+  char out[4096];
+  int ok = child_dies(d, NULL, scale_host, "scale was given host memory", out, sizeof out, 0);
+  CHECK(ok, "host memory as an op's device argument: %s", out);
 }
 
 static void test_faults(td_device *d) {
@@ -339,6 +362,7 @@ int main(void) {
   test_memory(d);
   test_same_bits(d);
   test_faults(d);
+  test_host_pointer_refused(d);
   td_device_close(d);
   return tst_finish();
 }

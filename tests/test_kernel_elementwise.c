@@ -1,8 +1,12 @@
 /* Elementwise kernels I: layernorm, gelu (erf and tanh), bias_backward, add,
- * scale, dropout, sum_squares against naive double references on random inputs
- * at sizes that are not multiples of 16; every backward's double reference
- * against central finite differences of the double forward; thread-count
- * independence (1 vs 2 threads, bitwise) of the reductions and of dropout.
+ * scale, dropout, sum_squares, count_zeros against naive double references on
+ * random inputs at sizes that are not multiples of 16; every backward's double
+ * reference against central finite differences of the double forward; alloc's
+ * zeroed memory; on the CPU, thread-count independence (1 vs 2 threads,
+ * bitwise) of the reductions and of dropout.
+ * Runs on the device TRIDENT_TEST_DEVICE names (cpu, sealed, cuda; tst_device):
+ * inputs are made on the host, copied to device memory for the kernels, and the
+ * results copied back to be checked; the host never touches device memory.
  * (Loss, embedding, adamw: test_kernel_elementwise_loss.c; cast and fill:
  * test_kernel_elementwise_cast.c.) */
 #include <math.h>
@@ -20,6 +24,19 @@
 
 static float *falloc(int64_t n) { return td_malloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
 static double *dalloc(int64_t n) { return td_malloc((size_t)(n > 0 ? n : 1) * sizeof(double)); }
+
+/* Device memory for n floats: a copy of host (dput) or zeros (dzeros); dget
+ * copies results back and dset reloads an existing buffer (before an in-place
+ * op). A kernel gets only device memory: on a GPU, or the sealed test device,
+ * the host can neither read nor write it. */
+static float *dput(const float *host, int64_t n) { return tst_put(host, (size_t)n * sizeof(float)); }
+static float *dzeros(int64_t n) { return tst_put(NULL, (size_t)n * sizeof(float)); }
+static void dget(float *host, const float *dev, int64_t n) {
+  tst_get(host, dev, (size_t)n * sizeof(float));
+}
+static void dset(float *dev, const float *host, int64_t n) {
+  OPS->copy_h2d(DEV, dev, host, (size_t)n * sizeof(float));
+}
 
 /* bf16 output vs a double reference: within one bf16 ulp of RNE(ref) (or a
  * negligible absolute error, where the sign of a tiny value may flip, and
@@ -174,13 +191,21 @@ static void test_layernorm_forward(int64_t R, int64_t C, uint64_t s) {
   double *ref = dalloc(n), *mref = dalloc(R), *rref = dalloc(R);
   ln_ref p = {R, C, xd, wd, bd, 1e-5};
   ln_forward_ref(&p, ref, mref, rref);
-  OPS->layernorm_forward(DEV, out, TD_F32, mean, rstd, x, w, b, R, C, 1e-5f);
+  /* _d: the device twins */
+  float *x_d = dput(x, n), *w_d = dput(w, C), *b_d = dput(b, C), *out_d = dzeros(n);
+  float *mean_d = dzeros(R), *rstd_d = dzeros(R);
+  uint16_t *out16_d = tst_put(NULL, (size_t)n * 2);
+  OPS->layernorm_forward(DEV, out_d, TD_F32, mean_d, rstd_d, x_d, w_d, b_d, R, C, 1e-5f);
+  OPS->layernorm_forward(DEV, out16_d, TD_BF16, NULL, NULL, x_d, w_d, b_d, R, C, 1e-5f);
+  dget(out, out_d, n), dget(mean, mean_d, R), dget(rstd, rstd_d, R);
+  tst_get(out16, out16_d, (size_t)n * 2);
+  tst_release(x_d), tst_release(w_d), tst_release(b_d), tst_release(out_d);
+  tst_release(mean_d), tst_release(rstd_d), tst_release(out16_d);
   double e_out = tst_rel_err(out, ref, n), e_m = tst_rel_err(mean, mref, R);
   double e_r = tst_rel_err(rstd, rref, R);
   CHECK(e_out < 1e-5 && e_m < 1e-5 && e_r < 1e-5,
         "layernorm forward %lldx%lld fp32: rel err out %.2g mean %.2g rstd %.2g", (long long)R,
         (long long)C, e_out, e_m, e_r);
-  OPS->layernorm_forward(DEV, out16, TD_BF16, NULL, NULL, x, w, b, R, C, 1e-5f);
   double e16 = bf16_rel_err(out16, ref, n);
   int64_t far = bf16_far(out16, ref, n);
   CHECK(e16 < 1e-2 && far == 0, "layernorm forward %lldx%lld bf16: rel err %.2g, %lld beyond 1 ulp",
@@ -193,32 +218,59 @@ typedef struct {
   float *x, *w, *b, *dout, *mean, *rstd, *dx, *dw, *db;
 } ln_bufs;
 
-static ln_bufs ln_bufs_new(int64_t R, int64_t C, uint64_t s) {
+/* A layernorm backward case: the buffers on the host (h: the inputs and the
+ * gradients' initial values, for the reference; ln_case_get_grads overwrites
+ * the gradients with the kernel's) and their device twins (d), which the
+ * kernels read and write. */
+typedef struct {
+  int64_t R, C;
+  ln_bufs h, d;
+} ln_case;
+
+static ln_case ln_case_new(int64_t R, int64_t C, uint64_t s) {
   int64_t n = R * C;
-  ln_bufs u = {falloc(n), falloc(C), falloc(C), falloc(n), falloc(R), falloc(R),
-               falloc(n), falloc(C), falloc(C)};
-  tst_fill_normal(u.x, n, s, 1.0f);
-  tst_fill_normal(u.w, C, s + 1, 1.0f);
-  tst_fill_normal(u.b, C, s + 2, 1.0f);
-  tst_fill_normal(u.dout, n, s + 3, 1.0f);
-  tst_fill_normal(u.dx, n, s + 4, 1.0f);
-  tst_fill_normal(u.dw, C, s + 5, 1.0f);
-  tst_fill_normal(u.db, C, s + 6, 1.0f);
-  float *tmp = falloc(n);
-  OPS->layernorm_forward(DEV, tmp, TD_F32, u.mean, u.rstd, u.x, u.w, u.b, R, C, 1e-5f);
-  td_free(tmp);
-  return u;
+  ln_case k = {R, C,
+               {falloc(n), falloc(C), falloc(C), falloc(n), falloc(R), falloc(R), falloc(n),
+                falloc(C), falloc(C)},
+               {0}};
+  ln_bufs *u = &k.h;
+  tst_fill_normal(u->x, n, s, 1.0f);
+  tst_fill_normal(u->w, C, s + 1, 1.0f);
+  tst_fill_normal(u->b, C, s + 2, 1.0f);
+  tst_fill_normal(u->dout, n, s + 3, 1.0f);
+  tst_fill_normal(u->dx, n, s + 4, 1.0f);
+  tst_fill_normal(u->dw, C, s + 5, 1.0f);
+  tst_fill_normal(u->db, C, s + 6, 1.0f);
+  k.d = (ln_bufs){dput(u->x, n),  dput(u->w, C),  dput(u->b, C),  dput(u->dout, n), dzeros(R),
+                  dzeros(R),      dput(u->dx, n), dput(u->dw, C), dput(u->db, C)};
+  /* mean and rstd from the kernel, as training saves them for backward; the
+   * host's copies feed the reference's error scale */
+  float *tmp = dzeros(n);
+  OPS->layernorm_forward(DEV, tmp, TD_F32, k.d.mean, k.d.rstd, k.d.x, k.d.w, k.d.b, R, C, 1e-5f);
+  tst_release(tmp);
+  dget(u->mean, k.d.mean, R), dget(u->rstd, k.d.rstd, R);
+  return k;
 }
 
-static void ln_bufs_free(ln_bufs *u) {
+/* The kernel's dx, dw, db back into the host buffers. */
+static void ln_case_get_grads(ln_case *k) {
+  dget(k->h.dx, k->d.dx, k->R * k->C), dget(k->h.dw, k->d.dw, k->C), dget(k->h.db, k->d.db, k->C);
+}
+
+static void ln_bufs_free(ln_bufs *u, void (*release)(void *)) {
   float *all[] = {u->x, u->w, u->b, u->dout, u->mean, u->rstd, u->dx, u->dw, u->db};
-  for (size_t i = 0; i < sizeof all / sizeof *all; i++) td_free(all[i]);
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(all[i]);
+}
+
+static void ln_case_free(ln_case *k) {
+  ln_bufs_free(&k->h, td_free), ln_bufs_free(&k->d, tst_release);
 }
 
 /* dx, dw, db accumulate onto random initial values */
 static void test_layernorm_backward(int64_t R, int64_t C, uint64_t s) {
   int64_t n = R * C;
-  ln_bufs u = ln_bufs_new(R, C, s);
+  ln_case k = ln_case_new(R, C, s);
+  const ln_bufs u = k.h;
   double *xd = to_double(u.x, n), *wd = to_double(u.w, C), *bd = to_double(u.b, C);
   double *dyd = to_double(u.dout, n), *dx = dalloc(n), *dw = dalloc(C), *db = dalloc(C);
   ln_ref p = {R, C, xd, wd, bd, 1e-5};
@@ -236,13 +288,15 @@ static void test_layernorm_backward(int64_t R, int64_t C, uint64_t s) {
     }
     sw = fmax(sw, mw), sb = fmax(sb, mb);
   }
-  OPS->layernorm_backward(DEV, u.dx, u.dw, u.db, u.dout, u.x, u.w, u.mean, u.rstd, R, C);
+  const ln_bufs d = k.d;
+  OPS->layernorm_backward(DEV, d.dx, d.dw, d.db, d.dout, d.x, d.w, d.mean, d.rstd, R, C);
+  ln_case_get_grads(&k);
   double ex = tst_rel_err(u.dx, dx, n), ew = tst_err_over(u.dw, dw, C, sw);
   double eb = tst_err_over(u.db, db, C, sb);
   CHECK(ex < 1e-5 && ew < 1e-5 && eb < 1e-5,
         "layernorm backward %lldx%lld: rel err dx %.2g, dw %.2g db %.2g of sum |terms|", (long long)R,
         (long long)C, ex, ew, eb);
-  ln_bufs_free(&u);
+  ln_case_free(&k);
   td_free(xd), td_free(wd), td_free(bd), td_free(dyd), td_free(dx), td_free(dw), td_free(db);
 }
 
@@ -307,9 +361,13 @@ static void test_gelu(int64_t n, td_gelu_kind k, uint64_t s) {
     ref[i] = gelu_ref(x[i], k);
     dref[i] = dout[i] * gelu_grad_ref(x[i], k);
   }
-  OPS->gelu_forward(DEV, out, TD_F32, x, TD_F32, n, k);
-  OPS->gelu_forward(DEV, out16, TD_BF16, x, TD_F32, n, k);
-  OPS->gelu_backward(DEV, dx, dout, x, TD_F32, n, k);
+  float *x_d = dput(x, n), *out_d = dzeros(n), *dout_d = dput(dout, n), *dx_d = dzeros(n);
+  uint16_t *out16_d = tst_put(NULL, (size_t)n * 2);
+  OPS->gelu_forward(DEV, out_d, TD_F32, x_d, TD_F32, n, k);
+  OPS->gelu_forward(DEV, out16_d, TD_BF16, x_d, TD_F32, n, k);
+  OPS->gelu_backward(DEV, dx_d, dout_d, x_d, TD_F32, n, k);
+  dget(out, out_d, n), dget(dx, dx_d, n);
+  tst_get(out16, out16_d, (size_t)n * 2);
   double ef = rel_err_floor(out, ref, n), eb = rel_err_floor(dx, dref, n);
   int64_t ff = count_far(out, ref, x, NULL, n), fb = count_far(dx, dref, x, dout, n);
   CHECK(ef < 1e-5 && eb < 1e-5 && ff == 0 && fb == 0,
@@ -319,19 +377,28 @@ static void test_gelu(int64_t n, td_gelu_kind k, uint64_t s) {
   int64_t far = bf16_far(out16, ref, n);
   CHECK(e16 < 1e-2 && far == 0, "gelu %s n=%lld bf16: rel err %.2g, %lld beyond 1 ulp",
         gelu_name(k), (long long)n, e16, (long long)far);
-  OPS->gelu_backward(DEV, dout, dout, x, TD_F32, n, k); /* in place: dx aliases dout */
+  OPS->gelu_backward(DEV, dout_d, dout_d, x_d, TD_F32, n, k); /* in place: dx aliases dout */
+  dget(dout, dout_d, n);
   CHECK(memcmp(dout, dx, (size_t)n * 4) == 0, "gelu %s n=%lld backward in place (dx == dout)",
         gelu_name(k), (long long)n);
+  tst_release(x_d), tst_release(out_d), tst_release(dout_d), tst_release(dx_d);
+  tst_release(out16_d);
   /* bf16 input: the same as the fp32 kernel on the bf16-rounded values */
   uint16_t *x16 = td_malloc((size_t)n * 2 + 2);
   float *xr = falloc(n), *out_r = falloc(n), *dx_r = falloc(n), *out_b = falloc(n), *dx_b = falloc(n);
   for (int64_t i = 0; i < n; i++) x16[i] = td_f32_to_bf16(x[i]), xr[i] = td_bf16_to_f32(x16[i]);
-  OPS->gelu_forward(DEV, out_r, TD_F32, xr, TD_F32, n, k);
-  OPS->gelu_forward(DEV, out_b, TD_F32, x16, TD_BF16, n, k);
   tst_fill_normal(dx_r, n, s + 1, 1.0f);
-  memcpy(dx_b, dx_r, (size_t)n * 4);
-  OPS->gelu_backward(DEV, dx_r, dx_r, xr, TD_F32, n, k);
-  OPS->gelu_backward(DEV, dx_b, dx_b, x16, TD_BF16, n, k);
+  /* both backward runs start from the same dout, each in place on its own twin */
+  uint16_t *x16_d = tst_put(x16, (size_t)n * 2);
+  float *xr_d = dput(xr, n), *out_r_d = dzeros(n), *out_b_d = dzeros(n);
+  float *dx_r_d = dput(dx_r, n), *dx_b_d = dput(dx_r, n);
+  OPS->gelu_forward(DEV, out_r_d, TD_F32, xr_d, TD_F32, n, k);
+  OPS->gelu_forward(DEV, out_b_d, TD_F32, x16_d, TD_BF16, n, k);
+  OPS->gelu_backward(DEV, dx_r_d, dx_r_d, xr_d, TD_F32, n, k);
+  OPS->gelu_backward(DEV, dx_b_d, dx_b_d, x16_d, TD_BF16, n, k);
+  dget(out_r, out_r_d, n), dget(out_b, out_b_d, n), dget(dx_r, dx_r_d, n), dget(dx_b, dx_b_d, n);
+  tst_release(x16_d), tst_release(xr_d), tst_release(out_r_d), tst_release(out_b_d);
+  tst_release(dx_r_d), tst_release(dx_b_d);
   CHECK(memcmp(out_r, out_b, (size_t)n * 4) == 0 && memcmp(dx_r, dx_b, (size_t)n * 4) == 0,
         "gelu %s n=%lld with bf16 input == fp32 kernel on the rounded input", gelu_name(k),
         (long long)n);
@@ -376,7 +443,10 @@ static void test_bias_backward(int64_t R, int64_t C, uint64_t s) {
     ref[c] = db[c];
     for (int64_t r = 0; r < R; r++) ref[c] += dout[r * C + c];
   }
-  OPS->bias_backward(DEV, db, dout, R, C);
+  float *dout_d = dput(dout, R * C), *db_d = dput(db, C);
+  OPS->bias_backward(DEV, db_d, dout_d, R, C);
+  dget(db, db_d, C);
+  tst_release(dout_d), tst_release(db_d);
   double e = tst_rel_err(db, ref, C);
   CHECK(e < 1e-5, "bias_backward %lldx%lld: rel err %.2g", (long long)R, (long long)C, e);
   td_free(dout), td_free(db), td_free(ref);
@@ -389,18 +459,24 @@ static void test_add_scale(int64_t n, uint64_t s) {
   tst_fill_normal(a, n, s, 1.0f);
   tst_fill_normal(b, n, s + 1, 1.0f);
   for (int64_t i = 0; i < n; i++) want[i] = a[i] + b[i];
-  OPS->add(DEV, out, a, b, n);
+  float *a_d = dput(a, n), *b_d = dput(b, n), *out_d = dzeros(n);
+  OPS->add(DEV, out_d, a_d, b_d, n);
+  dget(out, out_d, n);
   int ok = memcmp(out, want, (size_t)n * 4) == 0;
-  memcpy(out, a, (size_t)n * 4);
-  OPS->add(DEV, out, out, b, n); /* out aliases a */
+  dset(out_d, a, n);
+  OPS->add(DEV, out_d, out_d, b_d, n); /* out aliases a */
+  dget(out, out_d, n);
   ok = ok && memcmp(out, want, (size_t)n * 4) == 0;
-  memcpy(out, b, (size_t)n * 4);
-  OPS->add(DEV, out, a, out, n); /* out aliases b */
+  dset(out_d, b, n);
+  OPS->add(DEV, out_d, a_d, out_d, n); /* out aliases b */
+  dget(out, out_d, n);
   ok = ok && memcmp(out, want, (size_t)n * 4) == 0;
   CHECK(ok, "add n=%lld equals a + b exactly, also in place", (long long)n);
   for (int64_t i = 0; i < n; i++) want[i] = a[i] * 0.37f;
-  OPS->scale(DEV, a, n, 0.37f);
+  OPS->scale(DEV, a_d, n, 0.37f);
+  dget(a, a_d, n);
   CHECK(memcmp(a, want, (size_t)n * 4) == 0, "scale n=%lld equals x * alpha exactly", (long long)n);
+  tst_release(a_d), tst_release(b_d), tst_release(out_d);
   td_free(a), td_free(b), td_free(out), td_free(want);
 }
 
@@ -409,8 +485,10 @@ static void test_add_scale(int64_t n, uint64_t s) {
 static void test_dropout(int64_t n, float p, uint64_t seed, uint64_t stream, uint64_t first) {
   float *x = falloc(n), *y = falloc(n);
   tst_fill_uniform(x, n, 300, 1.0f, 2.0f); /* never 0, so a zero means dropped */
-  memcpy(y, x, (size_t)n * 4);
-  OPS->dropout(DEV, y, n, p, seed, stream, first);
+  float *y_d = dput(x, n);
+  OPS->dropout(DEV, y_d, n, p, seed, stream, first);
+  dget(y, y_d, n);
+  tst_release(y_d);
   int64_t kept = 0, wrong = 0;
   float s = 1.0f / (1.0f - p);
   for (int64_t i = 0; i < n; i++) {
@@ -428,8 +506,10 @@ static void test_dropout(int64_t n, float p, uint64_t seed, uint64_t stream, uin
 static void test_dropout_identity(void) {
   float x[37], y[37];
   tst_fill_normal(x, 37, 310, 1.0f);
-  memcpy(y, x, sizeof x);
-  OPS->dropout(DEV, y, 37, 0.0f, 1, 2, 0);
+  float *y_d = dput(x, 37);
+  OPS->dropout(DEV, y_d, 37, 0.0f, 1, 2, 0);
+  dget(y, y_d, 37);
+  tst_release(y_d);
   CHECK(memcmp(x, y, sizeof x) == 0, "dropout p=0 is the identity");
 }
 
@@ -440,7 +520,9 @@ static void test_sum_squares(int64_t n, uint64_t s) {
   tst_fill_normal(x, n, s, 3.0f);
   double ref = 0;
   for (int64_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
-  double got = td_device_reduce_now(DEV, OPS->sum_squares, x, n);
+  float *x_d = dput(x, n);
+  double got = td_device_reduce_now(DEV, OPS->sum_squares, x_d, n);
+  tst_release(x_d);
   double e = n ? fabs(got - ref) / ref : fabs(got);
   CHECK(e < 1e-12, "sum_squares n=%lld: rel err %.2g", (long long)n, e);
   td_free(x);
@@ -449,12 +531,19 @@ static void test_sum_squares(int64_t n, uint64_t s) {
 static void test_sum_squares_special(void) {
   float x[100];
   tst_fill_normal(x, 100, 320, 1.0f);
+  float *x_d = dzeros(100); /* reloaded from x after each change */
   x[77] = INFINITY;
-  int inf_ok = isinf(td_device_reduce_now(DEV, OPS->sum_squares, x, 100));
+  dset(x_d, x, 100);
+  int inf_ok = isinf(td_device_reduce_now(DEV, OPS->sum_squares, x_d, 100));
   x[33] = NAN;
-  CHECK(inf_ok && isnan(td_device_reduce_now(DEV, OPS->sum_squares, x, 100)), "sum_squares propagates Inf and NaN");
+  dset(x_d, x, 100);
+  CHECK(inf_ok && isnan(td_device_reduce_now(DEV, OPS->sum_squares, x_d, 100)),
+        "sum_squares propagates Inf and NaN");
   x[33] = x[77] = 3e38f; /* squares overflow fp32, not the double sum */
-  CHECK(isfinite(td_device_reduce_now(DEV, OPS->sum_squares, x, 100)), "sum_squares of 3e38 is finite (double)");
+  dset(x_d, x, 100);
+  CHECK(isfinite(td_device_reduce_now(DEV, OPS->sum_squares, x_d, 100)),
+        "sum_squares of 3e38 is finite (double)");
+  tst_release(x_d);
 }
 
 /* count_zeros: random zeros (and -0) placed at seeded positions, counted exactly */
@@ -466,7 +555,9 @@ static void test_count_zeros(int64_t n, uint64_t s) {
     if (td_rng_u32(tst_seed(), s + 1, (uint64_t)i) % 7 == 0) x[i] = i % 2 ? -0.0f : 0.0f;
     want += x[i] == 0.0f;
   }
-  int64_t got = (int64_t)td_device_reduce_now(DEV, OPS->count_zeros, x, n);
+  float *x_d = dput(x, n);
+  int64_t got = (int64_t)td_device_reduce_now(DEV, OPS->count_zeros, x_d, n);
+  tst_release(x_d);
   CHECK(got == want, "count_zeros n=%lld: %lld (want %lld)", (long long)n, (long long)got,
         (long long)want);
   td_free(x);
@@ -474,24 +565,34 @@ static void test_count_zeros(int64_t n, uint64_t s) {
 
 /* --------------------------------------------------- thread-count independence */
 
+/* The CPU's OpenMP kernels (main runs this on the CPU only): each result is
+ * computed once with 1 thread and once with 2, on twin inputs. */
 static void test_threads(void) {
   int saved = omp_get_max_threads();
   const int64_t R = 257, C = 771, n = 1000003;
-  ln_bufs u[2] = {ln_bufs_new(R, C, 400), ln_bufs_new(R, C, 400)};
+  ln_case k[2] = {ln_case_new(R, C, 400), ln_case_new(R, C, 400)};
+  ln_bufs u[2] = {k[0].h, k[1].h};
   float *x = falloc(n), *drop[2] = {falloc(n), falloc(n)}, *db[2] = {falloc(C), falloc(C)};
   double ss[2];
   tst_fill_normal(x, n, 410, 1.0f);
+  float *x_d = dput(x, n);
   for (int t = 0; t < 2; t++) {
     omp_set_num_threads(t + 1);
-    OPS->layernorm_backward(DEV, u[t].dx, u[t].dw, u[t].db, u[t].dout, u[t].x, u[t].w,
-                            u[t].mean, u[t].rstd, R, C);
-    memset(db[t], 0, C * 4);
-    OPS->bias_backward(DEV, db[t], u[t].dout, R, C);
-    ss[t] = td_device_reduce_now(DEV, OPS->sum_squares, x, n);
-    memcpy(drop[t], x, (size_t)n * 4);
-    OPS->dropout(DEV, drop[t], n, 0.25f, 7, 9, 0);
+    const ln_bufs d = k[t].d;
+    OPS->layernorm_backward(DEV, d.dx, d.dw, d.db, d.dout, d.x, d.w, d.mean, d.rstd, R, C);
+    ln_case_get_grads(&k[t]);
+    float *db_d = dzeros(C);
+    OPS->bias_backward(DEV, db_d, d.dout, R, C);
+    dget(db[t], db_d, C);
+    tst_release(db_d);
+    ss[t] = td_device_reduce_now(DEV, OPS->sum_squares, x_d, n);
+    float *drop_d = dput(x, n);
+    OPS->dropout(DEV, drop_d, n, 0.25f, 7, 9, 0);
+    dget(drop[t], drop_d, n);
+    tst_release(drop_d);
   }
   omp_set_num_threads(saved);
+  tst_release(x_d);
   CHECK(memcmp(u[0].dw, u[1].dw, C * 4) == 0 && memcmp(u[0].db, u[1].db, C * 4) == 0 &&
             memcmp(u[0].dx, u[1].dx, (size_t)(R * C) * 4) == 0,
         "layernorm backward dx, dw, db bitwise equal with 1 and 2 threads");
@@ -499,24 +600,32 @@ static void test_threads(void) {
   CHECK(memcmp(&ss[0], &ss[1], sizeof(double)) == 0,
         "sum_squares bitwise equal with 1 and 2 threads");
   CHECK(memcmp(drop[0], drop[1], (size_t)n * 4) == 0, "dropout equal with 1 and 2 threads");
-  ln_bufs_free(&u[0]), ln_bufs_free(&u[1]);
+  ln_case_free(&k[0]), ln_case_free(&k[1]);
   td_free(x), td_free(drop[0]), td_free(drop[1]), td_free(db[0]), td_free(db[1]);
 }
 
-/* alloc's memory is zeroed, large buffers by the threads (first touch): after
- * dirty buffers of the same sizes were freed, every byte of the new ones, odd
- * sizes and a size a byte past a whole number of pieces included, is 0. */
+/* alloc's memory is zeroed, large buffers by the threads (first touch) on the
+ * CPU: after dirty buffers of the same sizes were freed (a GPU's pool may hand
+ * the same memory out again), every byte of the new ones, odd sizes and a size
+ * a byte past a whole number of pieces included, is 0. Dirtied and read
+ * through copies: the host does not touch device memory. */
 static void test_alloc_zeroed(void) {
   static const size_t sizes[] = {1, 4099, (1u << 20) - 3, (1u << 20) + 65537, (5u << 20) + 1};
+  const size_t most = sizes[sizeof sizes / sizeof *sizes - 1];
+  unsigned char *dirt = td_malloc(most), *back = td_malloc(most);
+  memset(dirt, 0xA5, most);
   int zero = 1;
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
-    unsigned char *dirty = OPS->alloc(DEV, sizes[i]);
-    memset(dirty, 0xA5, sizes[i]);
+    void *dirty = OPS->alloc(DEV, sizes[i]);
+    OPS->copy_h2d(DEV, dirty, dirt, sizes[i]);
     OPS->free(DEV, dirty);
-    unsigned char *p = OPS->alloc(DEV, sizes[i]);
-    for (size_t k = 0; k < sizes[i]; k++) zero &= p[k] == 0;
+    void *p = OPS->alloc(DEV, sizes[i]);
+    memset(back, 0xA5, sizes[i]); /* so a copy that did not happen reads as dirty */
+    tst_get(back, p, sizes[i]);
+    for (size_t k = 0; k < sizes[i]; k++) zero &= back[k] == 0;
     OPS->free(DEV, p);
   }
+  td_free(dirt), td_free(back);
   CHECK(zero, "alloc: every byte zero (1 B to 5 MiB + 1, after freeing dirty buffers)");
 }
 
@@ -553,6 +662,7 @@ int main(void) {
   static const uint64_t firsts[] = {3, 64, 1000, 70001, (1ull << 33) + 5};
   for (size_t i = 0; i < sizeof firsts / sizeof *firsts; i++)
     test_dropout(i % 2 ? 771 : 100003, 0.3f, 99 + i, 6, firsts[i]);
-  test_threads();
+  /* the OpenMP thread count is the CPU backend's own machinery */
+  if (tst_device_is_cpu()) test_threads();
   return tst_finish();
 }

@@ -1,8 +1,9 @@
-/* Elementwise kernels III: cast between fp32 / bf16 / fp16 bit-exact against
- * the scalar conversions of base/dtype.h (every bf16 and fp16 bit pattern;
- * random fp32 bit patterns and the special cases: NaN payloads, Inf,
- * subnormals, rounding ties, overflow to Inf), unaligned and odd lengths;
- * and fill in every dtype. */
+/* Elementwise kernels III, on the device under test (TRIDENT_TEST_DEVICE: cpu,
+ * sealed, cuda): cast between fp32 / bf16 / fp16 bit-exact against the scalar
+ * conversions of base/dtype.h (every bf16 and fp16 bit pattern; random fp32 bit
+ * patterns and the special cases: NaN payloads, Inf, subnormals, rounding ties,
+ * overflow to Inf), unaligned and odd lengths; and fill in every dtype. Inputs are
+ * built on the host and copied to device memory; results are copied back to check. */
 #include <string.h>
 
 #include "base/dtype.h"
@@ -34,8 +35,12 @@ static void test_from_half(td_dtype src, int odd) {
   td_dtype other = src == TD_BF16 ? TD_F16 : TD_BF16;
   uint16_t *h = all_halves(odd), *h2 = td_malloc(65536 * 2);
   uint32_t *f = td_malloc(65536 * 4);
-  OPS->cast(DEV, f, TD_F32, h + odd, src, n);
-  OPS->cast(DEV, h2, other, h + odd, src, n);
+  uint16_t *dh = tst_put(h, 65537 * 2), *dh2 = tst_put(NULL, 65536 * 2);
+  uint32_t *df = tst_put(NULL, 65536 * 4);
+  OPS->cast(DEV, df, TD_F32, dh + odd, src, n);
+  OPS->cast(DEV, dh2, other, dh + odd, src, n);
+  tst_get(f, df, (size_t)n * 4);
+  tst_get(h2, dh2, (size_t)n * 2);
   int64_t bad = 0, bad2 = 0;
   for (int64_t i = 0; i < n; i++) {
     uint16_t x = h[i + odd];
@@ -45,6 +50,7 @@ static void test_from_half(td_dtype src, int odd) {
   CHECK(bad == 0 && bad2 == 0, "cast %s -> fp32 and -> %s, all %lld patterns: %lld, %lld differ",
         td_dtype_name(src), td_dtype_name(other), (long long)n, (long long)bad, (long long)bad2);
   td_free(h), td_free(h2), td_free(f);
+  tst_release(dh), tst_release(dh2), tst_release(df);
 }
 
 static const uint32_t k_special[] = {
@@ -64,56 +70,74 @@ static void test_from_f32(td_dtype dst, int64_t n) {
   for (int64_t i = 0; i < n; i++) f[i] = td_rng_u32(tst_seed(), 900, (uint64_t)i);
   int64_t ns = (int64_t)(sizeof k_special / sizeof *k_special);
   for (int64_t i = 0; i < ns && i < n; i++) f[i] = k_special[i];
-  OPS->cast(DEV, h, dst, f, TD_F32, n);
+  uint32_t *df = tst_put(f, (size_t)n * 4);
+  uint16_t *dh = tst_put(NULL, (size_t)n * 2);
+  OPS->cast(DEV, dh, dst, df, TD_F32, n);
+  tst_get(h, dh, (size_t)n * 2);
   int64_t bad = 0;
   for (int64_t i = 0; i < n; i++) bad += h[i] != f32_to_h(td_bits_f32(f[i]), dst);
   CHECK(bad == 0, "cast fp32 -> %s, %lld values (specials and random bits): %lld differ",
         td_dtype_name(dst), (long long)n, (long long)bad);
   td_free(f), td_free(h);
+  tst_release(df), tst_release(dh);
 }
 
 static void test_same_dtype(void) {
   uint16_t *h = all_halves(0), *h2 = td_malloc(65536 * 2);
-  OPS->cast(DEV, h2, TD_BF16, h, TD_BF16, 65536);
+  uint16_t *dh = tst_put(h, 65536 * 2), *dh2 = tst_put(NULL, 65536 * 2);
+  OPS->cast(DEV, dh2, TD_BF16, dh, TD_BF16, 65536);
+  tst_get(h2, dh2, 65536 * 2);
   int ok = memcmp(h, h2, 65536 * 2) == 0;
-  OPS->cast(DEV, h2, TD_F16, h2, TD_F16, 65536); /* in place */
+  OPS->cast(DEV, dh2, TD_F16, dh2, TD_F16, 65536); /* in place */
+  tst_get(h2, dh2, 65536 * 2);
   CHECK(ok && memcmp(h, h2, 65536 * 2) == 0, "cast to the same dtype copies the bits");
   td_free(h), td_free(h2);
+  tst_release(dh), tst_release(dh2);
+}
+
+/* Fill n elements of dt at dev with value and copy them back to host. */
+static void fill_and_get(void *host, void *dev, td_dtype dt, int64_t n, float value) {
+  OPS->fill(DEV, dev, dt, n, value);
+  tst_get(host, dev, (size_t)n * td_dtype_size(dt));
 }
 
 /* fill: every dtype, a length past one piece */
 static void test_fill(void) {
   const int64_t n = 40003;
-  void *buf = td_malloc((size_t)n * 8);
+  void *buf = td_malloc((size_t)n * 8), *dbuf = tst_put(NULL, (size_t)n * 8);
   int64_t bad = 0;
-  OPS->fill(DEV, buf, TD_F32, n, -2.5f);
+  fill_and_get(buf, dbuf, TD_F32, n, -2.5f);
   for (int64_t i = 0; i < n; i++) bad += ((float *)buf)[i] != -2.5f;
-  OPS->fill(DEV, buf, TD_BF16, n, 1.00390625f); /* a bf16 tie: rounds to even, 1.0 */
+  fill_and_get(buf, dbuf, TD_BF16, n, 1.00390625f); /* a bf16 tie: rounds to even, 1.0 */
   for (int64_t i = 0; i < n; i++) bad += ((uint16_t *)buf)[i] != 0x3f80;
-  OPS->fill(DEV, buf, TD_F16, n, 65520.0f); /* overflows to +Inf */
+  fill_and_get(buf, dbuf, TD_F16, n, 65520.0f); /* overflows to +Inf */
   for (int64_t i = 0; i < n; i++) bad += ((uint16_t *)buf)[i] != 0x7c00;
-  OPS->fill(DEV, buf, TD_I32, n, -7.0f);
+  fill_and_get(buf, dbuf, TD_I32, n, -7.0f);
   for (int64_t i = 0; i < n; i++) bad += ((int32_t *)buf)[i] != -7;
-  OPS->fill(DEV, buf, TD_I64, n, 3.0f);
+  fill_and_get(buf, dbuf, TD_I64, n, 3.0f);
   for (int64_t i = 0; i < n; i++) bad += ((int64_t *)buf)[i] != 3;
-  OPS->fill(DEV, buf, TD_F32, n, 0.0f);
+  fill_and_get(buf, dbuf, TD_F32, n, 0.0f);
   for (int64_t i = 0; i < n; i++) bad += ((uint32_t *)buf)[i] != 0;
   CHECK(bad == 0, "fill fp32 / bf16 / fp16 / int32 / int64 (%lld wrong)", (long long)bad);
   td_free(buf);
+  tst_release(dbuf);
 }
 
 /* a zero fill large enough for non-temporal stores, from an unaligned start: every
- * element zero, the neighbours untouched */
+ * element zero, the neighbours untouched (the whole buffer is copied back to see them) */
 static void test_fill_large(void) {
   const int64_t n = (16 << 20) / 4 + 1001;
   uint32_t *buf = td_malloc((size_t)(n + 3) * 4);
   for (int64_t i = 0; i < n + 3; i++) buf[i] = 0xdeadbeefu;
-  OPS->fill(DEV, buf + 1, TD_F32, n, 0.0f);
+  uint32_t *dbuf = tst_put(buf, (size_t)(n + 3) * 4);
+  OPS->fill(DEV, dbuf + 1, TD_F32, n, 0.0f);
+  tst_get(buf, dbuf, (size_t)(n + 3) * 4);
   int64_t bad = (buf[0] != 0xdeadbeefu) + (buf[n + 1] != 0xdeadbeefu);
   for (int64_t i = 1; i <= n; i++) bad += buf[i] != 0;
   CHECK(bad == 0, "fill fp32 zero, %lld elements from an unaligned start (%lld wrong)",
         (long long)n, (long long)bad);
   td_free(buf);
+  tst_release(dbuf);
 }
 
 int main(void) {

@@ -1,8 +1,11 @@
 /* Elementwise kernels II: softmax cross-entropy (forward, backward in place,
  * vocab 50304), embedding forward / backward with ids outside this rank's
- * vocabulary range, AdamW; against naive double references, the cross-entropy
- * and embedding gradients' references against central finite differences of
- * the double loss, and 1 vs 2 threads. */
+ * vocabulary range, AdamW, masked_sum; against naive double references, the
+ * cross-entropy and embedding gradients' references against central finite
+ * differences of the double loss, and 1 vs 2 threads (CPU only).
+ * Runs on the device TRIDENT_TEST_DEVICE names (cpu, sealed, cuda; tst_device):
+ * inputs are made on the host, copied to device memory for each op, and its
+ * results copied back to be checked on the host. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -16,6 +19,15 @@
 
 static float *falloc(int64_t n) { return td_malloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
 static double *dalloc(int64_t n) { return td_malloc((size_t)(n > 0 ? n : 1) * sizeof(double)); }
+
+/* Device copies of n host elements (zeroed device memory when h is NULL), and
+ * device results back to the host: ops see only device memory, the host reads
+ * only its own. */
+static float *fput(const float *h, int64_t n) { return tst_put(h, (size_t)n * sizeof(float)); }
+static int32_t *iput(const int32_t *h, int64_t n) {
+  return tst_put(h, (size_t)n * sizeof(int32_t));
+}
+static void fget(float *h, const float *d, int64_t n) { tst_get(h, d, (size_t)n * sizeof(float)); }
 
 static int32_t *random_ids(int64_t n, int64_t below, uint64_t stream) {
   int32_t *ids = td_malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
@@ -100,16 +112,25 @@ static void test_xent(int64_t N, int64_t V, uint64_t s) {
     lref[r] = xent_ref(xd, V, t[r], &sref[r]);
     xent_grad_ref(xd, V, t[r], dloss[r], gref + r * V);
   }
-  OPS->cross_entropy_forward(DEV, loss, lse, x, t, N, V);
+  float *x_d = fput(x, n), *dloss_d = fput(dloss, N), *loss_d = fput(NULL, N);
+  float *lse_d = fput(NULL, N), *g_d = fput(NULL, n);
+  int32_t *t_d = iput(t, N);
+  OPS->cross_entropy_forward(DEV, loss_d, lse_d, x_d, t_d, N, V);
+  fget(loss, loss_d, N), fget(lse, lse_d, N);
   double el = tst_rel_err(loss, lref, N), es = tst_rel_err(lse, sref, N);
   CHECK(el < 1e-5 && es < 1e-5, "cross-entropy forward %lldx%lld: rel err loss %.2g lse %.2g",
         (long long)N, (long long)V, el, es);
-  OPS->cross_entropy_backward(DEV, g, x, lse, t, dloss, N, V, 0);
+  OPS->cross_entropy_backward(DEV, g_d, x_d, lse_d, t_d, dloss_d, N, V, 0);
+  fget(g, g_d, n);
   double worst = xent_grad_err(g, gref, t, dloss, N, V);
-  OPS->cross_entropy_backward(DEV, x, x, lse, t, dloss, N, V, 0); /* dlogits aliases logits */
+  /* dlogits aliases logits */
+  OPS->cross_entropy_backward(DEV, x_d, x_d, lse_d, t_d, dloss_d, N, V, 0);
+  fget(x, x_d, n); /* the host logits are done with: x now holds the in-place gradient */
   CHECK(worst < 1e-5 && memcmp(x, g, (size_t)n * 4) == 0,
         "cross-entropy backward %lldx%lld: rel err %.2g, in place equal", (long long)N,
         (long long)V, worst);
+  tst_release(x_d), tst_release(dloss_d), tst_release(loss_d), tst_release(lse_d);
+  tst_release(g_d), tst_release(t_d);
   td_free(x), td_free(g), td_free(loss), td_free(lse), td_free(dloss), td_free(xd);
   td_free(lref), td_free(sref), td_free(gref), td_free(t);
 }
@@ -133,27 +154,42 @@ static void test_xent_slices(int64_t N, int64_t V, int parts, uint64_t s) {
     xent_grad_ref(xd, V, t[r], dloss[r], gref + r * V);
     tl_sum[r] = 0;
   }
+  /* Each slice is one rank's: made on the host, its pieces copied back and
+   * gathered there (the ranks' collective). */
   int64_t width = (V + parts - 1) / parts;
+  int32_t *t_d = iput(t, N);
+  float *lse_d = fput(NULL, N), *tl_d = fput(NULL, N);
   for (int p = 0; p < parts; p++) {
     int64_t v0 = p * width, w = V - v0 < width ? V - v0 : width;
     for (int64_t r = 0; r < N; r++) memcpy(slice + r * w, x + r * V + v0, (size_t)w * 4);
-    OPS->cross_entropy_slice(DEV, lse, tl, slice, t, N, w, v0);
+    float *slice_d = fput(slice, N * w);
+    OPS->cross_entropy_slice(DEV, lse_d, tl_d, slice_d, t_d, N, w, v0);
+    tst_release(slice_d);
+    fget(lse, lse_d, N), fget(tl, tl_d, N);
     for (int64_t r = 0; r < N; r++) lse_all[p * N + r] = lse[r], tl_sum[r] += tl[r];
   }
   float *loss = falloc(N);
-  OPS->cross_entropy_combine(DEV, glse, loss, lse_all, tl_sum, N, parts);
+  float *lse_all_d = fput(lse_all, N * parts), *tl_sum_d = fput(tl_sum, N);
+  float *glse_d = fput(NULL, N), *loss_d = fput(NULL, N), *dloss_d = fput(dloss, N);
+  OPS->cross_entropy_combine(DEV, glse_d, loss_d, lse_all_d, tl_sum_d, N, parts);
+  fget(loss, loss_d, N), fget(glse, glse_d, N);
   double el = tst_rel_err(loss, lref, N), es = tst_rel_err(glse, sref, N);
   CHECK(el < 1e-5 && es < 1e-5, "cross-entropy over %d vocabulary slices %lldx%lld: rel err loss %.2g lse %.2g",
         parts, (long long)N, (long long)V, el, es);
   for (int p = 0; p < parts; p++) {
     int64_t v0 = p * width, w = V - v0 < width ? V - v0 : width;
     for (int64_t r = 0; r < N; r++) memcpy(slice + r * w, x + r * V + v0, (size_t)w * 4);
-    OPS->cross_entropy_backward(DEV, slice, slice, glse, t, dloss, N, w, v0);
+    float *slice_d = fput(slice, N * w);
+    OPS->cross_entropy_backward(DEV, slice_d, slice_d, glse_d, t_d, dloss_d, N, w, v0);
+    fget(slice, slice_d, N * w);
+    tst_release(slice_d);
     for (int64_t r = 0; r < N; r++) memcpy(g + r * V + v0, slice + r * w, (size_t)w * 4);
   }
   double worst = xent_grad_err(g, gref, t, dloss, N, V);
   CHECK(worst < 1e-5, "cross-entropy backward over %d vocabulary slices %lldx%lld: rel err %.2g", parts,
         (long long)N, (long long)V, worst);
+  tst_release(t_d), tst_release(lse_d), tst_release(tl_d), tst_release(lse_all_d);
+  tst_release(tl_sum_d), tst_release(glse_d), tst_release(loss_d), tst_release(dloss_d);
   td_free(x), td_free(dloss), td_free(slice), td_free(g), td_free(lse), td_free(tl);
   td_free(lse_all), td_free(tl_sum), td_free(xd), td_free(lref), td_free(sref), td_free(gref);
   td_free(glse), td_free(t), td_free(loss);
@@ -208,16 +244,20 @@ static void test_embedding(int64_t n, int64_t cols, uint64_t s) {
   int32_t *ids = random_ids(n, 3 * rows, s);
   tst_fill_normal(table, rows * cols, s + 1, 1.0f);
   tst_fill_normal(out0, n * cols, s + 2, 1.0f);
-  memcpy(out, out0, (size_t)(n * cols) * 4);
-  OPS->embedding_forward(DEV, out, ids, n, table, vstart, rows, cols, 0);
+  int32_t *ids_d = iput(ids, n);
+  float *table_d = fput(table, rows * cols), *out_d = fput(out0, n * cols);
+  OPS->embedding_forward(DEV, out_d, ids_d, n, table_d, vstart, rows, cols, 0);
+  fget(out, out_d, n * cols);
+  tst_release(out_d);
   int64_t wrong = 0;
   for (int64_t r = 0; r < n; r++)
     for (int64_t c = 0; c < cols; c++) {
       int in = ids[r] >= vstart && ids[r] < vstart + rows;
       wrong += out[r * cols + c] != (in ? table[(ids[r] - vstart) * cols + c] : 0.0f);
     }
-  memcpy(out, out0, (size_t)(n * cols) * 4);
-  OPS->embedding_forward(DEV, out, ids, n, table, vstart, rows, cols, 1);
+  out_d = fput(out0, n * cols);
+  OPS->embedding_forward(DEV, out_d, ids_d, n, table_d, vstart, rows, cols, 1);
+  fget(out, out_d, n * cols);
   for (int64_t r = 0; r < n; r++)
     for (int64_t c = 0; c < cols; c++) {
       int in = ids[r] >= vstart && ids[r] < vstart + rows;
@@ -233,28 +273,38 @@ static void test_embedding(int64_t n, int64_t cols, uint64_t s) {
   for (int64_t r = 0; r < n; r++)
     if (ids[r] >= vstart && ids[r] < vstart + rows)
       for (int64_t c = 0; c < cols; c++) want[(ids[r] - vstart) * cols + c] += dout[r * cols + c];
-  OPS->embedding_backward(DEV, dtab, dout, ids, n, vstart, rows, cols);
+  float *dtab_d = fput(dtab, rows * cols), *dout_d = fput(dout, n * cols);
+  OPS->embedding_backward(DEV, dtab_d, dout_d, ids_d, n, vstart, rows, cols);
+  fget(dtab, dtab_d, rows * cols);
   CHECK(memcmp(dtab, want, (size_t)(rows * cols) * 4) == 0,
         "embedding backward n=%lld cols=%lld: scatter-add in row order, out of range skipped",
         (long long)n, (long long)cols);
+  tst_release(ids_d), tst_release(table_d), tst_release(out_d), tst_release(dtab_d);
+  tst_release(dout_d);
   td_free(table), td_free(out), td_free(out0), td_free(dtab), td_free(want), td_free(dout);
   td_free(ids);
 }
 
+/* The CPU's OpenMP thread count (main runs it only on the CPU). */
 static void test_embedding_threads(void) {
   const int64_t n = 500, cols = 771, rows = 7; /* many repeated ids */
   int saved = omp_get_max_threads();
   float *dout = falloc(n * cols), *dt[2] = {falloc(rows * cols), falloc(rows * cols)};
   int32_t *ids = random_ids(n, rows, 520);
   tst_fill_normal(dout, n * cols, 521, 1.0f);
+  float *dout_d = fput(dout, n * cols);
+  int32_t *ids_d = iput(ids, n);
   for (int t = 0; t < 2; t++) {
     omp_set_num_threads(t + 1);
-    memset(dt[t], 0, (size_t)(rows * cols) * 4);
-    OPS->embedding_backward(DEV, dt[t], dout, ids, n, 0, rows, cols);
+    float *dt_d = fput(NULL, rows * cols); /* zeroed */
+    OPS->embedding_backward(DEV, dt_d, dout_d, ids_d, n, 0, rows, cols);
+    fget(dt[t], dt_d, rows * cols);
+    tst_release(dt_d);
   }
   omp_set_num_threads(saved);
   CHECK(memcmp(dt[0], dt[1], (size_t)(rows * cols) * 4) == 0,
         "embedding backward bitwise equal with 1 and 2 threads");
+  tst_release(dout_d), tst_release(ids_d);
   td_free(dout), td_free(dt[0]), td_free(dt[1]), td_free(ids);
 }
 
@@ -296,8 +346,11 @@ static void test_adamw(int64_t n, int64_t step, uint64_t s) {
     dpr[i] = pr[i] - p[i];
     p0[i] = p[i];
   }
-  OPS->adamw(DEV, p, g, m, v, n, (float)c.lr, (float)c.b1, (float)c.b2, (float)c.eps,
+  float *p_d = fput(p, n), *g_d = fput(g, n), *m_d = fput(m, n), *v_d = fput(v, n);
+  OPS->adamw(DEV, p_d, g_d, m_d, v_d, n, (float)c.lr, (float)c.b1, (float)c.b2, (float)c.eps,
              (float)c.wd, (float)c.gs, step, NULL, TD_F32);
+  fget(p, p_d, n), fget(m, m_d, n), fget(v, v_d, n);
+  tst_release(p_d), tst_release(g_d), tst_release(m_d), tst_release(v_d);
   for (int64_t i = 0; i < n; i++) {
     num = fmax(num, fabs((double)p[i] - p0[i] - dpr[i]));
     m_num = fmax(m_num, fabs(m[i] - mr[i]));
@@ -314,25 +367,34 @@ static void test_adamw(int64_t n, int64_t step, uint64_t s) {
  * without, and the copy is what cast makes of the new parameters, bit for bit. */
 static void test_adamw_copy(int64_t n, td_dtype cd, uint64_t s) {
   float *p[2], *m[2], *v[2], *g = falloc(n);
-  size_t es = td_dtype_size(cd);
-  void *copy = OPS->alloc(DEV, (size_t)n * es), *want = OPS->alloc(DEV, (size_t)n * es);
+  size_t es = td_dtype_size(cd), cb = (size_t)n * es;
+  void *copy_d = tst_put(NULL, cb), *want_d = tst_put(NULL, cb);
+  void *copy = td_malloc(cb ? cb : 1), *want = td_malloc(cb ? cb : 1);
   tst_fill_normal(g, n, s + 1, 1.0f);
+  float *g_d = fput(g, n), *p0_d = NULL;
   for (int r = 0; r < 2; r++) {
     p[r] = falloc(n), m[r] = falloc(n), v[r] = falloc(n);
     tst_fill_normal(p[r], n, s, 1.0f);
     tst_fill_normal(m[r], n, s + 2, 0.1f);
     tst_fill_uniform(v[r], n, s + 3, 0.0f, 0.1f);
-    OPS->adamw(DEV, p[r], g, m[r], v[r], n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3,
-               r ? copy : NULL, cd);
+    float *p_d = fput(p[r], n), *m_d = fput(m[r], n), *v_d = fput(v[r], n);
+    OPS->adamw(DEV, p_d, g_d, m_d, v_d, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3,
+               r ? copy_d : NULL, cd);
+    fget(p[r], p_d, n), fget(m[r], m_d, n), fget(v[r], v_d, n);
+    tst_release(m_d), tst_release(v_d);
+    if (r) tst_release(p_d);
+    else p0_d = p_d; /* the parameters without a copy: cast's input below */
   }
-  OPS->cast(DEV, want, cd, p[0], TD_F32, n);
+  OPS->cast(DEV, want_d, cd, p0_d, TD_F32, n);
+  tst_get(copy, copy_d, cb), tst_get(want, want_d, cb);
   size_t b = (size_t)n * sizeof(float);
   CHECK(!memcmp(p[0], p[1], b) && !memcmp(m[0], m[1], b) && !memcmp(v[0], v[1], b) &&
-            !memcmp(copy, want, (size_t)n * es),
+            !memcmp(copy, want, cb),
         "adamw n=%lld with a %s copy: parameters, moments unchanged; copy == cast bit for bit",
         (long long)n, td_dtype_name(cd));
   for (int r = 0; r < 2; r++) td_free(p[r]), td_free(m[r]), td_free(v[r]);
-  td_free(g), OPS->free(DEV, copy), OPS->free(DEV, want);
+  tst_release(g_d), tst_release(p0_d), tst_release(copy_d), tst_release(want_d);
+  td_free(g), td_free(copy), td_free(want);
 }
 
 /* masked_sum against a double sum: the loss of a micro-batch under its mask. */
@@ -344,8 +406,11 @@ static void test_masked_sum(int64_t n, uint64_t seed) {
     mask[i] = (float)(i % 3 != 1);
     ref += (double)x[i] * mask[i], mag += fabs((double)x[i] * mask[i]);
   }
-  double got;
-  OPS->masked_sum(DEV, &got, x, mask, n); /* the CPU: its "device" double is host memory */
+  float *x_d = fput(x, n), *mask_d = fput(mask, n);
+  double got, *got_d = tst_put(NULL, sizeof(double)); /* the sum stays on the device until read */
+  OPS->masked_sum(DEV, got_d, x_d, mask_d, n);
+  tst_get(&got, got_d, sizeof got);
+  tst_release(x_d), tst_release(mask_d), tst_release(got_d);
   double err = fabs(got - ref) / (mag > 0 ? mag : 1);
   CHECK(err < 1e-12, "masked_sum n=%lld: %.17g vs %.17g (err %.2g of the magnitude)", (long long)n,
         got, ref, err);
@@ -365,7 +430,7 @@ int main(void) {
   for (size_t i = 0; i < sizeof es / sizeof *es; i++)
     test_embedding(es[i][0], es[i][1], 700 + 10 * i);
   test_embedding_fd();
-  test_embedding_threads();
+  if (tst_device_is_cpu()) test_embedding_threads();
   static const int64_t as[] = {1, 17, 771, 100003};
   for (size_t i = 0; i < sizeof as / sizeof *as; i++) {
     test_adamw(as[i], 1, 800 + 10 * i);

@@ -1,7 +1,10 @@
-/* matmul through ops->matmul against a naive double reference, on every path the
- * device can take: the library chosen by measurement (cpu_gemm_select.c: products
- * of 4 MFLOP or more, such as the odd 75 x 67 x 433, are measured; smaller ones run
- * the default), and each GEMM library forced by TRIDENT_GEMM_FP32 / TRIDENT_GEMM_BF16.
+/* matmul through ops->matmul of the device under test (TRIDENT_TEST_DEVICE: cpu,
+ * sealed, cuda) against a naive double reference; operands live in device memory,
+ * copied in and out around each op. On the CPU every path it can take is tested:
+ * the library chosen by measurement (cpu_gemm_select.c: products of 4 MFLOP or more,
+ * such as the odd 75 x 67 x 433, are measured; smaller ones run the default), and
+ * each GEMM library forced by TRIDENT_GEMM_FP32 / TRIDENT_GEMM_BF16; another device
+ * runs each case once through its own matmul.
  * Both transposes, batches with strides, bias, alpha/beta, fp32 and bf16 inputs,
  * fp32 and bf16 outputs, sizes that are not multiples of 16. */
 #include <math.h>
@@ -48,8 +51,14 @@ static void to_bf16(uint16_t *dst, const float *src, int64_t n) {
   for (int64_t i = 0; i < n; i++) dst[i] = td_f32_to_bf16(src[i]);
 }
 
-/* The path under test: -1 the measured choice, else the library forced. */
+/* The CPU's path under test: -1 the measured choice, else the library forced
+ * (another device has one path, its own). */
 static int g_path = -1;
+
+static const char *path_name(void) {
+  if (!tst_device_is_cpu()) return "device";
+  return g_path < 0 ? "measured" : td_gemm_library_name((td_gemm_library)g_path);
+}
 
 static void run_case(const mm_case *c, uint64_t stream) {
   int64_t na = c->batch * c->m * c->k, nb = c->batch * c->k * c->n, nc = c->batch * c->m * c->n;
@@ -70,21 +79,32 @@ static void run_case(const mm_case *c, uint64_t stream) {
     to_bf16(hb, b, nb);
     pa = ha, pb = hb;
   }
-  for (int64_t i = 0; i < nc; i++) cc[i] = c0[i];
   if (c->c_bf16) hc = td_malloc(nc * 2);
+  /* The op's operands in device memory: A and B in their dtype, C starting as c0
+   * (a bf16 C has beta 0: zeroed memory will do), the bias */
+  size_t ab_size = td_dtype_size(c->ab);
+  void *da = tst_put(pa, na * ab_size), *db = tst_put(pb, nb * ab_size);
+  void *dc = c->c_bf16 ? tst_put(NULL, nc * 2) : tst_put(c0, nc * 4);
+  float *dbias = c->bias ? tst_put(bias, c->n * 4) : NULL;
   td_matmul_desc g = {
       .m = c->m, .n = c->n, .k = c->k, .ab_dtype = c->ab, .c_dtype = c->c_bf16 ? TD_BF16 : TD_F32,
-      .a = pa, .lda = c->ta ? c->m : c->k, .stride_a = c->m * c->k, .trans_a = c->ta,
-      .b = pb, .ldb = c->tb ? c->k : c->n, .stride_b = c->k * c->n, .trans_b = c->tb,
-      .c = c->c_bf16 ? (void *)hc : (void *)cc, .ldc = c->n, .stride_c = c->m * c->n,
-      .bias = c->bias ? bias : NULL, .alpha = c->alpha, .beta = c->beta, .batch = c->batch};
-  td_gemm_library chosen = td_cpu_gemm_choose(&g);
-  CHECK(td_cpu_gemm_library_serves(chosen, c->ab) && (g_path < 0 || (int)chosen == g_path),
-        "path %d: the device chose %s for %s inputs", g_path, td_gemm_library_name(chosen),
-        td_dtype_name(c->ab));
+      .a = da, .lda = c->ta ? c->m : c->k, .stride_a = c->m * c->k, .trans_a = c->ta,
+      .b = db, .ldb = c->tb ? c->k : c->n, .stride_b = c->k * c->n, .trans_b = c->tb,
+      .c = dc, .ldc = c->n, .stride_c = c->m * c->n,
+      .bias = dbias, .alpha = c->alpha, .beta = c->beta, .batch = c->batch};
+  if (tst_device_is_cpu()) { /* the CPU's choice of GEMM library for this product */
+    td_gemm_library chosen = td_cpu_gemm_choose(&g);
+    CHECK(td_cpu_gemm_library_serves(chosen, c->ab) && (g_path < 0 || (int)chosen == g_path),
+          "path %d: the device chose %s for %s inputs", g_path, td_gemm_library_name(chosen),
+          td_dtype_name(c->ab));
+  }
   tst_device()->ops->matmul(tst_device(), &g);
-  if (hc)
+  if (hc) {
+    tst_get(hc, dc, nc * 2);
     for (int64_t i = 0; i < nc; i++) cc[i] = td_bf16_to_f32(hc[i]);
+  } else {
+    tst_get(cc, dc, nc * 4);
+  }
   double scale = reference(c, a, b, c->bias ? bias : NULL, c0, ref);
   double err = 0;
   for (int64_t i = 0; i < nc; i++) {
@@ -92,13 +112,13 @@ static void run_case(const mm_case *c, uint64_t stream) {
     if (!(d <= err)) err = d; /* NaN propagates */
   }
   double tol = (c->ab == TD_BF16 || c->c_bf16) ? 1e-2 : 1e-5;
-  const char *libname = g_path < 0 ? "measured" : td_gemm_library_name((td_gemm_library)g_path);
   CHECK(err < tol, "%s %s->%s m%lld n%lld k%lld batch%lld ta%d tb%d bias%d alpha%g beta%g: rel err %.3g",
-        libname, td_dtype_name(c->ab), c->c_bf16 ? "bf16" : "fp32", (long long)c->m,
+        path_name(), td_dtype_name(c->ab), c->c_bf16 ? "bf16" : "fp32", (long long)c->m,
         (long long)c->n, (long long)c->k, (long long)c->batch, c->ta, c->tb, c->bias, c->alpha,
         c->beta, err);
   td_free(a), td_free(b), td_free(bias), td_free(cc), td_free(c0), td_free(ref);
   td_free(ha), td_free(hb), td_free(hc);
+  tst_release(da), tst_release(db), tst_release(dc), tst_release(dbias);
 }
 
 /* Every case of one shape and input dtype. */
@@ -134,28 +154,39 @@ static void select_path(int lib) {
   g_path = lib;
 }
 
-int main(void) {
-  /* the last two (6.4 and 4.4 MFLOP) are measured; the others run the default library */
-  static const int64_t shapes[][3] = {{1, 1, 1},     {7, 5, 3},      {33, 17, 65},
+/* the last two (6.4 and 4.4 MFLOP) are measured; the others run the default library */
+static const int64_t k_shapes[][3] = {{1, 1, 1},     {7, 5, 3},      {33, 17, 65},
                                       {64, 771, 48}, {130, 96, 257}, {75, 67, 433}};
+
+/* Every shape, for the input dtypes the path serves (lib -1: the measured choice, or
+ * another device's matmul, serves both). */
+static void run_shapes(int lib, uint64_t *stream) {
+  for (size_t s = 0; s < sizeof k_shapes / sizeof *k_shapes; s++)
+    for (int ab = 0; ab < 2; ab++) /* OpenBLAS has no bf16 GEMM here; AMX is bf16 only */
+      if (lib < 0 || td_cpu_gemm_library_serves((td_gemm_library)lib, ab ? TD_BF16 : TD_F32))
+        run_shape(k_shapes[s][0], k_shapes[s][1], k_shapes[s][2], ab, stream);
+}
+
+int main(void) {
   setenv("TRIDENT_GEMM_CACHE", "off", 0); /* outside ctest: never the user's cache */
   uint64_t stream = 1;
-  for (int lib = -1; lib < (int)TD_GEMM_LIBRARIES; lib++) { /* -1: the measured choice */
-    select_path(lib);
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-      for (int ab = 0; ab < 2; ab++) /* OpenBLAS has no bf16 GEMM here; AMX is bf16 only */
-        if (lib < 0 || td_cpu_gemm_library_serves((td_gemm_library)lib, ab ? TD_BF16 : TD_F32))
-          run_shape(shapes[s][0], shapes[s][1], shapes[s][2], ab, &stream);
-    if (lib < 0) { /* the measured path did measure: its choices are counted in the summary */
-      char line[4800];
-      td_cpu_gemm_describe(line, sizeof line);
-      CHECK(strstr(line, "fp32 measured per shape (") && !strstr(line, "none cached yet"),
-            "fp32 choices measured: %s", line);
+  if (tst_device_is_cpu()) {
+    for (int lib = -1; lib < (int)TD_GEMM_LIBRARIES; lib++) { /* -1: the measured choice */
+      select_path(lib);
+      run_shapes(lib, &stream);
+      if (lib < 0) { /* the measured path did measure: its choices are counted in the summary */
+        char line[4800];
+        td_cpu_gemm_describe(line, sizeof line);
+        CHECK(strstr(line, "fp32 measured per shape (") && !strstr(line, "none cached yet"),
+              "fp32 choices measured: %s", line);
+      }
     }
+    select_path(-1);
+  } else {
+    run_shapes(-1, &stream);
   }
   /* bf16 deeper than one pass of the AMX GEMM (TD_GEMM_AMX_KMAX = 4096): accumulated
    * through C in passes, the first with the caller's beta and bias */
-  select_path(-1);
   for (int t = 0; t < 4; t++) {
     mm_case c = {.m = 40, .n = 70, .k = 4200, .batch = 1, .ta = t & 1, .tb = t >> 1,
                  .bias = 1, .ab = TD_BF16, .alpha = 1, .beta = 1};

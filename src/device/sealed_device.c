@@ -296,7 +296,15 @@ static void enter(td_device *d, const char *op, const void *const *ptrs, int n) 
   (void)d;
   lock();
   if (g.depth++ == 0) g_op = op;
-  for (int i = 0; i < n; i++) unseal(ptrs[i]);
+  for (int i = 0; i < n; i++) {
+    const char *a = ptrs[i];
+    /* a host pointer where the op wants device memory: a GPU's kernel faults there */
+    if (a && (a < g.base || a >= g.top))
+      td_fail("sealed device: %s was given host memory (%p, argument %d) where device memory "
+              "belongs",
+              op, (const void *)a, i + 1);
+    unseal(a);
+  }
 }
 
 static void seal_open(void) {
