@@ -4,7 +4,7 @@
  *
  * Which calls it takes: bf16, no attention dropout (cuDNN draws its own masks, not
  * td_rng_u32's, and trident's masks are part of its CPU parity), head_dim a
- * multiple of 8 (cuDNN's alignment); every other call runs trident's kernels
+ * multiple of 8 (cuDNN's alignment), T > 1; every other call runs trident's kernels
  * (cuda_attention.cu). TRIDENT_CUDA_ATTENTION picks: auto (the default: cuDNN
  * where it takes the call and loads), cudnn (fail instead of falling back: tests
  * and benchmarks that must know which ran), native (never cuDNN).
@@ -18,8 +18,9 @@
  *
  * cuDNN is loaded with dlopen at the first call that wants it (libcudnn.so.9, or
  * TRIDENT_CUDNN_LIBRARY): a binary built with it runs where cuDNN is missing, on
- * trident's kernels. Graphs are built once per shape and handle and cached; a
- * shape cuDNN refuses is remembered and runs trident's kernels (with one note). */
+ * trident's kernels. Graphs are built once per shape and handle and cached (a
+ * curriculum that steps the sequence length builds one per length); a shape
+ * cuDNN refuses is remembered and runs trident's kernels, with one warning. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
