@@ -17,6 +17,9 @@
 #      train --device cuda` on GPT-2 124M, seq 1024, micro-batch 16, bf16, next to
 #      PyTorch on the same GPU (bench/gpu/peer_torch_gpu.py) when a CUDA PyTorch
 #      is importable.
+# PREBUILT=1 skips the build and tests $BUILD as it is (built on another machine
+# with the same toolkit: its ctest files name absolute paths, so the checkout
+# must sit at the path it was built at, or a symbolic link must lead there).
 # Logs go to $OUT (default out/gpu-check/); the summary is printed last. Exit 0
 # when every test passed, 1 when one failed, 2 when there is no GPU to check.
 # Needs what `make build` needs (scripts/install-deps.sh) plus the CUDA toolkit; on
@@ -33,18 +36,28 @@ note() { summary+=("$*"); echo "gpu-check: $*"; }
 gpus=$(nvidia-smi -L 2>&1) || { echo "gpu-check: no NVIDIA GPU visible (nvidia-smi -L: $gpus)"; exit 2; }
 note "GPU: $(echo "$gpus" | head -1)"
 command -v nvcc >/dev/null || export PATH=$PATH:/usr/local/cuda/bin
+# cuBLASLt is dlopened: the toolkit's folder where the loader's cache lacks it
+if ! ldconfig -p | grep -q 'libcublasLt\.so\.' && [ -d /usr/local/cuda/lib64 ]; then
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 
 # 1. build
-python3 scripts/fetch-cudnn-frontend.py --if-cuda || note "no cuDNN frontend headers: attention on trident's kernels only"
-if ! { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIDENT_CUDA=ON &&
-  cmake --build "$build" -j "$(nproc)"; } >"$out/build.log" 2>&1; then
-  tail -30 "$out/build.log"
-  note "build FAILED (see $out/build.log)"
-  printf '%s\n' "" "== gpu-check summary ==" "${summary[@]}"
-  exit 1
+if [ "${PREBUILT:-0}" = 1 ]; then
+  [ -x "$build/trident" ] || { echo "gpu-check: PREBUILT=1 but no $build/trident"; exit 1; }
+  note "build: $build/trident as built elsewhere (PREBUILT=1)"
+else
+  python3 scripts/fetch-cudnn-frontend.py --if-cuda || note "no cuDNN frontend headers: attention on trident's kernels only"
+  if ! { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIDENT_CUDA=ON &&
+    cmake --build "$build" -j "$(nproc)"; } >"$out/build.log" 2>&1; then
+    tail -30 "$out/build.log"
+    note "build FAILED (see $out/build.log)"
+    printf '%s\n' "" "== gpu-check summary ==" "${summary[@]}"
+    exit 1
+  fi
+  note "build: $build/trident with the CUDA backend"
 fi
-note "build: $build/trident with the CUDA backend"
 bin=$build/trident
+note "$("$bin" bench kernels --device cuda --only add --seconds 0.01 2>&1 | grep '^kernels:')"
 
 # 2. tests
 (cd "$build" && ctest --output-on-failure --timeout 1800 \
@@ -73,9 +86,12 @@ if [ -n "$t_ms" ]; then
 else
   note "trident bench train FAILED: $(tail -3 "$out/bench_train.err")"
 fi
-if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+# PyTorch with the loader's own path: trident's unpacked libraries (offline-deps.sh's
+# env.sh puts Debian's on LD_LIBRARY_PATH) are not for it
+peer_python() { env -u LD_LIBRARY_PATH python3 "$@"; }
+if peer_python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   for c in 1 0; do
-    python3 bench/gpu/peer_torch_gpu.py --mbs 16 --seq 1024 --compile $c >"$out/peer_compile$c.json" \
+    peer_python bench/gpu/peer_torch_gpu.py --mbs 16 --seq 1024 --compile $c >"$out/peer_compile$c.json" \
       2>"$out/peer_compile$c.err" || true
     p_ms=$(sed -n 's/.*"median_ms": \([0-9.]*\),.*/\1/p' "$out/peer_compile$c.json")
     p_tok=$(sed -n 's/.*"tokens_per_s": \([0-9]*\),.*/\1/p' "$out/peer_compile$c.json")

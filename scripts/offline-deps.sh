@@ -9,13 +9,16 @@
 #
 # The packages are the libraries of scripts/install-deps.sh that a machine with a
 # compiler, CMake, MPI and (for GPUs) the CUDA toolkit may lack: oneDNN, OpenBLAS
-# (OpenMP build), cJSON and PCRE2, with their headers (about 20 MB). env.sh puts
+# (OpenMP build), cJSON and PCRE2, with their headers and the runtime libraries
+# they load (about 22 MB). env.sh puts
 # DIR/root/usr on CMAKE_PREFIX_PATH (CMakeLists.txt looks for the OpenMP OpenBLAS
 # under it too) and its library folders on LD_LIBRARY_PATH. Built for Debian 12
 # (glibc 2.36), the libraries also run on newer glibc (Ubuntu 24.04).
 set -eu
 pkgs=(libdnnl-dev libdnnl2 libopenblas-openmp-dev libopenblas0-openmp libopenblas-dev
-  libcjson-dev libcjson1 libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3)
+  libcjson-dev libcjson1 libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
+  ocl-icd-libopencl1 libgfortran5 libquadmath0) # the last three: what oneDNN and OpenBLAS
+# load themselves, which a GPU image need not have
 
 usage() {
   echo "usage: $0 download DIR | unpack DIR" >&2
