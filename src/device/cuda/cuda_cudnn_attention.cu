@@ -274,10 +274,25 @@ static graph_entry *entry_for(td_cuda *c, const td_attention_desc *ad, int backw
   return &c->cudnn->graphs.back();
 }
 
+/* Once per process: bf16 attention with dropout could have run on cuDNN but for
+ * the dropout (Megatron's default --attention-dropout is 0.1): say what it costs. */
+static void note_dropout(const td_attention_desc *ad) {
+  static int said;
+  if (said || ad->dtype != TD_BF16 || ad->dropout_p == 0.0f || ad->head_dim % 8 || ad->seq == 1)
+    return;
+  if (load()) return; /* no cuDNN: nothing to gain */
+  said = 1;
+  td_warn("attention dropout %g runs on trident's own attention kernels: cuDNN's fused "
+          "attention (~25x faster on an H100) cannot draw trident's CPU-identical dropout masks; "
+          "--attention-dropout 0 runs it on cuDNN's",
+          (double)ad->dropout_p);
+}
+
 int td_cudnn_attention(td_cuda *c, const td_attention_desc *ad, int backward) {
   attn_mode m = mode_from_env();
   if (m == ATTN_NATIVE) return 0;
   const char *why = refusal(ad);
+  if (why && m == ATTN_AUTO) note_dropout(ad);
   if (!why) why = load();
   if (why) {
     if (m == ATTN_CUDNN) td_fail("TRIDENT_CUDA_ATTENTION=cudnn: %s", why);
