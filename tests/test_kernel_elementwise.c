@@ -370,7 +370,11 @@ static void test_gelu(int64_t n, td_gelu_kind k, uint64_t s) {
   tst_get(out16, out16_d, (size_t)n * 2);
   double ef = rel_err_floor(out, ref, n), eb = rel_err_floor(dx, dref, n);
   int64_t ff = count_far(out, ref, x, NULL, n), fb = count_far(dx, dref, x, dout, n);
-  CHECK(ef < 1e-5 && eb < 1e-5 && ff == 0 && fb == 0,
+  /* one element's "normwise" backward error is its own relative error, which is
+   * unbounded where gelu' crosses zero (seed 1795801564351376: 2.5e-5 for n=1, yet
+   * within its condition); count_far holds every element to its conditioning */
+  int eb_ok = n < 5 || eb < 1e-5;
+  CHECK(ef < 1e-5 && eb_ok && ff == 0 && fb == 0,
         "gelu %s n=%lld: rel err fwd %.2g bwd %.2g; elements beyond 2e-6 x condition: %lld, %lld",
         gelu_name(k), (long long)n, ef, eb, (long long)ff, (long long)fb);
   double e16 = bf16_rel_err(out16, ref, n);
