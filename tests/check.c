@@ -129,6 +129,12 @@ void tst_get(void *host, const void *dev, size_t bytes) {
   if (bytes) tst_device()->ops->copy_d2h(tst_device(), host, dev, bytes);
 }
 
+float *tst_putf(const float *host, int64_t n) { return tst_put(host, (size_t)n * sizeof(float)); }
+
+void tst_getf(float *host, const float *dev, int64_t n) {
+  tst_get(host, dev, (size_t)n * sizeof(float));
+}
+
 void tst_release(void *dev) {
   if (dev) tst_device()->ops->free(tst_device(), dev);
 }

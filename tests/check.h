@@ -66,6 +66,9 @@ void *tst_put(const void *host, size_t bytes);
 /* Copy bytes of device memory back to host. */
 void tst_get(void *host, const void *dev, size_t bytes);
 void tst_release(void *dev);
+/* The same for n floats (host NULL: zeros). */
+float *tst_putf(const float *host, int64_t n);
+void tst_getf(float *host, const float *dev, int64_t n);
 
 /* Round a float buffer to bf16 in place (so a double reference sees the same inputs). */
 void tst_round_bf16(float *x, int64_t n);

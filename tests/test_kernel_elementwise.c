@@ -25,15 +25,9 @@
 static float *falloc(int64_t n) { return td_malloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
 static double *dalloc(int64_t n) { return td_malloc((size_t)(n > 0 ? n : 1) * sizeof(double)); }
 
-/* Device memory for n floats: a copy of host (dput) or zeros (dzeros); dget
- * copies results back and dset reloads an existing buffer (before an in-place
- * op). A kernel gets only device memory: on a GPU, or the sealed test device,
- * the host can neither read nor write it. */
-static float *dput(const float *host, int64_t n) { return tst_put(host, (size_t)n * sizeof(float)); }
-static float *dzeros(int64_t n) { return tst_put(NULL, (size_t)n * sizeof(float)); }
-static void dget(float *host, const float *dev, int64_t n) {
-  tst_get(host, dev, (size_t)n * sizeof(float));
-}
+/* Kernels get only device memory (tst_putf, tst_getf): on a GPU, or the sealed
+ * test device, the host can neither read nor write it. dset reloads an existing
+ * buffer (before an in-place op). */
 static void dset(float *dev, const float *host, int64_t n) {
   OPS->copy_h2d(DEV, dev, host, (size_t)n * sizeof(float));
 }
@@ -192,12 +186,12 @@ static void test_layernorm_forward(int64_t R, int64_t C, uint64_t s) {
   ln_ref p = {R, C, xd, wd, bd, 1e-5};
   ln_forward_ref(&p, ref, mref, rref);
   /* _d: the device twins */
-  float *x_d = dput(x, n), *w_d = dput(w, C), *b_d = dput(b, C), *out_d = dzeros(n);
-  float *mean_d = dzeros(R), *rstd_d = dzeros(R);
+  float *x_d = tst_putf(x, n), *w_d = tst_putf(w, C), *b_d = tst_putf(b, C), *out_d = tst_putf(NULL, n);
+  float *mean_d = tst_putf(NULL, R), *rstd_d = tst_putf(NULL, R);
   uint16_t *out16_d = tst_put(NULL, (size_t)n * 2);
   OPS->layernorm_forward(DEV, out_d, TD_F32, mean_d, rstd_d, x_d, w_d, b_d, R, C, 1e-5f);
   OPS->layernorm_forward(DEV, out16_d, TD_BF16, NULL, NULL, x_d, w_d, b_d, R, C, 1e-5f);
-  dget(out, out_d, n), dget(mean, mean_d, R), dget(rstd, rstd_d, R);
+  tst_getf(out, out_d, n), tst_getf(mean, mean_d, R), tst_getf(rstd, rstd_d, R);
   tst_get(out16, out16_d, (size_t)n * 2);
   tst_release(x_d), tst_release(w_d), tst_release(b_d), tst_release(out_d);
   tst_release(mean_d), tst_release(rstd_d), tst_release(out16_d);
@@ -241,20 +235,20 @@ static ln_case ln_case_new(int64_t R, int64_t C, uint64_t s) {
   tst_fill_normal(u->dx, n, s + 4, 1.0f);
   tst_fill_normal(u->dw, C, s + 5, 1.0f);
   tst_fill_normal(u->db, C, s + 6, 1.0f);
-  k.d = (ln_bufs){dput(u->x, n),  dput(u->w, C),  dput(u->b, C),  dput(u->dout, n), dzeros(R),
-                  dzeros(R),      dput(u->dx, n), dput(u->dw, C), dput(u->db, C)};
+  k.d = (ln_bufs){tst_putf(u->x, n),  tst_putf(u->w, C),  tst_putf(u->b, C),  tst_putf(u->dout, n), tst_putf(NULL, R),
+                  tst_putf(NULL, R),      tst_putf(u->dx, n), tst_putf(u->dw, C), tst_putf(u->db, C)};
   /* mean and rstd from the kernel, as training saves them for backward; the
    * host's copies feed the reference's error scale */
-  float *tmp = dzeros(n);
+  float *tmp = tst_putf(NULL, n);
   OPS->layernorm_forward(DEV, tmp, TD_F32, k.d.mean, k.d.rstd, k.d.x, k.d.w, k.d.b, R, C, 1e-5f);
   tst_release(tmp);
-  dget(u->mean, k.d.mean, R), dget(u->rstd, k.d.rstd, R);
+  tst_getf(u->mean, k.d.mean, R), tst_getf(u->rstd, k.d.rstd, R);
   return k;
 }
 
 /* The kernel's dx, dw, db back into the host buffers. */
 static void ln_case_get_grads(ln_case *k) {
-  dget(k->h.dx, k->d.dx, k->R * k->C), dget(k->h.dw, k->d.dw, k->C), dget(k->h.db, k->d.db, k->C);
+  tst_getf(k->h.dx, k->d.dx, k->R * k->C), tst_getf(k->h.dw, k->d.dw, k->C), tst_getf(k->h.db, k->d.db, k->C);
 }
 
 static void ln_bufs_free(ln_bufs *u, void (*release)(void *)) {
@@ -361,12 +355,12 @@ static void test_gelu(int64_t n, td_gelu_kind k, uint64_t s) {
     ref[i] = gelu_ref(x[i], k);
     dref[i] = dout[i] * gelu_grad_ref(x[i], k);
   }
-  float *x_d = dput(x, n), *out_d = dzeros(n), *dout_d = dput(dout, n), *dx_d = dzeros(n);
+  float *x_d = tst_putf(x, n), *out_d = tst_putf(NULL, n), *dout_d = tst_putf(dout, n), *dx_d = tst_putf(NULL, n);
   uint16_t *out16_d = tst_put(NULL, (size_t)n * 2);
   OPS->gelu_forward(DEV, out_d, TD_F32, x_d, TD_F32, n, k);
   OPS->gelu_forward(DEV, out16_d, TD_BF16, x_d, TD_F32, n, k);
   OPS->gelu_backward(DEV, dx_d, dout_d, x_d, TD_F32, n, k);
-  dget(out, out_d, n), dget(dx, dx_d, n);
+  tst_getf(out, out_d, n), tst_getf(dx, dx_d, n);
   tst_get(out16, out16_d, (size_t)n * 2);
   double ef = rel_err_floor(out, ref, n), eb = rel_err_floor(dx, dref, n);
   int64_t ff = count_far(out, ref, x, NULL, n), fb = count_far(dx, dref, x, dout, n);
@@ -382,7 +376,7 @@ static void test_gelu(int64_t n, td_gelu_kind k, uint64_t s) {
   CHECK(e16 < 1e-2 && far == 0, "gelu %s n=%lld bf16: rel err %.2g, %lld beyond 1 ulp",
         gelu_name(k), (long long)n, e16, (long long)far);
   OPS->gelu_backward(DEV, dout_d, dout_d, x_d, TD_F32, n, k); /* in place: dx aliases dout */
-  dget(dout, dout_d, n);
+  tst_getf(dout, dout_d, n);
   CHECK(memcmp(dout, dx, (size_t)n * 4) == 0, "gelu %s n=%lld backward in place (dx == dout)",
         gelu_name(k), (long long)n);
   tst_release(x_d), tst_release(out_d), tst_release(dout_d), tst_release(dx_d);
@@ -394,13 +388,13 @@ static void test_gelu(int64_t n, td_gelu_kind k, uint64_t s) {
   tst_fill_normal(dx_r, n, s + 1, 1.0f);
   /* both backward runs start from the same dout, each in place on its own twin */
   uint16_t *x16_d = tst_put(x16, (size_t)n * 2);
-  float *xr_d = dput(xr, n), *out_r_d = dzeros(n), *out_b_d = dzeros(n);
-  float *dx_r_d = dput(dx_r, n), *dx_b_d = dput(dx_r, n);
+  float *xr_d = tst_putf(xr, n), *out_r_d = tst_putf(NULL, n), *out_b_d = tst_putf(NULL, n);
+  float *dx_r_d = tst_putf(dx_r, n), *dx_b_d = tst_putf(dx_r, n);
   OPS->gelu_forward(DEV, out_r_d, TD_F32, xr_d, TD_F32, n, k);
   OPS->gelu_forward(DEV, out_b_d, TD_F32, x16_d, TD_BF16, n, k);
   OPS->gelu_backward(DEV, dx_r_d, dx_r_d, xr_d, TD_F32, n, k);
   OPS->gelu_backward(DEV, dx_b_d, dx_b_d, x16_d, TD_BF16, n, k);
-  dget(out_r, out_r_d, n), dget(out_b, out_b_d, n), dget(dx_r, dx_r_d, n), dget(dx_b, dx_b_d, n);
+  tst_getf(out_r, out_r_d, n), tst_getf(out_b, out_b_d, n), tst_getf(dx_r, dx_r_d, n), tst_getf(dx_b, dx_b_d, n);
   tst_release(x16_d), tst_release(xr_d), tst_release(out_r_d), tst_release(out_b_d);
   tst_release(dx_r_d), tst_release(dx_b_d);
   CHECK(memcmp(out_r, out_b, (size_t)n * 4) == 0 && memcmp(dx_r, dx_b, (size_t)n * 4) == 0,
@@ -447,9 +441,9 @@ static void test_bias_backward(int64_t R, int64_t C, uint64_t s) {
     ref[c] = db[c];
     for (int64_t r = 0; r < R; r++) ref[c] += dout[r * C + c];
   }
-  float *dout_d = dput(dout, R * C), *db_d = dput(db, C);
+  float *dout_d = tst_putf(dout, R * C), *db_d = tst_putf(db, C);
   OPS->bias_backward(DEV, db_d, dout_d, R, C);
-  dget(db, db_d, C);
+  tst_getf(db, db_d, C);
   tst_release(dout_d), tst_release(db_d);
   double e = tst_rel_err(db, ref, C);
   CHECK(e < 1e-5, "bias_backward %lldx%lld: rel err %.2g", (long long)R, (long long)C, e);
@@ -463,22 +457,22 @@ static void test_add_scale(int64_t n, uint64_t s) {
   tst_fill_normal(a, n, s, 1.0f);
   tst_fill_normal(b, n, s + 1, 1.0f);
   for (int64_t i = 0; i < n; i++) want[i] = a[i] + b[i];
-  float *a_d = dput(a, n), *b_d = dput(b, n), *out_d = dzeros(n);
+  float *a_d = tst_putf(a, n), *b_d = tst_putf(b, n), *out_d = tst_putf(NULL, n);
   OPS->add(DEV, out_d, a_d, b_d, n);
-  dget(out, out_d, n);
+  tst_getf(out, out_d, n);
   int ok = memcmp(out, want, (size_t)n * 4) == 0;
   dset(out_d, a, n);
   OPS->add(DEV, out_d, out_d, b_d, n); /* out aliases a */
-  dget(out, out_d, n);
+  tst_getf(out, out_d, n);
   ok = ok && memcmp(out, want, (size_t)n * 4) == 0;
   dset(out_d, b, n);
   OPS->add(DEV, out_d, a_d, out_d, n); /* out aliases b */
-  dget(out, out_d, n);
+  tst_getf(out, out_d, n);
   ok = ok && memcmp(out, want, (size_t)n * 4) == 0;
   CHECK(ok, "add n=%lld equals a + b exactly, also in place", (long long)n);
   for (int64_t i = 0; i < n; i++) want[i] = a[i] * 0.37f;
   OPS->scale(DEV, a_d, n, 0.37f);
-  dget(a, a_d, n);
+  tst_getf(a, a_d, n);
   CHECK(memcmp(a, want, (size_t)n * 4) == 0, "scale n=%lld equals x * alpha exactly", (long long)n);
   tst_release(a_d), tst_release(b_d), tst_release(out_d);
   td_free(a), td_free(b), td_free(out), td_free(want);
@@ -489,9 +483,9 @@ static void test_add_scale(int64_t n, uint64_t s) {
 static void test_dropout(int64_t n, float p, uint64_t seed, uint64_t stream, uint64_t first) {
   float *x = falloc(n), *y = falloc(n);
   tst_fill_uniform(x, n, 300, 1.0f, 2.0f); /* never 0, so a zero means dropped */
-  float *y_d = dput(x, n);
+  float *y_d = tst_putf(x, n);
   OPS->dropout(DEV, y_d, n, p, seed, stream, first);
-  dget(y, y_d, n);
+  tst_getf(y, y_d, n);
   tst_release(y_d);
   int64_t kept = 0, wrong = 0;
   float s = 1.0f / (1.0f - p);
@@ -510,9 +504,9 @@ static void test_dropout(int64_t n, float p, uint64_t seed, uint64_t stream, uin
 static void test_dropout_identity(void) {
   float x[37], y[37];
   tst_fill_normal(x, 37, 310, 1.0f);
-  float *y_d = dput(x, 37);
+  float *y_d = tst_putf(x, 37);
   OPS->dropout(DEV, y_d, 37, 0.0f, 1, 2, 0);
-  dget(y, y_d, 37);
+  tst_getf(y, y_d, 37);
   tst_release(y_d);
   CHECK(memcmp(x, y, sizeof x) == 0, "dropout p=0 is the identity");
 }
@@ -524,7 +518,7 @@ static void test_sum_squares(int64_t n, uint64_t s) {
   tst_fill_normal(x, n, s, 3.0f);
   double ref = 0;
   for (int64_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
-  float *x_d = dput(x, n);
+  float *x_d = tst_putf(x, n);
   double got = td_device_reduce_now(DEV, OPS->sum_squares, x_d, n);
   tst_release(x_d);
   double e = n ? fabs(got - ref) / ref : fabs(got);
@@ -535,7 +529,7 @@ static void test_sum_squares(int64_t n, uint64_t s) {
 static void test_sum_squares_special(void) {
   float x[100];
   tst_fill_normal(x, 100, 320, 1.0f);
-  float *x_d = dzeros(100); /* reloaded from x after each change */
+  float *x_d = tst_putf(NULL, 100); /* reloaded from x after each change */
   x[77] = INFINITY;
   dset(x_d, x, 100);
   int inf_ok = isinf(td_device_reduce_now(DEV, OPS->sum_squares, x_d, 100));
@@ -559,7 +553,7 @@ static void test_count_zeros(int64_t n, uint64_t s) {
     if (td_rng_u32(tst_seed(), s + 1, (uint64_t)i) % 7 == 0) x[i] = i % 2 ? -0.0f : 0.0f;
     want += x[i] == 0.0f;
   }
-  float *x_d = dput(x, n);
+  float *x_d = tst_putf(x, n);
   int64_t got = (int64_t)td_device_reduce_now(DEV, OPS->count_zeros, x_d, n);
   tst_release(x_d);
   CHECK(got == want, "count_zeros n=%lld: %lld (want %lld)", (long long)n, (long long)got,
@@ -579,20 +573,20 @@ static void test_threads(void) {
   float *x = falloc(n), *drop[2] = {falloc(n), falloc(n)}, *db[2] = {falloc(C), falloc(C)};
   double ss[2];
   tst_fill_normal(x, n, 410, 1.0f);
-  float *x_d = dput(x, n);
+  float *x_d = tst_putf(x, n);
   for (int t = 0; t < 2; t++) {
     omp_set_num_threads(t + 1);
     const ln_bufs d = k[t].d;
     OPS->layernorm_backward(DEV, d.dx, d.dw, d.db, d.dout, d.x, d.w, d.mean, d.rstd, R, C);
     ln_case_get_grads(&k[t]);
-    float *db_d = dzeros(C);
+    float *db_d = tst_putf(NULL, C);
     OPS->bias_backward(DEV, db_d, d.dout, R, C);
-    dget(db[t], db_d, C);
+    tst_getf(db[t], db_d, C);
     tst_release(db_d);
     ss[t] = td_device_reduce_now(DEV, OPS->sum_squares, x_d, n);
-    float *drop_d = dput(x, n);
+    float *drop_d = tst_putf(x, n);
     OPS->dropout(DEV, drop_d, n, 0.25f, 7, 9, 0);
-    dget(drop[t], drop_d, n);
+    tst_getf(drop[t], drop_d, n);
     tst_release(drop_d);
   }
   omp_set_num_threads(saved);

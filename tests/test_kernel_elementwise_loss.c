@@ -23,11 +23,9 @@ static double *dalloc(int64_t n) { return td_malloc((size_t)(n > 0 ? n : 1) * si
 /* Device copies of n host elements (zeroed device memory when h is NULL), and
  * device results back to the host: ops see only device memory, the host reads
  * only its own. */
-static float *fput(const float *h, int64_t n) { return tst_put(h, (size_t)n * sizeof(float)); }
 static int32_t *iput(const int32_t *h, int64_t n) {
   return tst_put(h, (size_t)n * sizeof(int32_t));
 }
-static void fget(float *h, const float *d, int64_t n) { tst_get(h, d, (size_t)n * sizeof(float)); }
 
 static int32_t *random_ids(int64_t n, int64_t below, uint64_t stream) {
   int32_t *ids = td_malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
@@ -112,20 +110,20 @@ static void test_xent(int64_t N, int64_t V, uint64_t s) {
     lref[r] = xent_ref(xd, V, t[r], &sref[r]);
     xent_grad_ref(xd, V, t[r], dloss[r], gref + r * V);
   }
-  float *x_d = fput(x, n), *dloss_d = fput(dloss, N), *loss_d = fput(NULL, N);
-  float *lse_d = fput(NULL, N), *g_d = fput(NULL, n);
+  float *x_d = tst_putf(x, n), *dloss_d = tst_putf(dloss, N), *loss_d = tst_putf(NULL, N);
+  float *lse_d = tst_putf(NULL, N), *g_d = tst_putf(NULL, n);
   int32_t *t_d = iput(t, N);
   OPS->cross_entropy_forward(DEV, loss_d, lse_d, x_d, t_d, N, V);
-  fget(loss, loss_d, N), fget(lse, lse_d, N);
+  tst_getf(loss, loss_d, N), tst_getf(lse, lse_d, N);
   double el = tst_rel_err(loss, lref, N), es = tst_rel_err(lse, sref, N);
   CHECK(el < 1e-5 && es < 1e-5, "cross-entropy forward %lldx%lld: rel err loss %.2g lse %.2g",
         (long long)N, (long long)V, el, es);
   OPS->cross_entropy_backward(DEV, g_d, x_d, lse_d, t_d, dloss_d, N, V, 0);
-  fget(g, g_d, n);
+  tst_getf(g, g_d, n);
   double worst = xent_grad_err(g, gref, t, dloss, N, V);
   /* dlogits aliases logits */
   OPS->cross_entropy_backward(DEV, x_d, x_d, lse_d, t_d, dloss_d, N, V, 0);
-  fget(x, x_d, n); /* the host logits are done with: x now holds the in-place gradient */
+  tst_getf(x, x_d, n); /* the host logits are done with: x now holds the in-place gradient */
   CHECK(worst < 1e-5 && memcmp(x, g, (size_t)n * 4) == 0,
         "cross-entropy backward %lldx%lld: rel err %.2g, in place equal", (long long)N,
         (long long)V, worst);
@@ -158,30 +156,30 @@ static void test_xent_slices(int64_t N, int64_t V, int parts, uint64_t s) {
    * gathered there (the ranks' collective). */
   int64_t width = (V + parts - 1) / parts;
   int32_t *t_d = iput(t, N);
-  float *lse_d = fput(NULL, N), *tl_d = fput(NULL, N);
+  float *lse_d = tst_putf(NULL, N), *tl_d = tst_putf(NULL, N);
   for (int p = 0; p < parts; p++) {
     int64_t v0 = p * width, w = V - v0 < width ? V - v0 : width;
     for (int64_t r = 0; r < N; r++) memcpy(slice + r * w, x + r * V + v0, (size_t)w * 4);
-    float *slice_d = fput(slice, N * w);
+    float *slice_d = tst_putf(slice, N * w);
     OPS->cross_entropy_slice(DEV, lse_d, tl_d, slice_d, t_d, N, w, v0);
     tst_release(slice_d);
-    fget(lse, lse_d, N), fget(tl, tl_d, N);
+    tst_getf(lse, lse_d, N), tst_getf(tl, tl_d, N);
     for (int64_t r = 0; r < N; r++) lse_all[p * N + r] = lse[r], tl_sum[r] += tl[r];
   }
   float *loss = falloc(N);
-  float *lse_all_d = fput(lse_all, N * parts), *tl_sum_d = fput(tl_sum, N);
-  float *glse_d = fput(NULL, N), *loss_d = fput(NULL, N), *dloss_d = fput(dloss, N);
+  float *lse_all_d = tst_putf(lse_all, N * parts), *tl_sum_d = tst_putf(tl_sum, N);
+  float *glse_d = tst_putf(NULL, N), *loss_d = tst_putf(NULL, N), *dloss_d = tst_putf(dloss, N);
   OPS->cross_entropy_combine(DEV, glse_d, loss_d, lse_all_d, tl_sum_d, N, parts);
-  fget(loss, loss_d, N), fget(glse, glse_d, N);
+  tst_getf(loss, loss_d, N), tst_getf(glse, glse_d, N);
   double el = tst_rel_err(loss, lref, N), es = tst_rel_err(glse, sref, N);
   CHECK(el < 1e-5 && es < 1e-5, "cross-entropy over %d vocabulary slices %lldx%lld: rel err loss %.2g lse %.2g",
         parts, (long long)N, (long long)V, el, es);
   for (int p = 0; p < parts; p++) {
     int64_t v0 = p * width, w = V - v0 < width ? V - v0 : width;
     for (int64_t r = 0; r < N; r++) memcpy(slice + r * w, x + r * V + v0, (size_t)w * 4);
-    float *slice_d = fput(slice, N * w);
+    float *slice_d = tst_putf(slice, N * w);
     OPS->cross_entropy_backward(DEV, slice_d, slice_d, glse_d, t_d, dloss_d, N, w, v0);
-    fget(slice, slice_d, N * w);
+    tst_getf(slice, slice_d, N * w);
     tst_release(slice_d);
     for (int64_t r = 0; r < N; r++) memcpy(g + r * V + v0, slice + r * w, (size_t)w * 4);
   }
@@ -245,9 +243,9 @@ static void test_embedding(int64_t n, int64_t cols, uint64_t s) {
   tst_fill_normal(table, rows * cols, s + 1, 1.0f);
   tst_fill_normal(out0, n * cols, s + 2, 1.0f);
   int32_t *ids_d = iput(ids, n);
-  float *table_d = fput(table, rows * cols), *out_d = fput(out0, n * cols);
+  float *table_d = tst_putf(table, rows * cols), *out_d = tst_putf(out0, n * cols);
   OPS->embedding_forward(DEV, out_d, ids_d, n, table_d, vstart, rows, cols, 0);
-  fget(out, out_d, n * cols);
+  tst_getf(out, out_d, n * cols);
   tst_release(out_d);
   int64_t wrong = 0;
   for (int64_t r = 0; r < n; r++)
@@ -255,9 +253,9 @@ static void test_embedding(int64_t n, int64_t cols, uint64_t s) {
       int in = ids[r] >= vstart && ids[r] < vstart + rows;
       wrong += out[r * cols + c] != (in ? table[(ids[r] - vstart) * cols + c] : 0.0f);
     }
-  out_d = fput(out0, n * cols);
+  out_d = tst_putf(out0, n * cols);
   OPS->embedding_forward(DEV, out_d, ids_d, n, table_d, vstart, rows, cols, 1);
-  fget(out, out_d, n * cols);
+  tst_getf(out, out_d, n * cols);
   for (int64_t r = 0; r < n; r++)
     for (int64_t c = 0; c < cols; c++) {
       int in = ids[r] >= vstart && ids[r] < vstart + rows;
@@ -273,9 +271,9 @@ static void test_embedding(int64_t n, int64_t cols, uint64_t s) {
   for (int64_t r = 0; r < n; r++)
     if (ids[r] >= vstart && ids[r] < vstart + rows)
       for (int64_t c = 0; c < cols; c++) want[(ids[r] - vstart) * cols + c] += dout[r * cols + c];
-  float *dtab_d = fput(dtab, rows * cols), *dout_d = fput(dout, n * cols);
+  float *dtab_d = tst_putf(dtab, rows * cols), *dout_d = tst_putf(dout, n * cols);
   OPS->embedding_backward(DEV, dtab_d, dout_d, ids_d, n, vstart, rows, cols);
-  fget(dtab, dtab_d, rows * cols);
+  tst_getf(dtab, dtab_d, rows * cols);
   CHECK(memcmp(dtab, want, (size_t)(rows * cols) * 4) == 0,
         "embedding backward n=%lld cols=%lld: scatter-add in row order, out of range skipped",
         (long long)n, (long long)cols);
@@ -292,13 +290,13 @@ static void test_embedding_threads(void) {
   float *dout = falloc(n * cols), *dt[2] = {falloc(rows * cols), falloc(rows * cols)};
   int32_t *ids = random_ids(n, rows, 520);
   tst_fill_normal(dout, n * cols, 521, 1.0f);
-  float *dout_d = fput(dout, n * cols);
+  float *dout_d = tst_putf(dout, n * cols);
   int32_t *ids_d = iput(ids, n);
   for (int t = 0; t < 2; t++) {
     omp_set_num_threads(t + 1);
-    float *dt_d = fput(NULL, rows * cols); /* zeroed */
+    float *dt_d = tst_putf(NULL, rows * cols); /* zeroed */
     OPS->embedding_backward(DEV, dt_d, dout_d, ids_d, n, 0, rows, cols);
-    fget(dt[t], dt_d, rows * cols);
+    tst_getf(dt[t], dt_d, rows * cols);
     tst_release(dt_d);
   }
   omp_set_num_threads(saved);
@@ -346,10 +344,10 @@ static void test_adamw(int64_t n, int64_t step, uint64_t s) {
     dpr[i] = pr[i] - p[i];
     p0[i] = p[i];
   }
-  float *p_d = fput(p, n), *g_d = fput(g, n), *m_d = fput(m, n), *v_d = fput(v, n);
+  float *p_d = tst_putf(p, n), *g_d = tst_putf(g, n), *m_d = tst_putf(m, n), *v_d = tst_putf(v, n);
   OPS->adamw(DEV, p_d, g_d, m_d, v_d, n, (float)c.lr, (float)c.b1, (float)c.b2, (float)c.eps,
              (float)c.wd, (float)c.gs, step, NULL, TD_F32);
-  fget(p, p_d, n), fget(m, m_d, n), fget(v, v_d, n);
+  tst_getf(p, p_d, n), tst_getf(m, m_d, n), tst_getf(v, v_d, n);
   tst_release(p_d), tst_release(g_d), tst_release(m_d), tst_release(v_d);
   for (int64_t i = 0; i < n; i++) {
     num = fmax(num, fabs((double)p[i] - p0[i] - dpr[i]));
@@ -371,16 +369,16 @@ static void test_adamw_copy(int64_t n, td_dtype cd, uint64_t s) {
   void *copy_d = tst_put(NULL, cb), *want_d = tst_put(NULL, cb);
   void *copy = td_malloc(cb ? cb : 1), *want = td_malloc(cb ? cb : 1);
   tst_fill_normal(g, n, s + 1, 1.0f);
-  float *g_d = fput(g, n), *p0_d = NULL;
+  float *g_d = tst_putf(g, n), *p0_d = NULL;
   for (int r = 0; r < 2; r++) {
     p[r] = falloc(n), m[r] = falloc(n), v[r] = falloc(n);
     tst_fill_normal(p[r], n, s, 1.0f);
     tst_fill_normal(m[r], n, s + 2, 0.1f);
     tst_fill_uniform(v[r], n, s + 3, 0.0f, 0.1f);
-    float *p_d = fput(p[r], n), *m_d = fput(m[r], n), *v_d = fput(v[r], n);
+    float *p_d = tst_putf(p[r], n), *m_d = tst_putf(m[r], n), *v_d = tst_putf(v[r], n);
     OPS->adamw(DEV, p_d, g_d, m_d, v_d, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3,
                r ? copy_d : NULL, cd);
-    fget(p[r], p_d, n), fget(m[r], m_d, n), fget(v[r], v_d, n);
+    tst_getf(p[r], p_d, n), tst_getf(m[r], m_d, n), tst_getf(v[r], v_d, n);
     tst_release(m_d), tst_release(v_d);
     if (r) tst_release(p_d);
     else p0_d = p_d; /* the parameters without a copy: cast's input below */
@@ -406,7 +404,7 @@ static void test_masked_sum(int64_t n, uint64_t seed) {
     mask[i] = (float)(i % 3 != 1);
     ref += (double)x[i] * mask[i], mag += fabs((double)x[i] * mask[i]);
   }
-  float *x_d = fput(x, n), *mask_d = fput(mask, n);
+  float *x_d = tst_putf(x, n), *mask_d = tst_putf(mask, n);
   double got, *got_d = tst_put(NULL, sizeof(double)); /* the sum stays on the device until read */
   OPS->masked_sum(DEV, got_d, x_d, mask_d, n);
   tst_get(&got, got_d, sizeof got);
