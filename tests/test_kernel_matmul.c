@@ -8,11 +8,13 @@
  * Both transposes, batches with strides, bias, alpha/beta, fp32 and bf16 inputs,
  * fp32 and bf16 outputs, sizes that are not multiples of 16. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/dtype.h"
 #include "base/mem.h"
+#include "base/rng.h"
 #include "check.h"
 #include "device/cpu/cpu_gemm.h"
 
@@ -167,6 +169,42 @@ static void run_shapes(int lib, uint64_t *stream) {
         run_shape(k_shapes[s][0], k_shapes[s][1], k_shapes[s][2], ab, stream);
 }
 
+/* trident's own bf16 GEMMs give the same bits on 1, 2 and 3 threads (their threads
+ * split whole blocks of C; each element is one k-ordered chain): every transpose,
+ * shapes that split by columns (n 200: 7 blocks) and by rows (n 20: one block). */
+static void own_bf16_threads(uint64_t *stream) {
+  const int64_t m = 75, k = 433, ns[2] = {200, 20};
+  for (int lib = TD_GEMM_AMX; lib <= TD_GEMM_DPBF16; lib++) {
+    if (!td_cpu_gemm_library_serves((td_gemm_library)lib, TD_BF16)) continue;
+    for (int shape = 0; shape < 2; shape++)
+      for (int t = 0; t < 4; t++) {
+        const int64_t n = ns[shape];
+        uint16_t *a = td_malloc((size_t)(m * k) * 2), *b = td_malloc((size_t)(k * n) * 2);
+        float *f = td_malloc((size_t)(k * (m > n ? m : n)) * 4), *c[3];
+        td_rng_fill_normal(f, m * k, 7, (*stream)++, 0, 0.0f, 1.0f);
+        to_bf16(a, f, m * k);
+        td_rng_fill_normal(f, k * n, 7, (*stream)++, 0, 0.0f, 1.0f);
+        to_bf16(b, f, k * n);
+        const int saved = omp_get_max_threads();
+        for (int th = 0; th < 3; th++) {
+          c[th] = td_malloc((size_t)(m * n) * 4);
+          td_matmul_desc g = {.m = m, .n = n, .k = k, .ab_dtype = TD_BF16, .c_dtype = TD_F32,
+                              .a = a, .lda = t & 1 ? m : k, .trans_a = t & 1,
+                              .b = b, .ldb = t >> 1 ? k : n, .trans_b = t >> 1,
+                              .c = c[th], .ldc = n, .alpha = 1, .batch = 1};
+          omp_set_num_threads(th + 1);
+          td_cpu_gemm_with(&g, (td_gemm_library)lib);
+        }
+        omp_set_num_threads(saved);
+        CHECK(!memcmp(c[0], c[1], (size_t)(m * n) * 4) && !memcmp(c[0], c[2], (size_t)(m * n) * 4),
+              "%s m%lld n%lld k%lld ta%d tb%d: the same bits on 1, 2 and 3 threads",
+              td_gemm_library_name((td_gemm_library)lib), (long long)m, (long long)n,
+              (long long)k, t & 1, t >> 1);
+        td_free(a), td_free(b), td_free(f), td_free(c[0]), td_free(c[1]), td_free(c[2]);
+      }
+  }
+}
+
 int main(void) {
   setenv("TRIDENT_GEMM_CACHE", "off", 0); /* outside ctest: never the user's cache */
   uint64_t stream = 1;
@@ -182,15 +220,22 @@ int main(void) {
       }
     }
     select_path(-1);
+    own_bf16_threads(&stream);
   } else {
     run_shapes(-1, &stream);
   }
-  /* bf16 deeper than one pass of the AMX GEMM (TD_GEMM_AMX_KMAX = 4096): accumulated
-   * through C in passes, the first with the caller's beta and bias */
-  for (int t = 0; t < 4; t++) {
-    mm_case c = {.m = 40, .n = 70, .k = 4200, .batch = 1, .ta = t & 1, .tb = t >> 1,
-                 .bias = 1, .ab = TD_BF16, .alpha = 1, .beta = 1};
-    run_case(&c, stream += 4);
+  /* bf16 deeper than one pass of trident's bf16 GEMM (TD_GEMM_BF16_KMAX = 4096):
+   * accumulated through C in passes, the first with the caller's beta and bias; on
+   * the CPU through each bf16 library */
+  for (int lib = -1; lib < (tst_device_is_cpu() ? (int)TD_GEMM_LIBRARIES : 0); lib++) {
+    if (lib >= 0 && !td_cpu_gemm_library_serves((td_gemm_library)lib, TD_BF16)) continue;
+    if (tst_device_is_cpu()) select_path(lib);
+    for (int t = 0; t < 4; t++) {
+      mm_case c = {.m = 40, .n = 70, .k = 4200, .batch = 1, .ta = t & 1, .tb = t >> 1,
+                   .bias = 1, .ab = TD_BF16, .alpha = 1, .beta = 1};
+      run_case(&c, stream += 4);
+    }
   }
+  if (tst_device_is_cpu()) select_path(-1);
   return tst_finish();
 }

@@ -1,7 +1,7 @@
 /* GEMM for the CPU backend: oneDNN's matmul primitive (brgemm kernels; bf16 runs
  * on AMX / AVX512-BF16 where the CPU has them), OpenBLAS (cblas_sgemm; Debian's
- * OpenBLAS is built without its bf16 GEMM) or trident's own AMX GEMM for bf16
- * (cpu_gemm_amx_avx512.c). Which one runs a call is measured per shape class on
+ * OpenBLAS is built without its bf16 GEMM) or trident's own bf16 GEMM on AMX tiles
+ * or AVX512-BF16 dot products (cpu_gemm_bf16_avx512.c). Which one runs a call is measured per shape class on
  * the machine that runs (cpu_gemm_select.c), because no library is fastest
  * everywhere (bench/RESULTS.md): at the GPT-2 124M shapes OpenBLAS fp32 ran up to
  * 2x oneDNN 2.6 where oneDNN falls back to slow kernels (n = 3072, transposed A)
@@ -9,7 +9,7 @@
  * (issue #14); with AMX, trident's bf16 GEMM is 1.3-1.4x oneDNN 2.6's brgemm on
  * the weight gradients and up to 3x on the lm_head products, within 10% of it on
  * the small attention projection. Calls made from inside parallel regions (the
- * attention's fallback) take the default library, never the AMX GEMM.
+ * attention's fallback) take the default library, never trident's bf16 GEMM.
  *
  * oneDNN primitives are created once per distinct (shape, strides, dtypes,
  * alpha, beta, bias?) and cached; each thread has its own stream and scratchpad,
@@ -24,18 +24,20 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "device/cpu/cpu_gemm.h"
-#include "device/cpu/cpu_gemm_amx.h"
+#include "device/cpu/cpu_gemm_bf16.h"
 #include "device/cpu/cpu_kernels.h"
 
 /* ---------------------------------------------------------------- libraries */
 
-static const char *const k_library_names[TD_GEMM_LIBRARIES] = {"onednn", "openblas", "amx"};
+static const char *const k_library_names[TD_GEMM_LIBRARIES] = {"onednn", "openblas", "amx",
+                                                                  "avx512bf16"};
 
 int td_cpu_gemm_library_serves(td_gemm_library lib, td_dtype ab_dtype) {
   switch (lib) {
     case TD_GEMM_ONEDNN: return ab_dtype == TD_F32 || ab_dtype == TD_BF16;
     case TD_GEMM_OPENBLAS: return ab_dtype == TD_F32;
     case TD_GEMM_AMX: return ab_dtype == TD_BF16 && td_cpu_gemm_amx_usable();
+    case TD_GEMM_DPBF16: return ab_dtype == TD_BF16 && td_cpu_gemm_dpbf16_usable();
     default: return 0;
   }
 }
@@ -241,9 +243,10 @@ static void check_desc(const td_matmul_desc *g) {
 void td_cpu_gemm_with(const td_matmul_desc *g, td_gemm_library lib) {
   check_desc(g);
   if (!td_cpu_gemm_library_serves(lib, g->ab_dtype)) lib = TD_GEMM_ONEDNN;
-  if (lib == TD_GEMM_AMX && !omp_in_parallel() &&
-      (g->c_dtype == TD_F32 || g->k <= TD_GEMM_AMX_KMAX))
-    td_cpu_gemm_amx(g);
+  const int own_bf16 = (lib == TD_GEMM_AMX || lib == TD_GEMM_DPBF16) && !omp_in_parallel() &&
+                       (g->c_dtype == TD_F32 || g->k <= TD_GEMM_BF16_KMAX);
+  if (own_bf16)
+    (lib == TD_GEMM_AMX ? td_cpu_gemm_amx : td_cpu_gemm_dpbf16)(g);
   else if (lib == TD_GEMM_OPENBLAS)
     gemm_openblas(g);
   else
@@ -254,11 +257,11 @@ void td_cpu_gemm(const td_matmul_desc *g, int threads) {
   check_desc(g);
   /* oneDNN and OpenBLAS run on the calling thread inside a parallel region. Calls
    * made from parallel regions (threads = 1) are not measured (they would time each
-   * other) and take the default; the AMX GEMM keeps shared packing buffers, so they
+   * other) and take the default; trident's bf16 GEMM keeps shared packing buffers, so they
    * go to oneDNN instead, even when the team has one thread and the region is not
    * active: the library, and so the bits, must not depend on the thread count. */
   td_gemm_library lib = threads == 1 ? td_cpu_gemm_library(g->ab_dtype) : td_cpu_gemm_choose(g);
-  if (threads == 1 && lib == TD_GEMM_AMX) lib = TD_GEMM_ONEDNN;
+  if (threads == 1 && (lib == TD_GEMM_AMX || lib == TD_GEMM_DPBF16)) lib = TD_GEMM_ONEDNN;
   td_cpu_gemm_with(g, lib);
 }
 

@@ -7,12 +7,14 @@
 
 #include "device/device.h"
 
-/* TD_GEMM_AMX is trident's own bf16 GEMM on AMX tiles (cpu_gemm_amx.h). */
+/* TD_GEMM_AMX and TD_GEMM_DPBF16 are trident's own bf16 GEMM on AMX tiles and on
+ * AVX512-BF16 dot products (cpu_gemm_bf16.h). */
 typedef enum {
   TD_GEMM_ONEDNN = 0,
   TD_GEMM_OPENBLAS = 1,
   TD_GEMM_AMX = 2,
-  TD_GEMM_LIBRARIES = 3
+  TD_GEMM_DPBF16 = 3,
+  TD_GEMM_LIBRARIES = 4
 } td_gemm_library;
 
 /* The default library for inputs of this dtype: the one TRIDENT_GEMM_FP32 /
@@ -35,11 +37,11 @@ void td_cpu_gemm_describe(char *buf, size_t n);
 void td_cpu_gemm_select_reset(void);
 const char *td_gemm_library_name(td_gemm_library lib);
 /* 1 when lib can run inputs of this dtype here (OpenBLAS: fp32 only; AMX: bf16
- * only, on a CPU with AMX-BF16). */
+ * only, on a CPU with AMX-BF16; AVX512-BF16: bf16 only, on a CPU with it). */
 int td_cpu_gemm_library_serves(td_gemm_library lib, td_dtype ab_dtype);
 /* Run a matmul through a given library (same semantics as ops->matmul). A library
- * that cannot serve the dtype (td_cpu_gemm_library_serves), and AMX inside a
- * parallel region, leave the call to oneDNN. */
+ * that cannot serve the dtype (td_cpu_gemm_library_serves), and trident's bf16 GEMM
+ * inside a parallel region, leave the call to oneDNN. */
 void td_cpu_gemm_with(const td_matmul_desc *desc, td_gemm_library lib);
 
 #endif

@@ -73,8 +73,13 @@ const char *td_gemm_machine(void) {
     char cpu[160];
     cpu_name(cpu, sizeof cpu);
     const dnnl_version_t *v = dnnl_version();
-    snprintf(machine, sizeof machine, "%s | oneDNN %d.%d.%d | %s", cpu, v->major, v->minor,
-             v->patch, openblas_get_config());
+    /* the candidates too: a file measured before a library was added never timed it */
+    char libs[128] = "";
+    for (int l = 0, len = 0; l < TD_GEMM_LIBRARIES && len < (int)sizeof libs; l++)
+      len += snprintf(libs + len, sizeof libs - (size_t)len, "%s%s", l ? " " : "",
+                      td_gemm_library_name((td_gemm_library)l));
+    snprintf(machine, sizeof machine, "%s | oneDNN %d.%d.%d | %s | trident GEMMs %s", cpu,
+             v->major, v->minor, v->patch, openblas_get_config(), libs);
   }
   return machine;
 }

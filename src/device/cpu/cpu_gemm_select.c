@@ -7,8 +7,8 @@
  *
  * On the first call of a class (cpu_gemm_select.h: m, n, k, batch, transposes,
  * dtypes, bias, beta != 0, threads) whose product is at least MIN_FLOPS, each
- * library that can serve it (fp32: oneDNN, OpenBLAS; bf16: oneDNN, and the AMX
- * GEMM where the CPU has AMX) runs the call's own product, reading its A and B
+ * library that can serve it (fp32: oneDNN, OpenBLAS; bf16: oneDNN, and trident's
+ * own on AMX and on AVX512-BF16 where the CPU has them) runs the call's own product, reading its A and B
  * and writing a scratch C (timed_call), in rounds that run each library once in
  * turn (so a burst of load from other processes hits all of them) until each has
  * enough runs that no other process disturbed (time_one); the fastest clean run
@@ -33,7 +33,7 @@
  * Choices go to the cache file (cpu_gemm_cache.c) under a lock on its directory,
  * so later runs, and the ranks of one run, repeat them: results are then
  * reproducible bit for bit; the first run on a machine measures.
- * TRIDENT_GEMM_FP32=onednn|openblas and TRIDENT_GEMM_BF16=onednn|amx force a
+ * TRIDENT_GEMM_FP32=onednn|openblas and TRIDENT_GEMM_BF16=onednn|amx|avx512bf16 force a
  * library (no measurement); "auto" or unset measures. */
 #include <omp.h>
 #include <stdio.h>
@@ -47,7 +47,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "device/cpu/cpu_gemm.h"
-#include "device/cpu/cpu_gemm_amx.h"
+#include "device/cpu/cpu_gemm_bf16.h"
 #include "device/cpu/cpu_gemm_select.h"
 
 #define MIN_FLOPS 4e6  /* below: call overhead decides, not the kernel; the default runs */
@@ -66,7 +66,8 @@
 /* ----------------------------------------------------------------- default */
 
 static const char *const k_env[2] = {"TRIDENT_GEMM_FP32", "TRIDENT_GEMM_BF16"};
-static const char *const k_pretty[TD_GEMM_LIBRARIES] = {"oneDNN", "OpenBLAS", "AMX"};
+static const char *const k_pretty[TD_GEMM_LIBRARIES] = {"oneDNN", "OpenBLAS", "AMX",
+                                                            "AVX512-BF16"};
 static int g_forced[2] = {-2, -2}; /* per dtype: -2 not read yet, -1 measure, else a library */
 
 /* The library forced by the dtype's environment variable, or -1 ("auto" or unset). */
@@ -78,7 +79,7 @@ static int forced_from_env(td_dtype dt) {
         td_cpu_gemm_library_serves((td_gemm_library)lib, dt))
       return lib;
   td_fail("%s='%s' is not known here; expected %s or 'auto'", k_env[dt == TD_BF16], e,
-          dt == TD_F32 ? "'onednn', 'openblas'" : "'onednn', 'amx' (on a CPU with AMX-BF16)");
+          dt == TD_F32 ? "'onednn', 'openblas'" : "'onednn', 'amx' (on a CPU with AMX-BF16), 'avx512bf16' (with AVX512-BF16)");
 }
 
 static int forced_library(td_dtype dt) {
@@ -121,8 +122,10 @@ static int candidates(const td_gemm_class *c, td_gemm_library *out) {
     td_gemm_library lib = i < 0 ? dflt : (td_gemm_library)i;
     if (i >= 0 && lib == dflt) continue;
     if (!td_cpu_gemm_library_serves(lib, (td_dtype)c->ab_dtype)) continue;
-    /* the AMX GEMM leaves a bf16 output deeper than one pass to oneDNN */
-    if (lib == TD_GEMM_AMX && c->c_dtype == TD_BF16 && c->k > TD_GEMM_AMX_KMAX) continue;
+    /* trident's bf16 GEMM leaves a bf16 output deeper than one pass to oneDNN */
+    if ((lib == TD_GEMM_AMX || lib == TD_GEMM_DPBF16) && c->c_dtype == TD_BF16 &&
+        c->k > TD_GEMM_BF16_KMAX)
+      continue;
     out[n++] = lib;
   }
   return n;
@@ -235,14 +238,17 @@ static void read_runs_hook(void) {
   g_runs_hook = e && !strcmp(e, "clean") ? 1 : e && !strcmp(e, "disturbed") ? 0 : -1;
 }
 
-static void log_choice(const td_gemm_choice *ch, const td_gemm_library *cand, double spent,
-                       int disturbed) {
+static void log_choice(const td_gemm_choice *ch, const td_gemm_library *cand, int nc,
+                       double spent, int disturbed) {
   const td_gemm_class *c = &ch->cls;
-  td_debug("GEMM %s m %lld n %lld k %lld ta %d tb %d: %s %.0f us, %s %.0f us at m %lld n %lld k "
-           "%lld (%.1f ms measuring) -> %s%s",
+  char times[256] = "";
+  for (int i = 0, len = 0; i < nc && len < (int)sizeof times; i++)
+    len += snprintf(times + len, sizeof times - (size_t)len, "%s%s %.0f us", i ? ", " : "",
+                    k_pretty[cand[i]], ch->us[cand[i]]);
+  td_debug("GEMM %s m %lld n %lld k %lld ta %d tb %d: %s at m %lld n %lld k %lld (%.1f ms "
+           "measuring) -> %s%s",
            td_dtype_name((td_dtype)c->ab_dtype), (long long)c->m, (long long)c->n,
-           (long long)c->k, c->trans_a, c->trans_b, k_pretty[cand[0]], ch->us[cand[0]],
-           k_pretty[cand[1]], ch->us[cand[1]], (long long)ch->tm, (long long)ch->tn,
+           (long long)c->k, c->trans_a, c->trans_b, times, (long long)ch->tm, (long long)ch->tn,
            (long long)ch->tk, 1e3 * spent, k_pretty[ch->library],
            disturbed ? " (other load disturbed every run: not kept)" : "");
 }
@@ -274,7 +280,7 @@ static void measure(td_gemm_choice *ch, const td_matmul_desc *g, const td_gemm_l
   for (int i = 0; i < nc; i++) disturbed |= ch->us[cand[i]] == 0;
   if (disturbed) /* no clean run of some library: the default, and a later run measures */
     ch->library = (int32_t)cand[0], ch->unsaved = 1;
-  log_choice(ch, cand, spent, disturbed);
+  log_choice(ch, cand, nc, spent, disturbed);
 }
 
 /* ------------------------------------------------------------------ choices */

@@ -38,7 +38,8 @@ void td_cpu_gemm_prepare(const td_matmul_desc *g, td_gemm_library lib);
  * td_gemm_cache_reset). */
 const char *td_gemm_cache_path(void);
 /* The CPU (cpuid brand string, family, model, stepping) and the libraries'
- * versions (oneDNN, OpenBLAS's build string with the core it chose): a file
+ * versions (oneDNN, OpenBLAS's build string with the core it chose) and the
+ * names of the libraries measured (a library added since was never timed): a file
  * measured under another string is ignored. */
 const char *td_gemm_machine(void);
 

@@ -1,20 +1,26 @@
-/* bf16 GEMM on AMX tiles (TDPBF16PS, fp32 accumulation), Goto-style:
+/* trident's own bf16 GEMMs (cpu_gemm_bf16.h), Goto-style, fp32 accumulation:
  *
  *   A (m x k) is packed once per call into 16 x 32 tiles (1 KiB each, rows of 64
  *   bytes): tile (g, kb) holds rows 16g..16g+15, columns 32kb..32kb+31, at
  *   A_p + (g KB + kb) 512 elements (KB = k / 32, padded). Transposed A (the weight
  *   gradient's dY^T) is transposed while packing.
- *   B (k x n) is packed per thread, one block of NC columns at a time, into AMX's
+ *   B (k x n) is packed per thread, one block of NC columns at a time, into the
  *   pair layout: for each 16-column panel, row p holds (B[2p][j], B[2p+1][j]) for
  *   its 16 columns j, so tile (panel, kb) is 16 rows of 64 bytes, contiguous.
- *   The microkernel computes a 32 x 32 block of C in tiles 0-3 from two A tiles
- *   (4, 5) and two B tiles (6, 7) per 32-deep step, over KC-deep chunks of k, the
- *   accumulators going through a per-thread fp32 buffer between chunks; an AVX-512
- *   epilogue then writes alpha acc + beta C + bias as fp32 or bf16.
+ *   A 32 x 32 block of C is computed from two A tiles and two B panels per
+ *   32-deep step, over KC-deep chunks of k, the accumulators going through a
+ *   per-thread fp32 buffer between chunks; an AVX-512 epilogue then writes
+ *   alpha acc + beta C + bias as fp32 or bf16. The block's inner kernel is one of:
+ *     AMX          tiles 0-3 hold the block, 4-5 the A tiles, 6-7 the B tiles;
+ *     AVX512-BF16  four 8-row strips, each 8 x 32 fp32 in 16 zmm registers over
+ *                  the whole chunk: per pair of k, two 16-word loads of B and one
+ *                  broadcast word (A[i][2p], A[i][2p+1]) per row, 16 VDPBF16PS.
+ *                  A tile row is exactly such a run of words, so both kernels read
+ *                  the same packs.
  *
  * Threads split the columns of C (whole 32-column blocks; the rows when there are
  * fewer blocks than threads); each packs only the B blocks it uses. Every output
- * element is one chain of tile products in k order, whatever the split, so results
+ * element is one chain of products in k order, whatever the split, so results
  * do not depend on the number of threads. k beyond KMAX is cut into passes of
  * KMAX accumulated through C (which must then be fp32).
  *
@@ -27,7 +33,7 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "device/cpu/cpu_ew_avx512_math.h"
-#include "device/cpu/cpu_gemm_amx.h"
+#include "device/cpu/cpu_gemm_bf16.h"
 #include "device/cpu/cpu_isa.h"
 
 #define AMX_FN __attribute__((target("amx-tile,amx-bf16")))
@@ -40,7 +46,7 @@ enum {
   KC = 256,               /* k chunk of the microkernel: A chunk 16 KiB, B chunk 16 KiB */
   B_BLOCK_BYTES = 1 << 20 /* packed B block per thread, about half of L2 */
 };
-#define KMAX TD_GEMM_AMX_KMAX
+#define KMAX TD_GEMM_BF16_KMAX
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -48,6 +54,10 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* ------------------------------------------------------------ availability */
 
 int td_cpu_gemm_amx_usable(void) { return td_cpu_amx_usable(); }
+
+int td_cpu_gemm_dpbf16_usable(void) {
+  return td_cpu_isa_get() == TD_ISA_AVX512 && td_cpu_has_avx512_bf16();
+}
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -186,11 +196,15 @@ static void pack_b_cols(uint16_t *dst, const uint16_t *b, int64_t ldb, int64_t n
 
 /* Where the A tiles of a 32-row block live: packed tiles (1 KiB apart per step,
  * rows 64 bytes apart), or A itself when it is row-major with k a multiple of 32
- * (rows lda apart, 32 elements per step). */
+ * (rows lda apart, 32 elements per step). The AVX512-BF16 kernel also reads a
+ * transposed A packed in B's pair layout (pack_b_rows: row i of a 16-row group is
+ * word i of each pair row), which needs no transposes to pack. Word (row r, pair
+ * w, step kb) of a 16-row group is at t + r row + w pair + kb step elements. */
 typedef struct {
   const uint16_t *t0, *t1; /* the tiles of rows 0-15 and 16-31 at step 0 */
-  int64_t stride;          /* bytes between tile rows */
+  int64_t stride;          /* bytes between tile rows (AMX) */
   int64_t step;            /* elements between consecutive k steps */
+  int64_t row, pair;       /* elements between rows, between pairs of k */
 } a_tiles;
 
 /* acc[32 x 32] (+)= A block times two B panels (at b0, b0 + b_panel; 512 elements
@@ -296,6 +310,8 @@ typedef struct {
   int64_t direct_groups;             /* groups read from A itself (the rest are packed) */
   int64_t nc;                        /* columns per packed B block */
   int transpose_c;                   /* g is the transposed problem: write C^T */
+  int amx;                           /* the inner kernel: AMX tiles, else AVX512-BF16 */
+  int a_pairs;                       /* A is packed in the pair layout (AVX512-BF16, trans_a) */
 } pass;
 
 /* The A tiles of the 32-row block at row i. */
@@ -303,13 +319,104 @@ static a_tiles a_block(const pass *s, int64_t i) {
   a_tiles t;
   if (i / 16 < s->direct_groups) {
     t.t0 = s->a + i * s->g->lda, t.t1 = t.t0 + 16 * s->g->lda;
-    t.stride = s->g->lda * 2, t.step = 32;
+    t.stride = s->g->lda * 2, t.step = 32, t.row = s->g->lda, t.pair = 2;
   } else {
     t.t0 = g_apack + (i / 16 - s->direct_groups) * s->kb_count * 512;
     t.t1 = t.t0 + s->kb_count * 512;
-    t.stride = 64, t.step = 512;
+    t.stride = 64, t.step = 512, t.row = 32, t.pair = 2;
+    if (s->a_pairs) t.stride = 0, t.row = 2, t.pair = 32;
   }
   return t;
+}
+
+/* One 32-bit word of A (a pair of bf16 along k), read where bf16 is stored. */
+typedef int32_t __attribute__((may_alias, aligned(2))) word_alias;
+
+/* Where an 8 x 32 strip of accumulators goes: rows [0, rows) and columns [0, cols)
+ * of C at c (row 0, column 0 of the strip; the epilogue's alpha, beta, bias, dtype
+ * folded in), or, for a transposed pass, the per-thread buffer (acc, acc_ld floats
+ * apart) that epilogue_transposed then writes. */
+typedef struct {
+  const td_matmul_desc *g;
+  char *c;           /* NULL: write acc */
+  const float *bias; /* at column 0 of the strip, or NULL */
+  int64_t rows, cols;
+  float *acc;
+  int64_t acc_ld;
+} strip_out;
+
+/* Strip rows 0-7 = A rows (word (r, w, kb) at a + r a_row + w a_pair + kb a_step
+ * elements) times two B panels over every step of k, kept in 16 zmm registers and then
+ * written once (no accumulator round trips between k chunks: B comes from L2). */
+static inline __attribute__((always_inline)) void dp_strip8(const uint16_t *a, int64_t a_row,
+                                                            int64_t a_pair, int64_t a_step,
+                                                            const uint16_t *b0,
+                                                            const uint16_t *b1, int64_t kb_count,
+                                                            const strip_out *o) {
+  __m512 c[8][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; r++) c[r][0] = c[r][1] = _mm512_setzero_ps();
+  for (int64_t kb = 0; kb < kb_count; kb++) {
+    const uint16_t *ak = a + kb * a_step, *bk0 = b0 + kb * 512, *bk1 = b1 + kb * 512;
+#pragma GCC unroll 4
+    for (int w = 0; w < 16; w++) {
+      const __m512bh v0 = (__m512bh)_mm512_load_si512(bk0 + w * 32);
+      const __m512bh v1 = (__m512bh)_mm512_load_si512(bk1 + w * 32);
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; r++) {
+        const __m512bh x =
+            (__m512bh)_mm512_set1_epi32(*(const word_alias *)(ak + r * a_row + w * a_pair));
+        c[r][0] = _mm512_dpbf16_ps(c[r][0], x, v0);
+        c[r][1] = _mm512_dpbf16_ps(c[r][1], x, v1);
+      }
+    }
+  }
+  if (!o->c) {
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) {
+      _mm512_store_ps(o->acc + r * o->acc_ld, c[r][0]);
+      _mm512_store_ps(o->acc + r * o->acc_ld + 16, c[r][1]);
+    }
+    return;
+  }
+  const td_matmul_desc *g = o->g;
+  const size_t es = g->c_dtype == TD_BF16 ? 2 : 4;
+  const __mmask16 m0 = v_mask(o->cols), m1 = o->cols > 16 ? v_mask(o->cols - 16) : 0;
+  __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
+  if (o->bias) bias0 = _mm512_maskz_loadu_ps(m0, o->bias), bias1 = _mm512_maskz_loadu_ps(m1, o->bias + 16);
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; r++) {
+    if (r >= o->rows) break;
+    char *crow = o->c + (size_t)(r * g->ldc) * es;
+    __m512 v0 = _mm512_fmadd_ps(V1(g->alpha), c[r][0], bias0);
+    __m512 v1 = _mm512_fmadd_ps(V1(g->alpha), c[r][1], bias1);
+    if (g->beta != 0.0f) {
+      v0 = _mm512_fmadd_ps(V1(g->beta), _mm512_maskz_loadu_ps(m0, crow), v0);
+      v1 = _mm512_fmadd_ps(V1(g->beta), _mm512_maskz_loadu_ps(m1, crow + 64), v1);
+    }
+    v_store_f32_or_bf16(crow, g->c_dtype, 0, v0, m0);
+    v_store_f32_or_bf16(crow, g->c_dtype, 16, v1, m1);
+  }
+}
+
+/* The 32 x 32 block of C at (i, j) (j: column of B panel b0 in C) from the A tiles
+ * at and the B panels b0, b0 + b_panel, as four strips on AVX512-BF16 dot products;
+ * a transposed pass leaves it in acc (acc_ld floats apart) for epilogue_transposed. */
+static void dp_32x32(const pass *s, const a_tiles *at, int64_t i, int64_t j, const uint16_t *b0,
+                     int64_t b_panel, float *acc, int64_t acc_ld) {
+  const td_matmul_desc *g = s->g;
+  const int64_t es = g->c_dtype == TD_BF16 ? 2 : 4;
+  for (int q = 0; q < 4; q++) {
+    const uint16_t *a = (q < 2 ? at->t0 : at->t1) + (q % 2) * 8 * at->row;
+    strip_out o = {.g = g, .rows = g->m - i - 8 * q, .cols = g->n - j};
+    if (o.rows <= 0) break;
+    if (s->transpose_c)
+      o.acc = acc + q * 8 * acc_ld, o.acc_ld = acc_ld;
+    else
+      o.c = (char *)s->c + (size_t)((i + 8 * q) * g->ldc + j) * (size_t)es,
+      o.bias = g->bias ? g->bias + j : NULL;
+    dp_strip8(a, at->row, at->pair, at->step, b0, b0 + b_panel, s->kb_count, &o);
+  }
 }
 
 /* Columns [j0, j1) of rows [i0, i1) (i0, j0 multiples of 32) by this thread. */
@@ -318,7 +425,7 @@ AMX_FN static void compute_range(const pass *s, int64_t i0, int64_t i1, int64_t 
   const int64_t kpad = s->kpad, acc_ld = s->nc + 16; /* +64 bytes: rows 4 KiB apart alias */
   t_bpack = grow(t_bpack, &t_bpack_bytes, (size_t)(kpad * s->nc) * 2);
   t_acc = grow(t_acc, &t_acc_bytes, (size_t)(32 * acc_ld) * 4);
-  tiles_configure();
+  if (s->amx) tiles_configure();
   for (int64_t jb = j0; jb < j1; jb += s->nc) {
     int64_t cols = min64(s->nc, j1 - jb), panels = round_up(cols, 32) / 16;
     if (g->trans_b)
@@ -328,17 +435,23 @@ AMX_FN static void compute_range(const pass *s, int64_t i0, int64_t i1, int64_t 
       pack_b_rows(t_bpack, s->b, g->ldb, g->n, s->k, kpad, jb, panels);
     for (int64_t i = i0; i < i1; i += 32) {
       a_tiles at = a_block(s, i);
-      for (int64_t kb0 = 0; kb0 < s->kb_count; kb0 += KC / 32) {
-        int64_t kb1 = min64(s->kb_count, kb0 + KC / 32);
+      if (s->amx)
+        for (int64_t kb0 = 0; kb0 < s->kb_count; kb0 += KC / 32) {
+          int64_t kb1 = min64(s->kb_count, kb0 + KC / 32);
+          for (int64_t q = 0; q < panels; q += 2)
+            micro_32x32(&at, t_bpack + q * kpad * 16, kpad * 16, kb0, kb1, t_acc + q * 16,
+                        acc_ld * 4, kb0 > 0);
+        }
+      else
         for (int64_t q = 0; q < panels; q += 2)
-          micro_32x32(&at, t_bpack + q * kpad * 16, kpad * 16, kb0, kb1, t_acc + q * 16, acc_ld * 4,
-                      kb0 > 0);
-      }
-      (s->transpose_c ? epilogue_transposed : epilogue)(g, s->c, i, jb, min64(32, g->m - i),
-                                                        min64(cols, g->n - jb), t_acc, acc_ld);
+          dp_32x32(s, &at, i, jb + q * 16, t_bpack + q * kpad * 16, kpad * 16, t_acc + q * 16,
+                   acc_ld);
+      if (s->amx || s->transpose_c)
+        (s->transpose_c ? epilogue_transposed : epilogue)(g, s->c, i, jb, min64(32, g->m - i),
+                                                          min64(cols, g->n - jb), t_acc, acc_ld);
     }
   }
-  _tile_release();
+  if (s->amx) _tile_release();
 }
 
 static void run_pass(const pass *s) {
@@ -349,7 +462,9 @@ static void run_pass(const pass *s) {
     int64_t packed = s->groups - s->direct_groups;
     int64_t g0 = s->direct_groups + packed * t / nt, g1 = s->direct_groups + packed * (t + 1) / nt;
     uint16_t *dst = g_apack + (g0 - s->direct_groups) * s->kb_count * 512;
-    if (g->trans_a)
+    if (s->a_pairs)
+      pack_b_rows(dst, s->a, g->lda, g->m, s->k, s->kpad, g0 * 16, g1 - g0);
+    else if (g->trans_a)
       pack_a_cols(dst, s->a, g->lda, g->m, s->k, g0, g1, s->kb_count);
     else
       for (int64_t q = g0; q < g1; q++)
@@ -369,11 +484,14 @@ static void run_pass(const pass *s) {
 /* One batch item: k cut into passes of at most KMAX, each accumulating into C
  * (the first with the caller's beta and bias, the later ones with beta = 1).
  * A weight gradient (transposed A, plain B: both operands k-major) packs its A
- * with transposes; when n < m it is cheaper to compute C^T = B^T A, whose packed
- * A is the smaller B^T, and write C^T transposed (no bias: it would be per row). */
-static void gemm_one(const td_matmul_desc *g, const uint16_t *a, const uint16_t *b, void *c) {
+ * with transposes for AMX tiles; when n < m it is cheaper to compute C^T = B^T A,
+ * whose packed A is the smaller B^T, and write C^T transposed (no bias: it would be
+ * per row). The AVX512-BF16 kernel packs a transposed A in the pair layout instead,
+ * as cheap to pack as B. */
+static void gemm_one(const td_matmul_desc *g, const uint16_t *a, const uint16_t *b, void *c,
+                     int amx) {
   td_matmul_desc piece = *g;
-  int transpose_c = g->trans_a && !g->trans_b && !g->bias && g->n < g->m;
+  int transpose_c = amx && g->trans_a && !g->trans_b && !g->bias && g->n < g->m;
   if (transpose_c) {
     const uint16_t *t = a;
     a = b, b = t;
@@ -381,7 +499,8 @@ static void gemm_one(const td_matmul_desc *g, const uint16_t *a, const uint16_t 
     piece.lda = g->ldb, piece.ldb = g->lda;
   }
   for (int64_t p0 = 0; p0 < piece.k; p0 += KMAX) {
-    pass s = {.g = &piece, .c = c, .transpose_c = transpose_c};
+    pass s = {.g = &piece, .c = c, .transpose_c = transpose_c, .amx = amx};
+    s.a_pairs = !amx && piece.trans_a;
     s.k = min64(KMAX, piece.k - p0);
     s.kpad = round_up(s.k, 32), s.kb_count = s.kpad / 32;
     s.groups = round_up(piece.m, 32) / 16;
@@ -399,12 +518,16 @@ static void gemm_one(const td_matmul_desc *g, const uint16_t *a, const uint16_t 
   }
 }
 
-void td_cpu_gemm_amx(const td_matmul_desc *g) {
-  TD_CHECK(g->ab_dtype == TD_BF16, "the AMX GEMM takes bf16 inputs");
+static void gemm_bf16(const td_matmul_desc *g, int amx) {
+  TD_CHECK(g->ab_dtype == TD_BF16, "trident's bf16 GEMM takes bf16 inputs");
   TD_CHECK(g->k <= KMAX || g->c_dtype == TD_F32,
-           "the AMX GEMM accumulates k > %d through C, which must be fp32", KMAX);
+           "trident's bf16 GEMM accumulates k > %d through C, which must be fp32", KMAX);
   size_t es = g->c_dtype == TD_BF16 ? 2 : 4;
   for (int64_t q = 0; q < g->batch; q++)
     gemm_one(g, (const uint16_t *)g->a + q * g->stride_a, (const uint16_t *)g->b + q * g->stride_b,
-             (char *)g->c + (size_t)(q * g->stride_c) * es);
+             (char *)g->c + (size_t)(q * g->stride_c) * es, amx);
 }
+
+void td_cpu_gemm_amx(const td_matmul_desc *g) { gemm_bf16(g, 1); }
+
+void td_cpu_gemm_dpbf16(const td_matmul_desc *g) { gemm_bf16(g, 0); }
