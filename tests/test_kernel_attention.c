@@ -3,7 +3,8 @@
  * of the query blocks), fp32 and bf16, with and without dropout (the reference
  * applies the keep rule of cpu_attention.h; its backward takes the out the
  * kernel wrote, as the kernel does), through each path the CPU has (the
- * per-head AVX-512 / AMX kernels, and td_cpu_gemm with the row kernels); the
+ * per-head kernels: AVX-512 FMA for fp32, AMX and AVX512-BF16 for bf16; and
+ * td_cpu_gemm with the row kernels); the
  * reference backward against central finite differences of the reference
  * forward; bitwise identical results with 1 and 2 threads; the dropout random
  * words of both ISA paths against td_rng_u32. */
@@ -311,11 +312,19 @@ int main(void) {
                                       {1, 300, 2, 64}, {1, 33, 2, 80}};
   uint64_t stream = 100;
   /* with the avx512 ISA: the default choice (per-head kernels where the CPU has
-   * them), then td_cpu_gemm forced; generic: td_cpu_gemm only */
-  const int paths = td_cpu_isa_get() == TD_ISA_AVX512 ? 2 : 1;
+   * them), the per-head kernels without AMX where the default uses AMX, then
+   * td_cpu_gemm forced; generic: td_cpu_gemm only */
+  int modes[3], paths = 0;
+  if (td_cpu_isa_get() == TD_ISA_AVX512) {
+    modes[paths++] = TD_ATTN_USE_DEFAULT;
+    if (td_cpu_amx_usable()) modes[paths++] = TD_ATTN_USE_NO_AMX;
+  }
+  modes[paths++] = TD_ATTN_USE_GEMM;
   for (int path = 0; path < paths; path++) {
-    td_cpu_attention_use_kernels(paths == 2 && path == 0);
-    g_path = paths == 2 && path == 0 ? "default" : "td_cpu_gemm";
+    td_cpu_attention_use_kernels(modes[path]);
+    g_path = modes[path] == TD_ATTN_USE_DEFAULT  ? "default"
+             : modes[path] == TD_ATTN_USE_NO_AMX ? "no-AMX"
+                                                 : "td_cpu_gemm";
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
       for (int dt = 0; dt < 2; dt++)
         for (int drop = 0; drop < 2; drop++) {

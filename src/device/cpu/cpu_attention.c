@@ -105,29 +105,33 @@ static row_kernels row_kernels_get(void) {
                        td_attn_softmax_bwd_row_generic};
 }
 
-/* The per-head kernels (AMX for bf16, AVX-512 FMA for fp32), or NULLs: the
- * td_cpu_gemm path. AMX needs the CPU's AMX-BF16 and AVX512-BF16, and Linux to
- * grant the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). */
+/* The per-head kernels (AMX, else AVX512-BF16 dot products for bf16; AVX-512 FMA
+ * for fp32), or NULLs: the td_cpu_gemm path. AMX needs the CPU's AMX-BF16 and
+ * AVX512-BF16, and Linux to grant the tile data state (arch_prctl
+ * ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). */
 typedef struct {
   size_t (*scratch_bytes)(int64_t T, int64_t D, int backward);
   void (*forward)(const td_attention_desc *, int64_t, td_attn_dropout, void *);
   void (*backward)(const td_attention_desc *, int64_t, td_attn_dropout, void *);
 } head_kernels;
 
-static int g_head_kernels = 1;
+static int g_head_kernels = TD_ATTN_USE_DEFAULT;
 
-void td_cpu_attention_use_kernels(int enable) { g_head_kernels = enable != 0; }
+void td_cpu_attention_use_kernels(int mode) { g_head_kernels = mode; }
 
 
 static head_kernels head_kernels_get(td_dtype dt) {
   head_kernels none = {NULL, NULL, NULL};
-  if (!g_head_kernels || td_cpu_isa_get() != TD_ISA_AVX512) return none;
+  if (g_head_kernels == TD_ATTN_USE_GEMM || td_cpu_isa_get() != TD_ISA_AVX512) return none;
   if (dt == TD_F32)
     return (head_kernels){td_attn_f32_scratch_bytes, td_attn_f32_forward_head,
                           td_attn_f32_backward_head};
-  if (td_cpu_amx_usable())
-    return (head_kernels){td_attn_amx_scratch_bytes, td_attn_amx_forward_head,
+  if (g_head_kernels != TD_ATTN_USE_NO_AMX && td_cpu_amx_usable())
+    return (head_kernels){td_attn_bf16_scratch_bytes, td_attn_amx_forward_head,
                           td_attn_amx_backward_head};
+  if (td_cpu_has_avx512_bf16())
+    return (head_kernels){td_attn_bf16_scratch_bytes, td_attn_dpbf16_forward_head,
+                          td_attn_dpbf16_backward_head};
   return none;
 }
 

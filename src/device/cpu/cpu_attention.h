@@ -12,13 +12,13 @@
  * Scratch is O(block * T + T * D) per thread, reused across calls.
  * Three implementations of it:
  *   - per-head kernels (the avx512 ISA): fp32 on our own AVX-512 FMA GEMM
- *     (cpu_attention_f32_avx512.c), bf16 on our own AMX tile GEMM
- *     (cpu_attention_amx_avx512.c; needs AMX-BF16, AVX512-BF16 and the OS's
- *     grant of the tile state), operands packed once per head, one OpenMP task
- *     per (batch, head);
+ *     (cpu_attention_f32_avx512.c), bf16 on our own GEMM on AMX tiles (needs
+ *     AMX-BF16, AVX512-BF16 and the OS's grant of the tile state), else on
+ *     AVX512-BF16 dot products (cpu_attention_bf16_avx512.c), operands packed
+ *     once per head, one OpenMP task per (batch, head);
  *   - td_cpu_gemm (a library GEMM, single-threaded per task) on strided blocks
  *     with the row kernels below, AVX-512 or portable C (cpu_attention.c): bf16
- *     without AMX, and everything with TRIDENT_CPU_ISA=generic.
+ *     on a CPU without AVX512-BF16, and everything with TRIDENT_CPU_ISA=generic.
  * Every task computes its outputs alone in a fixed order, so results do not
  * depend on the number of threads. Bench FLOPs: td_cpu_attention_flops.
  *
@@ -35,9 +35,9 @@
 
 #include "device/device.h"
 
-/* Query rows per block: library-GEMM path, AMX and fp32 AVX-512 paths (multiples of 32). */
+/* Query rows per block: library-GEMM path, bf16 and fp32 per-head paths (multiples of 32). */
 #define TD_ATTN_BQ 128
-#define TD_ATTN_AMX_BQ 64
+#define TD_ATTN_BF16_BQ 64
 #define TD_ATTN_F32_BQ 64
 
 /* FLOPs of one call, FlashAttention's convention: forward = two GEMMs of
@@ -45,10 +45,13 @@
  * forward (five GEMMs, one of them the recompute of S). */
 double td_cpu_attention_flops(const td_attention_desc *desc, int backward);
 
-/* enable = 0 forces the td_cpu_gemm implementation even where the per-head
- * kernels run (tests and benchmarks compare the two); 1 (the default) restores
+/* Which implementation runs (tests compare them): TD_ATTN_USE_GEMM forces the
+ * td_cpu_gemm implementation even where the per-head kernels run,
+ * TD_ATTN_USE_NO_AMX the per-head kernels without AMX (bf16 on AVX512-BF16 dot
+ * products where the CPU has them), TD_ATTN_USE_DEFAULT (the default) restores
  * the choice above. Not thread-safe: call between attention calls. */
-void td_cpu_attention_use_kernels(int enable);
+enum { TD_ATTN_USE_GEMM = 0, TD_ATTN_USE_DEFAULT = 1, TD_ATTN_USE_NO_AMX = 2 };
+void td_cpu_attention_use_kernels(int mode);
 
 /* Dropout parameters of one call: thr as in the keep rule above (0: no dropout),
  * keep_scale = 1/(1 - p). */
@@ -98,13 +101,18 @@ void td_attn_softmax_bwd_row_avx512(const float *s, const float *dp, int64_t nva
                                     float lse, float di, void *p_out, void *ds_out,
                                     td_dtype p_dtype);
 
-/* AMX path, one head bh = b*H + h per call, bf16 desc; scratch of
- * td_attn_amx_scratch_bytes(T, D, backward) bytes, 64-byte aligned. */
-size_t td_attn_amx_scratch_bytes(int64_t T, int64_t D, int backward);
+/* bf16 per-head paths (cpu_attention_bf16_avx512.c), one head bh = b*H + h per call,
+ * bf16 desc; scratch of td_attn_bf16_scratch_bytes(T, D, backward) bytes, 64-byte
+ * aligned. amx: AMX tiles; dpbf16: AVX512-BF16 dot products. */
+size_t td_attn_bf16_scratch_bytes(int64_t T, int64_t D, int backward);
 void td_attn_amx_forward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
                               void *scratch);
 void td_attn_amx_backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
                                void *scratch);
+void td_attn_dpbf16_forward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                                 void *scratch);
+void td_attn_dpbf16_backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                                  void *scratch);
 
 /* fp32 AVX-512 path (cpu_attention_f32_avx512.c), same contract, fp32 desc. */
 size_t td_attn_f32_scratch_bytes(int64_t T, int64_t D, int backward);

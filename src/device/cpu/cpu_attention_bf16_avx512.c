@@ -1,13 +1,18 @@
-/* bf16 attention on AMX tiles (TDPBF16PS), one (batch, head) per call; the
- * algorithm is cpu_attention.h's with our own tile GEMM instead of the library's
- * (oneDNN 2.6 only runs AMX on dense operands, and attention's are strided).
- * Needs AMX-BF16 and AVX512-BF16 (vcvtne2ps2bf16: round to nearest even).
+/* bf16 attention, one (batch, head) per call; the algorithm is cpu_attention.h's
+ * with our own GEMM instead of the library's (oneDNN 2.6 only runs AMX on dense
+ * operands, and attention's are strided; through oneDNN per block the heads ran at
+ * a third of the GEMM rate on AVX512-BF16). Two GEMMs of one contract:
+ *   AMX          tiles (TDPBF16PS), blocked 32 x 32 (4 C tiles, 2 A, 2 B); needs
+ *                AMX-BF16 and the OS's grant of the tile state;
+ *   AVX512-BF16  dot products (VDPBF16PS), 8 x 32 strips of C in 16 zmm registers:
+ *                per pair of k, two loads of B and a broadcast word of A per row.
+ * Both need AVX512-BF16 (vcvtne2ps2bf16: round to nearest even).
  *
- * Tile GEMM: C[M x N] fp32 (+)= A[M x K] B with A bf16 row-major and B in AMX's
+ * GEMM: C[M x N] fp32 (+)= A[M x K] B with A bf16 row-major and B in the
  * pair layout ("VNNI": row p holds, for each column n, the pair B[2p][n],
- * B[2p+1][n]), blocked 32 x 32 (4 C tiles, 2 A, 2 B). M, N, K are multiples of
- * 32: T and D are padded with zeros to Tp, Dp (multiples of 32). Per head the
- * operands are packed once (bf16, Tp x Dp each):
+ * B[2p+1][n]). M, N, K are multiples of 32: T and D are padded with zeros to
+ * Tp, Dp (multiples of 32). Per head the operands are packed once (bf16, Tp x Dp
+ * each):
  *   Qp, dOp   row-major (A of S = Q K^T, dP' = dO V^T)
  *   KTv, VTv  pair layout of K^T, V^T: row p = (K[t][2p], K[t][2p+1]) for all t
  *             (B of S and dP'; a 32-bit transpose of K viewed as Tp x Dp/2)
@@ -32,7 +37,7 @@
 #include "device/cpu/cpu_attention_avx512.h"
 
 #define AMX_FN __attribute__((target("amx-tile,amx-bf16")))
-#define BQ TD_ATTN_AMX_BQ
+#define BQ TD_ATTN_BF16_BQ
 
 /* The intrinsics' tile loads do not tell the compiler they read memory. */
 #define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
@@ -96,6 +101,47 @@ AMX_FN static void tile_gemm(int64_t M, int64_t N, int64_t K, const void *A, int
       _tile_stored(3, c + 16 * ldc + 64, ldc);
     }
 }
+
+/* One 32-bit word of A (a pair of bf16 along k), read where bf16 is stored. */
+typedef int32_t __attribute__((may_alias, aligned(2))) word_alias;
+
+/* tile_gemm's contract on AVX512-BF16 dot products: 8 x 32 strips of C over the
+ * whole K, column blocks outer (B's 32 columns, K/2 rows of 128 bytes, stay in L1
+ * or L2 for every strip). */
+static void dp_gemm(int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, const void *B,
+                    int64_t ldb, float *C, int64_t ldc, int accumulate) {
+  for (int64_t j = 0; j < N; j += 32)
+    for (int64_t i = 0; i < M; i += 8) {
+      const char *a = (const char *)A + i * lda, *b = (const char *)B + j * 4;
+      char *c = (char *)C + i * ldc + j * 4;
+      __m512 acc[8][2];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; r++) {
+        acc[r][0] = accumulate ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
+        acc[r][1] = accumulate ? _mm512_loadu_ps(c + r * ldc + 64) : _mm512_setzero_ps();
+      }
+#pragma GCC unroll 2
+      for (int64_t p = 0; p < K / 2; p++) {
+        const __m512bh v0 = (__m512bh)_mm512_loadu_si512(b + p * ldb);
+        const __m512bh v1 = (__m512bh)_mm512_loadu_si512(b + p * ldb + 64);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+          const __m512bh x =
+              (__m512bh)_mm512_set1_epi32(*(const word_alias *)(a + r * lda + p * 4));
+          acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, v0);
+          acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, v1);
+        }
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; r++) {
+        _mm512_storeu_ps(c + r * ldc, acc[r][0]);
+        _mm512_storeu_ps(c + r * ldc + 64, acc[r][1]);
+      }
+    }
+}
+
+typedef void (*gemm_fn)(int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, const void *B,
+                        int64_t ldb, float *C, int64_t ldc, int accumulate);
 
 /* ---------------------------------------------------------------- packing */
 
@@ -274,7 +320,7 @@ typedef struct {
   uint16_t *Qp, *KTv, *Vv, *Kv, *VTv, *dOp, *QT, *dOT, *P, *dS, *Pv, *dSv;
   float *S, *dP, *Ob, *dKT, *dVT, *rowm, *rowl, *di;
   uint32_t *rng0, *rng1;
-} amx_bufs;
+} bf16_bufs;
 
 static void *take(char *base, size_t *off, size_t bytes) {
   void *p = base ? base + *off : NULL;
@@ -283,7 +329,7 @@ static void *take(char *base, size_t *off, size_t bytes) {
 }
 
 /* Carve the scratch (base NULL: only count); returns its size. */
-static size_t layout(amx_bufs *b, char *base, int64_t Tp, int64_t Dp, int backward) {
+static size_t layout(bf16_bufs *b, char *base, int64_t Tp, int64_t Dp, int backward) {
   memset(b, 0, sizeof *b);
   b->Tp = Tp, b->Dp = Dp, b->p32 = Tp + 16, b->p16 = Tp + 32;
   const size_t pk = (size_t)(Tp * Dp) * 2;
@@ -319,28 +365,27 @@ static size_t layout(amx_bufs *b, char *base, int64_t Tp, int64_t Dp, int backwa
   return off;
 }
 
-size_t td_attn_amx_scratch_bytes(int64_t T, int64_t D, int backward) {
-  amx_bufs b;
+size_t td_attn_bf16_scratch_bytes(int64_t T, int64_t D, int backward) {
+  bf16_bufs b;
   return layout(&b, NULL, round32(T), round32(D), backward);
 }
 
 /* ------------------------------------------------------------------ heads */
 
-AMX_FN void td_attn_amx_forward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
-                                     void *scratch) {
+static void forward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                         void *scratch, gemm_fn gemm) {
   const td_attn_head e = td_attn_head_of(a, bh);
   const int64_t T = e.T, D = e.D, ld = 3 * e.H * D;
-  amx_bufs m;
+  bf16_bufs m;
   layout(&m, scratch, round32(T), round32(D), 0);
   const int64_t Tp = m.Tp, Dp = m.Dp;
   pack_head((const uint16_t *)e.q, ld, T, D, Tp, Dp, m.Qp, NULL, 0, 0, NULL);
   pack_head((const uint16_t *)e.k, ld, T, D, Tp, Dp, NULL, m.KTv, m.p32, 0, NULL);
   pack_head((const uint16_t *)e.v, ld, T, D, Tp, Dp, NULL, NULL, 0, 0, (uint32_t *)m.Vv);
   uint16_t *out = (uint16_t *)e.o;
-  tiles_configure();
   for (int64_t i0 = 0; i0 < T; i0 += BQ) {
     const int64_t rows = BQ < Tp - i0 ? BQ : Tp - i0, n = i0 + rows; /* keys [0, n) */
-    tile_gemm(rows, n, Dp, m.Qp + i0 * Dp, Dp * 2, m.KTv, m.p32 * 4, m.S, m.p32 * 4, 0);
+    gemm(rows, n, Dp, m.Qp + i0 * Dp, Dp * 2, m.KTv, m.p32 * 4, m.S, m.p32 * 4, 0);
     for (int64_t r = 0; r < rows; r += 2) {
       td_attn_fwd_row rr[2];
       for (int u = 0; u < 2; u++) {
@@ -361,20 +406,19 @@ AMX_FN void td_attn_amx_forward_head(const td_attention_desc *a, int64_t bh, td_
                                           td_attn_log16(_mm512_max_ps(l, _mm512_set1_ps(1.0f)))));
       _mm512_storeu_ps(m.rowl + r, _mm512_div_ps(_mm512_set1_ps(dr.keep_scale), l));
     }
-    tile_gemm(rows, Dp, n, m.P, m.p16 * 2, m.Vv, Dp * 4, m.Ob, Dp * 4, 0);
+    gemm(rows, Dp, n, m.P, m.p16 * 2, m.Vv, Dp * 4, m.Ob, Dp * 4, 0);
     store_rows(out + i0 * e.H * D, e.H * D, m.Ob, (T - i0 < rows ? T - i0 : rows), D, Dp, 1.0f,
                m.rowl);
   }
-  _tile_release();
   _mm_sfence(); /* the streaming stores */
 }
 
-AMX_FN void td_attn_amx_backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
-                                      void *scratch) {
+static void backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                          void *scratch, gemm_fn gemm) {
   const td_attn_head e = td_attn_head_of(a, bh);
   const int64_t T = e.T, D = e.D, ld = 3 * e.H * D, ldo = e.H * D;
   const uint16_t *O = (const uint16_t *)e.o;
-  amx_bufs m;
+  bf16_bufs m;
   layout(&m, scratch, round32(T), round32(D), 1);
   const int64_t Tp = m.Tp, Dp = m.Dp, p32 = m.p32, p16 = m.p16;
   pack_head((const uint16_t *)e.q, ld, T, D, Tp, Dp, m.Qp, m.QT, p16, 1, NULL);
@@ -386,13 +430,12 @@ AMX_FN void td_attn_amx_backward_head(const td_attention_desc *a, int64_t bh, td
     m.di[t] = dot_bf16(m.dOp + t * Dp, O + t * ldo, D);
   }
   uint16_t *dq = (uint16_t *)((char *)a->dqkv + (e.q - (const char *)a->qkv));
-  tiles_configure();
   const int64_t last = (T - 1) / BQ * BQ;
   for (int64_t i0 = last; i0 >= 0; i0 -= BQ) {
     const int64_t rows = BQ < Tp - i0 ? BQ : Tp - i0, n = i0 + rows;
     const int acc = i0 != last; /* the last block covers every key: it initialises dK^T, dV^T */
-    tile_gemm(rows, n, Dp, m.Qp + i0 * Dp, Dp * 2, m.KTv, p32 * 4, m.S, p32 * 4, 0);
-    tile_gemm(rows, n, Dp, m.dOp + i0 * Dp, Dp * 2, m.VTv, p32 * 4, m.dP, p32 * 4, 0);
+    gemm(rows, n, Dp, m.Qp + i0 * Dp, Dp * 2, m.KTv, p32 * 4, m.S, p32 * 4, 0);
+    gemm(rows, n, Dp, m.dOp + i0 * Dp, Dp * 2, m.VTv, p32 * 4, m.dP, p32 * 4, 0);
     for (int64_t r = 0; r < rows; r += 2) {
       td_attn_bwd_row rr[2];
       for (int u = 0; u < 2; u++) {
@@ -407,13 +450,36 @@ AMX_FN void td_attn_amx_backward_head(const td_attention_desc *a, int64_t bh, td
       bwd_row_pair(&rr[0], &rr[1], n, a->scale, dr, m.dS + r * p16, p16,
                    (uint32_t *)m.Pv + (r / 2) * p32, (uint32_t *)m.dSv + (r / 2) * p32);
     }
-    tile_gemm(Dp, n, rows, m.dOT + i0, p16 * 2, m.Pv, p32 * 4, m.dVT, p32 * 4, acc);
-    tile_gemm(Dp, n, rows, m.QT + i0, p16 * 2, m.dSv, p32 * 4, m.dKT, p32 * 4, acc);
-    tile_gemm(rows, Dp, n, m.dS, p16 * 2, m.Kv, Dp * 4, m.Ob, Dp * 4, 0);
+    gemm(Dp, n, rows, m.dOT + i0, p16 * 2, m.Pv, p32 * 4, m.dVT, p32 * 4, acc);
+    gemm(Dp, n, rows, m.QT + i0, p16 * 2, m.dSv, p32 * 4, m.dKT, p32 * 4, acc);
+    gemm(rows, Dp, n, m.dS, p16 * 2, m.Kv, Dp * 4, m.Ob, Dp * 4, 0);
     store_rows(dq + i0 * ld, ld, m.Ob, (T - i0 < rows ? T - i0 : rows), D, Dp, a->scale, NULL);
   }
-  _tile_release();
   store_transposed(dq + D, ld, m.dKT, p32, T, D, Dp, a->scale, m.Ob);
   store_transposed(dq + 2 * D, ld, m.dVT, p32, T, D, Dp, 1.0f, m.Ob);
   _mm_sfence(); /* the streaming stores */
+}
+
+AMX_FN void td_attn_amx_forward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                                     void *scratch) {
+  tiles_configure();
+  forward_head(a, bh, dr, scratch, tile_gemm);
+  _tile_release();
+}
+
+AMX_FN void td_attn_amx_backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                                      void *scratch) {
+  tiles_configure();
+  backward_head(a, bh, dr, scratch, tile_gemm);
+  _tile_release();
+}
+
+void td_attn_dpbf16_forward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                                 void *scratch) {
+  forward_head(a, bh, dr, scratch, dp_gemm);
+}
+
+void td_attn_dpbf16_backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                                  void *scratch) {
+  backward_head(a, bh, dr, scratch, dp_gemm);
 }
