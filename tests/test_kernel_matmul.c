@@ -156,9 +156,11 @@ static void select_path(int lib) {
   g_path = lib;
 }
 
-/* the last two (6.4 and 4.4 MFLOP) are measured; the others run the default library */
-static const int64_t k_shapes[][3] = {{1, 1, 1},     {7, 5, 3},      {33, 17, 65},
-                                      {64, 771, 48}, {130, 96, 257}, {75, 67, 433}};
+/* the last two (6.4 and 4.4 MFLOP) are measured; the others run the default library;
+ * 300 x 37 (m >= 8n) takes the AVX512-BF16 GEMM's C^T pass with a transposed A */
+static const int64_t k_shapes[][3] = {{1, 1, 1},      {7, 5, 3},      {33, 17, 65},
+                                      {300, 37, 90},  {64, 771, 48},  {130, 96, 257},
+                                      {75, 67, 433}};
 
 /* Every shape, for the input dtypes the path serves (lib -1: the measured choice, or
  * another device's matmul, serves both). */
@@ -171,12 +173,13 @@ static void run_shapes(int lib, uint64_t *stream) {
 
 /* trident's own bf16 GEMMs give the same bits on 1, 2 and 3 threads (their threads
  * split whole blocks of C; each element is one k-ordered chain): every transpose,
- * shapes that split by columns (n 200: 7 blocks) and by rows (n 20: one block). */
+ * shapes that split by columns (n 200: 7 blocks) and by rows (n 20: one block; n 9:
+ * m >= 8n, a C^T pass where A is transposed). */
 static void own_bf16_threads(uint64_t *stream) {
-  const int64_t m = 75, k = 433, ns[2] = {200, 20};
+  const int64_t m = 75, k = 433, ns[3] = {200, 20, 9};
   for (int lib = TD_GEMM_AMX; lib <= TD_GEMM_DPBF16; lib++) {
     if (!td_cpu_gemm_library_serves((td_gemm_library)lib, TD_BF16)) continue;
-    for (int shape = 0; shape < 2; shape++)
+    for (int shape = 0; shape < 3; shape++)
       for (int t = 0; t < 4; t++) {
         const int64_t n = ns[shape];
         uint16_t *a = td_malloc((size_t)(m * k) * 2), *b = td_malloc((size_t)(k * n) * 2);

@@ -24,6 +24,7 @@
 
 #include "base/log.h"
 #include "base/mem.h"
+#include "device/cpu/cpu_gemm_bf16.h"
 #include "device/cpu/cpu_gemm_select.h"
 
 #define FORMAT "trident GEMM choices 1"
@@ -78,8 +79,8 @@ const char *td_gemm_machine(void) {
     for (int l = 0, len = 0; l < TD_GEMM_LIBRARIES && len < (int)sizeof libs; l++)
       len += snprintf(libs + len, sizeof libs - (size_t)len, "%s%s", l ? " " : "",
                       td_gemm_library_name((td_gemm_library)l));
-    snprintf(machine, sizeof machine, "%s | oneDNN %d.%d.%d | %s | trident GEMMs %s", cpu,
-             v->major, v->minor, v->patch, openblas_get_config(), libs);
+    snprintf(machine, sizeof machine, "%s | oneDNN %d.%d.%d | %s | trident GEMMs %s rev %d", cpu,
+             v->major, v->minor, v->patch, openblas_get_config(), libs, TD_GEMM_BF16_REVISION);
   }
   return machine;
 }

@@ -39,7 +39,8 @@ void td_cpu_gemm_prepare(const td_matmul_desc *g, td_gemm_library lib);
 const char *td_gemm_cache_path(void);
 /* The CPU (cpuid brand string, family, model, stepping) and the libraries'
  * versions (oneDNN, OpenBLAS's build string with the core it chose) and the
- * names of the libraries measured (a library added since was never timed): a file
+ * names of the libraries measured (a library added since was never timed) with the
+ * revision of trident's own (TD_GEMM_BF16_REVISION): a file
  * measured under another string is ignored. */
 const char *td_gemm_machine(void);
 
