@@ -8,15 +8,18 @@
  *   pair layout: for each 16-column panel, row p holds (B[2p][j], B[2p+1][j]) for
  *   its 16 columns j, so tile (panel, kb) is 16 rows of 64 bytes, contiguous.
  *   A 32 x 32 block of C is computed from two A tiles and two B panels per
- *   32-deep step, over KC-deep chunks of k, the accumulators going through a
- *   per-thread fp32 buffer between chunks; an AVX-512 epilogue then writes
- *   alpha acc + beta C + bias as fp32 or bf16. The block's inner kernel is one of:
- *     AMX          tiles 0-3 hold the block, 4-5 the A tiles, 6-7 the B tiles;
+ *   32-deep step; an AVX-512 epilogue writes alpha acc + beta C + bias as fp32
+ *   or bf16. The block's inner kernel is one of:
+ *     AMX          tiles 0-3 hold the block, 4-5 the A tiles, 6-7 the B tiles,
+ *                  over KC-deep chunks of k, the accumulators going through a
+ *                  per-thread fp32 buffer between chunks, then the epilogue;
  *     AVX512-BF16  four 8-row strips, each 8 x 32 fp32 in 16 zmm registers over
- *                  the whole chunk: per pair of k, two 16-word loads of B and one
- *                  broadcast word (A[i][2p], A[i][2p+1]) per row, 16 VDPBF16PS.
+ *                  the whole k (B from L2): per pair of k, two 16-word loads of B
+ *                  and one broadcast word (A[i][2p], A[i][2p+1]) per row, 16
+ *                  VDPBF16PS; the epilogue folded into the strip's one write of C.
  *                  A tile row is exactly such a run of words, so both kernels read
- *                  the same packs.
+ *                  the same packs (and a transposed A may come in B's pair layout,
+ *                  see a_tiles).
  *
  * Threads split the columns of C (whole 32-column blocks; the rows when there are
  * fewer blocks than threads); each packs only the B blocks it uses. Every output
