@@ -35,40 +35,22 @@
 #include "base/dtype.h"
 #include "device/cpu/cpu_attention.h"
 #include "device/cpu/cpu_attention_avx512.h"
+#include "device/cpu/cpu_bf16_avx512.h"
 
-#define AMX_FN __attribute__((target("amx-tile,amx-bf16")))
 #define BQ TD_ATTN_BF16_BQ
 
-/* The intrinsics' tile loads do not tell the compiler they read memory. */
-#define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 
 static int64_t round32(int64_t x) { return (x + 31) & ~(int64_t)31; }
 static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 /* ------------------------------------------------------------------- tiles */
 
-typedef struct {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} tile_config;
-
-/* Tiles 0-7: 16 rows of 64 bytes (16 fp32, or 32 bf16, or 16 bf16 pairs). */
-AMX_FN static void tiles_configure(void) {
-  tile_config c;
-  memset(&c, 0, sizeof c);
-  c.palette = 1;
-  for (int i = 0; i < 8; i++) c.rows[i] = 16, c.colsb[i] = 64;
-  MEMORY_BARRIER(); /* _tile_loadconfig's asm names only the first bytes of c */
-  _tile_loadconfig(&c);
-}
-
 /* C[M x N] (+)= A[M x K] B: A bf16 row-major (lda bytes), B in pair layout (K/2
  * rows of N pairs, ldb bytes), C fp32 (ldc bytes); M, N, K multiples of 32.
  * Column blocks outer: B (the long operand here) is read once. */
-AMX_FN static void tile_gemm(int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+TD_AMX_FN static void tile_gemm(int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
                              const void *B, int64_t ldb, float *C, int64_t ldc, int accumulate) {
-  MEMORY_BARRIER();
+  TD_MEMORY_BARRIER();
   for (int64_t j = 0; j < N; j += 32)
     for (int64_t i = 0; i < M; i += 32) {
       char *c = (char *)C + i * ldc + j * 4;
@@ -102,9 +84,6 @@ AMX_FN static void tile_gemm(int64_t M, int64_t N, int64_t K, const void *A, int
     }
 }
 
-/* One 32-bit word of A (a pair of bf16 along k), read where bf16 is stored. */
-typedef int32_t __attribute__((may_alias, aligned(2))) word_alias;
-
 /* tile_gemm's contract on AVX512-BF16 dot products: 8 x 32 strips of C over the
  * whole K, column blocks outer (B's 32 columns, K/2 rows of 128 bytes, stay in L1
  * or L2 for every strip). */
@@ -120,18 +99,8 @@ static void dp_gemm(int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
         acc[r][0] = accumulate ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
         acc[r][1] = accumulate ? _mm512_loadu_ps(c + r * ldc + 64) : _mm512_setzero_ps();
       }
-#pragma GCC unroll 2
-      for (int64_t p = 0; p < K / 2; p++) {
-        const __m512bh v0 = (__m512bh)_mm512_loadu_si512(b + p * ldb);
-        const __m512bh v1 = (__m512bh)_mm512_loadu_si512(b + p * ldb + 64);
-#pragma GCC unroll 8
-        for (int r = 0; r < 8; r++) {
-          const __m512bh x =
-              (__m512bh)_mm512_set1_epi32(*(const word_alias *)(a + r * lda + p * 4));
-          acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, v0);
-          acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, v1);
-        }
-      }
+      td_dp_rows8(acc, (const uint16_t *)a, lda / 2, 2, 32, (const uint16_t *)b, 32, ldb / 2,
+                  8 * ldb, K / 32);
 #pragma GCC unroll 8
       for (int r = 0; r < 8; r++) {
         _mm512_storeu_ps(c + r * ldc, acc[r][0]);
@@ -460,16 +429,16 @@ static void backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropou
   _mm_sfence(); /* the streaming stores */
 }
 
-AMX_FN void td_attn_amx_forward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+TD_AMX_FN void td_attn_amx_forward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
                                      void *scratch) {
-  tiles_configure();
+  td_amx_tiles_configure();
   forward_head(a, bh, dr, scratch, tile_gemm);
   _tile_release();
 }
 
-AMX_FN void td_attn_amx_backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+TD_AMX_FN void td_attn_amx_backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
                                       void *scratch) {
-  tiles_configure();
+  td_amx_tiles_configure();
   backward_head(a, bh, dr, scratch, tile_gemm);
   _tile_release();
 }

@@ -35,13 +35,11 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "device/cpu/cpu_bf16_avx512.h"
 #include "device/cpu/cpu_ew_avx512_math.h"
 #include "device/cpu/cpu_gemm_bf16.h"
 #include "device/cpu/cpu_isa.h"
 
-#define AMX_FN __attribute__((target("amx-tile,amx-bf16")))
-/* The tile intrinsics do not tell the compiler which memory they read or write. */
-#define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 
 /* Blocking, measured at the GPT-2 124M shapes (2 cores, bench/RESULTS.md): KC 256
  * beat 128, 512 and whole-k; 1 MiB B blocks beat 256 KiB, 512 KiB and 2 MiB. */
@@ -60,22 +58,6 @@ int td_cpu_gemm_amx_usable(void) { return td_cpu_amx_usable(); }
 
 int td_cpu_gemm_dpbf16_usable(void) {
   return td_cpu_isa_get() == TD_ISA_AVX512 && td_cpu_has_avx512_bf16();
-}
-
-typedef struct {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} tile_config;
-
-/* Tiles 0-7: 16 rows of 64 bytes. */
-AMX_FN static void tiles_configure(void) {
-  tile_config c;
-  memset(&c, 0, sizeof c);
-  c.palette = 1;
-  for (int i = 0; i < 8; i++) c.rows[i] = 16, c.colsb[i] = 64;
-  MEMORY_BARRIER();
-  _tile_loadconfig(&c);
 }
 
 /* ----------------------------------------------------------------- packing */
@@ -212,10 +194,10 @@ typedef struct {
 
 /* acc[32 x 32] (+)= A block times two B panels (at b0, b0 + b_panel; 512 elements
  * per step), steps kb0..kb1; acc rows acc_ld bytes apart. */
-AMX_FN static void micro_32x32(const a_tiles *a, const uint16_t *b0, int64_t b_panel, int64_t kb0,
+TD_AMX_FN static void micro_32x32(const a_tiles *a, const uint16_t *b0, int64_t b_panel, int64_t kb0,
                                int64_t kb1, float *acc, int64_t acc_ld, int load_acc) {
   char *c = (char *)acc;
-  MEMORY_BARRIER();
+  TD_MEMORY_BARRIER();
   if (load_acc) {
     _tile_loadd(0, c, acc_ld);
     _tile_loadd(1, c + 64, acc_ld);
@@ -243,7 +225,7 @@ AMX_FN static void micro_32x32(const a_tiles *a, const uint16_t *b0, int64_t b_p
   _tile_stored(1, c + 64, acc_ld);
   _tile_stored(2, c + 16 * acc_ld, acc_ld);
   _tile_stored(3, c + 16 * acc_ld + 64, acc_ld);
-  MEMORY_BARRIER();
+  TD_MEMORY_BARRIER();
 }
 
 /* C[rows x cols] = alpha acc + beta C + bias (cols masked per 16), as c_dtype. */
@@ -332,9 +314,6 @@ static a_tiles a_block(const pass *s, int64_t i) {
   return t;
 }
 
-/* One 32-bit word of A (a pair of bf16 along k), read where bf16 is stored. */
-typedef int32_t __attribute__((may_alias, aligned(2))) word_alias;
-
 /* Where an 8 x 32 strip of accumulators goes: rows [0, rows) and columns [0, cols)
  * of C at c (row 0, column 0 of the strip; the epilogue's alpha, beta, bias, dtype
  * folded in), or, for a transposed pass, the per-thread buffer (acc, acc_ld floats
@@ -349,31 +328,17 @@ typedef struct {
 } strip_out;
 
 /* Strip rows 0-7 = A rows (word (r, w, kb) at a + r a_row + w a_pair + kb a_step
- * elements) times two B panels over every step of k, kept in 16 zmm registers and then
+ * elements) times the B panels at b, b + b_panel over every step of k, kept in 16 zmm registers and then
  * written once (no accumulator round trips between k chunks: B comes from L2). */
 static inline __attribute__((always_inline)) void dp_strip8(const uint16_t *a, int64_t a_row,
                                                             int64_t a_pair, int64_t a_step,
-                                                            const uint16_t *b0,
-                                                            const uint16_t *b1, int64_t kb_count,
+                                                            const uint16_t *b, int64_t b_panel,
+                                                            int64_t kb_count,
                                                             const strip_out *o) {
   __m512 c[8][2];
 #pragma GCC unroll 8
   for (int r = 0; r < 8; r++) c[r][0] = c[r][1] = _mm512_setzero_ps();
-  for (int64_t kb = 0; kb < kb_count; kb++) {
-    const uint16_t *ak = a + kb * a_step, *bk0 = b0 + kb * 512, *bk1 = b1 + kb * 512;
-#pragma GCC unroll 4
-    for (int w = 0; w < 16; w++) {
-      const __m512bh v0 = (__m512bh)_mm512_load_si512(bk0 + w * 32);
-      const __m512bh v1 = (__m512bh)_mm512_load_si512(bk1 + w * 32);
-#pragma GCC unroll 8
-      for (int r = 0; r < 8; r++) {
-        const __m512bh x =
-            (__m512bh)_mm512_set1_epi32(*(const word_alias *)(ak + r * a_row + w * a_pair));
-        c[r][0] = _mm512_dpbf16_ps(c[r][0], x, v0);
-        c[r][1] = _mm512_dpbf16_ps(c[r][1], x, v1);
-      }
-    }
-  }
+  td_dp_rows8(c, a, a_row, a_pair, a_step, b, b_panel, 32, 512, kb_count);
   if (!o->c) {
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++) {
@@ -418,17 +383,17 @@ static void dp_32x32(const pass *s, const a_tiles *at, int64_t i, int64_t j, con
     else
       o.c = (char *)s->c + (size_t)((i + 8 * q) * g->ldc + j) * (size_t)es,
       o.bias = g->bias ? g->bias + j : NULL;
-    dp_strip8(a, at->row, at->pair, at->step, b0, b0 + b_panel, s->kb_count, &o);
+    dp_strip8(a, at->row, at->pair, at->step, b0, b_panel, s->kb_count, &o);
   }
 }
 
 /* Columns [j0, j1) of rows [i0, i1) (i0, j0 multiples of 32) by this thread. */
-AMX_FN static void compute_range(const pass *s, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+TD_AMX_FN static void compute_range(const pass *s, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const td_matmul_desc *g = s->g;
   const int64_t kpad = s->kpad, acc_ld = s->nc + 16; /* +64 bytes: rows 4 KiB apart alias */
   t_bpack = grow(t_bpack, &t_bpack_bytes, (size_t)(kpad * s->nc) * 2);
   t_acc = grow(t_acc, &t_acc_bytes, (size_t)(32 * acc_ld) * 4);
-  if (s->amx) tiles_configure();
+  if (s->amx) td_amx_tiles_configure();
   for (int64_t jb = j0; jb < j1; jb += s->nc) {
     int64_t cols = min64(s->nc, j1 - jb), panels = round_up(cols, 32) / 16;
     if (g->trans_b)
