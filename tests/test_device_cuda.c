@@ -512,8 +512,10 @@ static void test_cross_entropy(void) {
       for (int64_t r = 0; r < n; r++) t[r] = (int32_t)(td_rng_u32(8, 9, (uint64_t)r) % (uint64_t)V);
       int64_t vs = V > 2 ? V / 3 : 0, sl = V - vs; /* a slice [vs, V) of the vocabulary */
       float *loss[3], *lse[3], *dl[3], *slse[3], *stl[3], *sdl[3];
+      uint16_t *dl16[3];
       for (int r = 0; r < 3; r++) {
         loss[r] = alloc_host(n * 4), lse[r] = alloc_host(n * 4), dl[r] = alloc_host(nv * 4);
+        dl16[r] = alloc_host(nv * 2);
         slse[r] = alloc_host(n * 4), stl[r] = alloc_host(n * 4), sdl[r] = alloc_host(n * sl * 4);
         bufs b = {.d = r ? g_gpu : g_cpu};
         float *dlg = put(&b, logits, nv * 4), *dls = put(&b, NULL, n * 4);
@@ -528,9 +530,12 @@ static void test_cross_entropy(void) {
         float *ds2 = put(&b, NULL, n * 4);
         b.d->ops->cross_entropy_slice(b.d, ds1, ds2, dsl, dt, n, sl, vs);
         get(&b, slse[r], ds1, n * 4), get(&b, stl[r], ds2, n * 4);
-        b.d->ops->cross_entropy_backward(b.d, dsl, dsl, dlse, dt, dd, n, sl, vs); /* in place */
+        b.d->ops->cross_entropy_backward(b.d, dsl, TD_F32, dsl, dlse, dt, dd, n, sl, vs); /* in place */
         get(&b, sdl[r], dsl, n * sl * 4);
-        b.d->ops->cross_entropy_backward(b.d, dlg, dlg, dlse, dt, dd, n, V, 0); /* in place */
+        uint16_t *d16 = put(&b, NULL, nv * 2);
+        b.d->ops->cross_entropy_backward(b.d, d16, TD_BF16, dlg, dlse, dt, dd, n, V, 0);
+        get(&b, dl16[r], d16, nv * 2);
+        b.d->ops->cross_entropy_backward(b.d, dlg, TD_F32, dlg, dlse, dt, dd, n, V, 0); /* in place */
         get(&b, dl[r], dlg, nv * 4);
         release(&b);
         td_free(slice);
@@ -539,18 +544,21 @@ static void test_cross_entropy(void) {
       double e_sl = relerr(slse[1], slse[0], n), e_dl = relerr(dl[1], dl[0], nv);
       double e_sdl = relerr(sdl[1], sdl[0], n * sl);
       int tl_exact = same_bits(stl[1], stl[0], n * 4);
+      int64_t off16 = 0; /* the GPU's bf16 dlogits: its fp32 ones rounded as cast rounds */
+      for (int64_t q = 0; q < nv; q++) off16 += dl16[1][q] != td_f32_to_bf16(dl[1][q]);
       int det = same_bits(loss[1], loss[2], n * 4) && same_bits(lse[1], lse[2], n * 4) &&
                 same_bits(dl[1], dl[2], nv * 4) && same_bits(slse[1], slse[2], n * 4) &&
                 same_bits(sdl[1], sdl[2], n * sl * 4);
       CHECK(e_lse < 1e-6 && e_loss < 2e-5 && e_sl < 1e-6 && e_dl < 1e-5 && e_sdl < 1e-5 &&
-                tl_exact && det,
+                tl_exact && det && off16 == 0,
             "cross-entropy n=%lld vocab=%lld (slice from %lld): lse %.2g loss %.2g slice lse %.2g "
-            "dlogits %.2g slice dlogits %.2g, target logits exact %d, deterministic %d",
+            "dlogits %.2g slice dlogits %.2g, target logits exact %d, deterministic %d, bf16 "
+            "dlogits off their fp32 rounding %lld",
             (long long)n, (long long)V, (long long)vs, e_lse, e_loss, e_sl, e_dl, e_sdl, tl_exact,
-            det);
+            det, (long long)off16);
       for (int r = 0; r < 3; r++)
         td_free(loss[r]), td_free(lse[r]), td_free(dl[r]), td_free(slse[r]), td_free(stl[r]),
-            td_free(sdl[r]);
+            td_free(sdl[r]), td_free(dl16[r]);
       td_free(logits), td_free(dloss), td_free(t);
     }
 }

@@ -118,11 +118,20 @@ static void test_xent(int64_t N, int64_t V, uint64_t s) {
   double el = tst_rel_err(loss, lref, N), es = tst_rel_err(lse, sref, N);
   CHECK(el < 1e-5 && es < 1e-5, "cross-entropy forward %lldx%lld: rel err loss %.2g lse %.2g",
         (long long)N, (long long)V, el, es);
-  OPS->cross_entropy_backward(DEV, g_d, x_d, lse_d, t_d, dloss_d, N, V, 0);
+  OPS->cross_entropy_backward(DEV, g_d, TD_F32, x_d, lse_d, t_d, dloss_d, N, V, 0);
   tst_getf(g, g_d, n);
   double worst = xent_grad_err(g, gref, t, dloss, N, V);
+  /* bf16 dlogits: each the fp32 gradient rounded as cast rounds it */
+  uint16_t *g16 = td_malloc((size_t)n * 2), *g16_d = tst_put(NULL, (size_t)n * 2);
+  OPS->cross_entropy_backward(DEV, g16_d, TD_BF16, x_d, lse_d, t_d, dloss_d, N, V, 0);
+  tst_get(g16, g16_d, (size_t)n * 2);
+  int64_t off = 0;
+  for (int64_t i = 0; i < n; i++) off += g16[i] != td_f32_to_bf16(g[i]);
+  CHECK(off == 0, "cross-entropy backward %lldx%lld to bf16: %lld elements differ from the fp32 "
+        "gradient rounded", (long long)N, (long long)V, (long long)off);
+  tst_release(g16_d), td_free(g16);
   /* dlogits aliases logits */
-  OPS->cross_entropy_backward(DEV, x_d, x_d, lse_d, t_d, dloss_d, N, V, 0);
+  OPS->cross_entropy_backward(DEV, x_d, TD_F32, x_d, lse_d, t_d, dloss_d, N, V, 0);
   tst_getf(x, x_d, n); /* the host logits are done with: x now holds the in-place gradient */
   CHECK(worst < 1e-5 && memcmp(x, g, (size_t)n * 4) == 0,
         "cross-entropy backward %lldx%lld: rel err %.2g, in place equal", (long long)N,
@@ -178,7 +187,7 @@ static void test_xent_slices(int64_t N, int64_t V, int parts, uint64_t s) {
     int64_t v0 = p * width, w = V - v0 < width ? V - v0 : width;
     for (int64_t r = 0; r < N; r++) memcpy(slice + r * w, x + r * V + v0, (size_t)w * 4);
     float *slice_d = tst_putf(slice, N * w);
-    OPS->cross_entropy_backward(DEV, slice_d, slice_d, glse_d, t_d, dloss_d, N, w, v0);
+    OPS->cross_entropy_backward(DEV, slice_d, TD_F32, slice_d, glse_d, t_d, dloss_d, N, w, v0);
     tst_getf(slice, slice_d, N * w);
     tst_release(slice_d);
     for (int64_t r = 0; r < N; r++) memcpy(g + r * V + v0, slice + r * w, (size_t)w * 4);

@@ -272,8 +272,8 @@ static void k_xent_fwd(void *p) { /* rows = tokens, cols = vocab */
 }
 static void k_xent_bwd(void *p) {
   kargs *a = p;
-  a->dev->ops->cross_entropy_backward(a->dev, a->z, a->x, a->rstd, a->ids, a->mean, a->rows,
-                                      a->cols, 0);
+  a->dev->ops->cross_entropy_backward(a->dev, a->out, a->dt, a->x, a->rstd, a->ids, a->mean,
+                                      a->rows, a->cols, 0);
 }
 static void k_adamw(void *p) { /* rows x cols = parameter count */
   kargs *a = p;
@@ -351,7 +351,7 @@ static void bench_memory_kernels(bench_ctx *c, kargs *a, td_dtype dt) {
       {"embedding_forward", k_emb_fwd, N, C, 8, 0},
       {"embedding_backward", k_emb_bwd, N, C, 12, 0},
       {"cross_entropy_forward", k_xent_fwd, N, V, 4, 0},
-      {"cross_entropy_backward", k_xent_bwd, N, V, 8, 0},
+      {"cross_entropy_backward", k_xent_bwd, N, V, 8, 6},
       {"adamw", k_adamw, 4096, P, 28, 0},
       {"cast", k_cast, 4096, P, 8, 6},
       {"scale", k_scale, 4096, P, 8, 0},

@@ -228,10 +228,13 @@ typedef struct td_device_ops {
   /* dlogits[r] = (exp(logits[r] - lse[r]) - onehot(targets[r] - vocab_start)) * dloss[r]
    * over a slice of the vocabulary as above (vocab_start 0: all of it; lse: the
    * whole vocabulary's; a target outside the slice has no one-hot here). dloss
-   * carries the loss mask and the 1/num_tokens of the mean; dlogits may alias logits. */
-  void (*cross_entropy_backward)(td_device *d, float *dlogits, const float *logits,
-                                 const float *lse, const int32_t *targets, const float *dloss,
-                                 int64_t n, int64_t vocab, int64_t vocab_start);
+   * carries the loss mask and the 1/num_tokens of the mean. dlogits_dtype: TD_F32
+   * (dlogits may alias logits) or TD_BF16 (each element the fp32 value rounded as
+   * cast rounds it, the fp32 matrix never written: the GEMMs' input in bf16 runs). */
+  void (*cross_entropy_backward)(td_device *d, void *dlogits, td_dtype dlogits_dtype,
+                                 const float *logits, const float *lse, const int32_t *targets,
+                                 const float *dloss, int64_t n, int64_t vocab,
+                                 int64_t vocab_start);
 
   /* ---- optimizer and utilities ---- */
   /* AdamW (PyTorch's, decoupled weight decay) on flat fp32 buffers, step t >= 1:

@@ -242,12 +242,13 @@ static void p_cross_entropy_slice(td_device *d, float *lse, float *target_logit,
   IN(d)->ops->cross_entropy_slice(IN(d), lse, target_logit, logits, targets, n, vocab, vocab_start);
   kernel_done(d, t0, "cross_entropy_slice");
 }
-static void p_cross_entropy_backward(td_device *d, float *dlogits, const float *logits,
-                                     const float *lse, const int32_t *targets, const float *dloss,
-                                     int64_t n, int64_t vocab, int64_t vocab_start) {
+static void p_cross_entropy_backward(td_device *d, void *dlogits, td_dtype dlogits_dtype,
+                                     const float *logits, const float *lse,
+                                     const int32_t *targets, const float *dloss, int64_t n,
+                                     int64_t vocab, int64_t vocab_start) {
   double t0 = td_now_seconds();
-  IN(d)->ops->cross_entropy_backward(IN(d), dlogits, logits, lse, targets, dloss, n, vocab,
-                                     vocab_start);
+  IN(d)->ops->cross_entropy_backward(IN(d), dlogits, dlogits_dtype, logits, lse, targets, dloss,
+                                     n, vocab, vocab_start);
   kernel_done(d, t0, "cross_entropy_backward");
 }
 

@@ -672,11 +672,13 @@ static void s_masked_sum(td_device *d, double *out, const float *x, const float 
   FWD(masked_sum, out, x, mask, n);
   leave();
 }
-static void s_cross_entropy_backward(td_device *d, float *dlogits, const float *logits,
-                                     const float *lse, const int32_t *targets, const float *dloss,
-                                     int64_t n, int64_t vocab, int64_t vocab_start) {
+static void s_cross_entropy_backward(td_device *d, void *dlogits, td_dtype dlogits_dtype,
+                                     const float *logits, const float *lse,
+                                     const int32_t *targets, const float *dloss, int64_t n,
+                                     int64_t vocab, int64_t vocab_start) {
   ENTER(d, "cross_entropy_backward", dlogits, logits, lse, targets, dloss);
-  FWD(cross_entropy_backward, dlogits, logits, lse, targets, dloss, n, vocab, vocab_start);
+  FWD(cross_entropy_backward, dlogits, dlogits_dtype, logits, lse, targets, dloss, n, vocab,
+      vocab_start);
   leave();
 }
 static void s_adamw(td_device *d, float *param, const float *grad, float *m, float *v, int64_t n,

@@ -420,18 +420,23 @@ static void chunk_forward(td_gpt *m, const void *x, int64_t r0, int64_t n) {
                                   m->targets + r0, n, m->V);
 }
 
-/* The chunk's backward from its logits: dlogits (in place), dWhead += dlogits^T x,
+/* The chunk's backward from its logits: dlogits (in place in fp32; in bf16 straight
+ * into glogits, the fp32 matrix never written), dWhead += dlogits^T x,
  * dln[r0 : r0 + n] = dlogits Whead (this vocabulary slice's share). */
 static void chunk_backward(td_gpt *m, const void *x, int64_t r0, int64_t n) {
   const td_device_ops *ops = OPS(m);
   int64_t C = m->C, V = m->V;
-  ops->cross_entropy_backward(m->dev, m->logits, m->logits, m->ce_lse + r0, m->targets + r0,
-                              m->dloss + r0, n, V, m->vocab_start);
-  const void *dlogits = m->logits;
-  matmul_input(m, m->logits, n * V); /* dlogits are not needed unrounded */
-  if (m->md != TD_F32) {
-    ops->cast(m->dev, m->glogits, m->md, m->logits, TD_F32, n * V);
-    dlogits = m->glogits;
+  const int direct = m->md == TD_BF16; /* the op writes bf16 itself */
+  void *dlogits = direct ? m->glogits : m->logits;
+  ops->cross_entropy_backward(m->dev, dlogits, direct ? TD_BF16 : TD_F32, m->logits,
+                              m->ce_lse + r0, m->targets + r0, m->dloss + r0, n, V,
+                              m->vocab_start);
+  if (!direct) {
+    matmul_input(m, m->logits, n * V); /* dlogits are not needed unrounded */
+    if (m->md != TD_F32) { /* fp16 */
+      ops->cast(m->dev, m->glogits, m->md, m->logits, TD_F32, n * V);
+      dlogits = m->glogits;
+    }
   }
   td_linear_backward_weight(m->dev, G(m, m->head_w), dlogits, md_rows(m, x, r0), n, C, V, m->md);
   td_linear_backward_input(m->dev, m->dln + r0 * C, TD_F32, dlogits, W(m, m->head_w), n, C, V,

@@ -366,20 +366,23 @@ static void cpu_masked_sum(td_device *d, double *out, const float *x, const floa
 }
 
 /* dlogits[r, j] = (exp(logits[r, j] - lse[r]) - [j + vocab_start == targets[r]]) dloss[r]
- * (dlogits may alias logits: the target term is applied after the row). Targets
- * are the model's, checked against the vocabulary at its input. */
-static void cpu_cross_entropy_backward(td_device *d, float *dlogits, const float *logits,
-                                       const float *lse, const int32_t *targets,
-                                       const float *dloss, int64_t n, int64_t vocab,
-                                       int64_t vocab_start) {
+ * (fp32 dlogits may alias logits). Targets are the model's, checked against the
+ * vocabulary at its input. */
+static void cpu_cross_entropy_backward(td_device *d, void *dlogits, td_dtype dlogits_dtype,
+                                       const float *logits, const float *lse,
+                                       const int32_t *targets, const float *dloss, int64_t n,
+                                       int64_t vocab, int64_t vocab_start) {
   (void)d;
+  TD_CHECK(dlogits_dtype == TD_F32 || dlogits_dtype == TD_BF16,
+           "cross_entropy_backward: dlogits are fp32 or bf16, not %s",
+           td_dtype_name(dlogits_dtype));
   const td_ew_isa *isa = ew_isa();
+  const size_t es = td_dtype_size(dlogits_dtype);
 #pragma omp parallel for schedule(static) if (n * vocab > EW_PAR_MIN)
-  for (int64_t r = 0; r < n; r++) {
-    int64_t t = (int64_t)targets[r] - vocab_start;
-    isa->softmax_grad_row(dlogits + r * vocab, logits + r * vocab, lse[r], dloss[r], vocab);
-    if (t >= 0 && t < vocab) dlogits[r * vocab + t] -= dloss[r];
-  }
+  for (int64_t r = 0; r < n; r++)
+    isa->softmax_grad_row((char *)dlogits + (size_t)(r * vocab) * es, dlogits_dtype,
+                          logits + r * vocab, lse[r], dloss[r],
+                          (int64_t)targets[r] - vocab_start, vocab);
 }
 
 /* --------------------------------------------------------- optimizer, utils */

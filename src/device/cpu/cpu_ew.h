@@ -41,9 +41,11 @@ typedef struct td_ew_isa {
                   uint64_t first);
   /* logsumexp of one row of vocab logits */
   float (*logsumexp_row)(const float *logits, int64_t vocab);
-  /* dlogits[j] = exp(logits[j] - lse) dloss, j < vocab (may alias) */
-  void (*softmax_grad_row)(float *dlogits, const float *logits, float lse, float dloss,
-                           int64_t vocab);
+  /* dlogits[j] = exp(logits[j] - lse) dloss, minus dloss at j == target (after the
+   * product, in fp32), j < vocab, stored as dtype (fp32: may alias logits; bf16:
+   * rounded as cast rounds) */
+  void (*softmax_grad_row)(void *dlogits, td_dtype dtype, const float *logits, float lse,
+                           float dloss, int64_t target, int64_t vocab);
   /* copy_bf16 (NULL: none) gets the new param rounded to bf16 as cast would */
   void (*adamw)(float *param, const float *grad, float *m, float *v, int64_t n,
                 const td_ew_adamw *c, uint16_t *copy_bf16);

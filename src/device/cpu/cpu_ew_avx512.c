@@ -311,13 +311,16 @@ static float logsumexp_row(const float *logits, int64_t vocab) {
   return (float)((double)mx + log(row_sum_exp(logits, vocab, mx)));
 }
 
-static void softmax_grad_row(float *dlogits, const float *logits, float lse, float dloss,
-                             int64_t vocab) {
+static void softmax_grad_row(void *dlogits, td_dtype dtype, const float *logits, float lse,
+                             float dloss, int64_t target, int64_t vocab) {
   for (int64_t j = 0; j < vocab; j += 16) {
     __mmask16 k = v_mask(vocab - j);
     prefetch_ahead(logits + j);
     __m512 e = v_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, logits + j), V1(lse)));
-    _mm512_mask_storeu_ps(dlogits + j, k, _mm512_mul_ps(e, V1(dloss)));
+    __m512 g = _mm512_mul_ps(e, V1(dloss));
+    if (target >= j && target < j + 16) /* the one-hot term, on the product's fp32 */
+      g = _mm512_mask_sub_ps(g, (__mmask16)(1u << (target - j)), g, V1(dloss));
+    v_store_f32_or_bf16(dlogits, dtype, j, g, k);
   }
 }
 

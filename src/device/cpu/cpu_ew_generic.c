@@ -153,9 +153,16 @@ static float logsumexp_row(const float *logits, int64_t vocab) {
   return (float)((double)mx + log(s));
 }
 
-static void softmax_grad_row(float *dlogits, const float *logits, float lse, float dloss,
-                             int64_t vocab) {
-  for (int64_t j = 0; j < vocab; j++) dlogits[j] = expf(logits[j] - lse) * dloss;
+static void softmax_grad_row(void *dlogits, td_dtype dtype, const float *logits, float lse,
+                             float dloss, int64_t target, int64_t vocab) {
+  for (int64_t j = 0; j < vocab; j++) {
+    float g = expf(logits[j] - lse) * dloss;
+    if (j == target) g -= dloss;
+    if (dtype == TD_BF16)
+      ((uint16_t *)dlogits)[j] = td_f32_to_bf16(g);
+    else
+      ((float *)dlogits)[j] = g;
+  }
 }
 
 /* -------------------------------------------------------------------- adamw */

@@ -77,7 +77,8 @@ __global__ void td_xent_slice_kernel(float *lse, float *target_logit, const floa
  * t = targets[r] - vocab_start; dlogits may alias logits (each element is read,
  * then written, by one thread). grid (rows, ceil(vocab / XENT_COLS_PER_BLOCK)).
  * The product is rounded before the target's subtraction, as the CPU does. */
-__global__ void td_xent_backward_kernel(float *dlogits, const float *logits, const float *lse,
+template <typename T>
+__global__ void td_xent_backward_kernel(T *dlogits, const float *logits, const float *lse,
                                         const int32_t *targets, const float *dloss, int64_t n,
                                         int64_t vocab, int64_t vocab_start) {
   const int64_t j0 = (int64_t)blockIdx.y * XENT_COLS_PER_BLOCK;
@@ -89,7 +90,7 @@ __global__ void td_xent_backward_kernel(float *dlogits, const float *logits, con
       const int64_t i = r * vocab + j;
       float v = __fmul_rn(expf(logits[i] - l), g);
       if (j == t) v = v - g;
-      dlogits[i] = v;
+      td_st(dlogits, i, v);
     }
   }
 }
@@ -115,16 +116,24 @@ static void cu_cross_entropy_slice(td_device *d, float *lse, float *target_logit
   TD_CUDA_LAUNCHED();
 }
 
-static void cu_cross_entropy_backward(td_device *d, float *dlogits, const float *logits,
-                                      const float *lse, const int32_t *targets, const float *dloss,
-                                      int64_t n, int64_t vocab, int64_t vocab_start) {
+static void cu_cross_entropy_backward(td_device *d, void *dlogits, td_dtype dlogits_dtype,
+                                      const float *logits, const float *lse,
+                                      const int32_t *targets, const float *dloss, int64_t n,
+                                      int64_t vocab, int64_t vocab_start) {
   td_cuda *c = td_cuda_enter(d);
+  if (dlogits_dtype != TD_F32 && dlogits_dtype != TD_BF16)
+    td_fail("cross_entropy_backward: dlogits are fp32 or bf16, not %s",
+            td_dtype_name(dlogits_dtype));
   if (n <= 0 || vocab <= 0) return;
   int64_t chunks = (vocab + XENT_COLS_PER_BLOCK - 1) / XENT_COLS_PER_BLOCK;
   if (chunks > 65535) td_fail("cross_entropy_backward: vocabulary slice of %lld", (long long)vocab);
   dim3 grid(row_grid(n), (unsigned)chunks);
-  td_xent_backward_kernel<<<grid, TD_CUDA_THREADS, 0, c->stream>>>(dlogits, logits, lse, targets,
-                                                                   dloss, n, vocab, vocab_start);
+  if (dlogits_dtype == TD_BF16)
+    td_xent_backward_kernel<<<grid, TD_CUDA_THREADS, 0, c->stream>>>(
+        (uint16_t *)dlogits, logits, lse, targets, dloss, n, vocab, vocab_start);
+  else
+    td_xent_backward_kernel<<<grid, TD_CUDA_THREADS, 0, c->stream>>>(
+        (float *)dlogits, logits, lse, targets, dloss, n, vocab, vocab_start);
   TD_CUDA_LAUNCHED();
 }
 
