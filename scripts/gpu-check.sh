@@ -17,6 +17,9 @@
 #      train --device cuda` on GPT-2 124M, seq 1024, micro-batch 16, bf16, next to
 #      PyTorch on the same GPU (bench/gpu/peer_torch_gpu.py) when a CUDA PyTorch
 #      is importable.
+# JOBS=N runs N tests at a time (default 4; the GPU tests share the card);
+# PEERS="1 0" names the PyTorch peers to run (torch.compile on, off; compiling
+# costs about a minute).
 # PREBUILT=1 skips the build and tests $BUILD as it is (built on another machine
 # with the same toolkit: its ctest files name absolute paths, so the checkout
 # must sit at the path it was built at, or a symbolic link must lead there).
@@ -60,7 +63,7 @@ bin=$build/trident
 note "$("$bin" bench kernels --device cuda --only add --seconds 0.01 2>&1 | grep '^kernels:')"
 
 # 2. tests
-(cd "$build" && ctest --output-on-failure --timeout 1800 \
+(cd "$build" && ctest -j "${JOBS:-4}" --output-on-failure --timeout 1800 \
   -R '^(test_device_cuda|test_rng_hostdev|cli_train_cuda|cli_train_sealed|mpi_device_comm_np.|test_kernel_.*|test_gpt_(parity|grad)_cuda)$') \
   >"$out/tests.log" 2>&1
 rc_tests=$?
@@ -90,7 +93,7 @@ fi
 # env.sh puts Debian's on LD_LIBRARY_PATH) are not for it
 peer_python() { env -u LD_LIBRARY_PATH python3 "$@"; }
 if peer_python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  for c in 1 0; do
+  for c in ${PEERS-1 0}; do
     peer_python bench/gpu/peer_torch_gpu.py --mbs 16 --seq 1024 --compile $c >"$out/peer_compile$c.json" \
       2>"$out/peer_compile$c.err" || true
     p_ms=$(sed -n 's/.*"median_ms": \([0-9.]*\),.*/\1/p' "$out/peer_compile$c.json")

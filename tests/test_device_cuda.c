@@ -254,7 +254,7 @@ static void test_bias_backward(void) {
       for (int r = 0; r < 3; r++) {
         bufs b = {.d = r ? g_gpu : g_cpu};
         float *dd = put(&b, dout, n * 4), *ddb = put(&b, db0, C * 4);
-        b.d->ops->bias_backward(b.d, ddb, dd, R, C);
+        b.d->ops->bias_backward(b.d, ddb, dd, TD_F32, R, C);
         get(&b, outs[r], ddb, C * 4);
         release(&b);
       }
@@ -349,7 +349,7 @@ static void test_gelu(void) {
             get(&b, y[r], dy, n * 4);
           }
           /* in place: dx aliases dout */
-          b.d->ops->gelu_backward(b.d, dg, dg, dxin, xb ? TD_BF16 : TD_F32, n, (td_gelu_kind)kind);
+          b.d->ops->gelu_backward(b.d, dg, TD_F32, NULL, dg, dxin, xb ? TD_BF16 : TD_F32, 1, n, (td_gelu_kind)kind);
           get(&b, dx[r], dg, n * 4);
           release(&b);
         }
@@ -363,6 +363,43 @@ static void test_gelu(void) {
         td_free(x16);
       }
   td_free(x), td_free(dout);
+}
+
+/* The MLP's backward as a bf16 step runs it: gelu_backward writing bf16 dx with
+ * the fc1 bias gradient fused, x bf16, at GPT-2's fc1 width (the vector path)
+ * and at an odd width (the scalar path); and bias_backward of a bf16 dout (the
+ * QKV bias) at both. Against the CPU, and the same bits twice on the GPU. */
+static void test_gelu_bias(void) {
+  static const int64_t shapes[][2] = {{4100, 3072}, {129, 771}};
+  for (int i = 0; i < 2; i++) {
+    const int64_t R = shapes[i][0], C = shapes[i][1], n = R * C;
+    float *x = randf(n, -6, 6), *dout = randf(n, -1, 1), *db0 = randf(C, -1, 1);
+    uint16_t *x16 = to_bf16(x, n);
+    float *dx[3], *db[3], *bb[3];
+    for (int r = 0; r < 3; r++) {
+      dx[r] = alloc_host(n * 4), db[r] = alloc_host(C * 4), bb[r] = alloc_host(C * 4);
+      uint16_t *h = alloc_host(n * 2);
+      bufs b = {.d = r ? g_gpu : g_cpu};
+      void *dxin = put(&b, x16, n * 2), *ddx = put(&b, NULL, n * 2);
+      float *dg = put(&b, dout, n * 4), *ddb = put(&b, db0, C * 4), *dbb = put(&b, db0, C * 4);
+      b.d->ops->gelu_backward(b.d, ddx, TD_BF16, ddb, dg, dxin, TD_BF16, R, C, TD_GELU_TANH);
+      b.d->ops->bias_backward(b.d, dbb, ddx, TD_BF16, R, C);
+      get(&b, h, ddx, n * 2), get(&b, db[r], ddb, C * 4), get(&b, bb[r], dbb, C * 4);
+      for (int64_t e = 0; e < n; e++) dx[r][e] = td_bf16_to_f32(h[e]);
+      td_free(h);
+      release(&b);
+    }
+    double e_dx = relerr(dx[1], dx[0], n), e_db = relerr(db[1], db[0], C);
+    double e_bb = relerr(bb[1], bb[0], C);
+    int det = same_bits(dx[1], dx[2], n * 4) && same_bits(db[1], db[2], C * 4) &&
+              same_bits(bb[1], bb[2], C * 4);
+    CHECK(e_dx < 4e-3 && e_db < 2e-5 && e_bb < 2e-5 && det,
+          "gelu tanh backward %lldx%lld bf16 -> bf16 with the bias fused: dx %.2g, dbias %.2g; "
+          "bias_backward of bf16 %.2g; deterministic %d",
+          (long long)R, (long long)C, e_dx, e_db, e_bb, det);
+    for (int r = 0; r < 3; r++) td_free(dx[r]), td_free(db[r]), td_free(bb[r]);
+    td_free(x), td_free(dout), td_free(db0), td_free(x16);
+  }
 }
 
 static void test_add_scale(void) {
@@ -976,7 +1013,8 @@ int main(int argc, char **argv) {
     void (*fn)(void);
   } groups[] = {{"memory", test_memory},         {"cast", test_cast},
                 {"add_scale", test_add_scale},   {"dropout", test_dropout},
-                {"gelu", test_gelu},             {"bias_backward", test_bias_backward},
+                {"gelu", test_gelu},             {"gelu_bias", test_gelu_bias},
+                {"bias_backward", test_bias_backward},
                 {"layernorm", test_layernorm},   {"embedding", test_embedding},
                 {"cross_entropy", test_cross_entropy},
                 {"combine", test_combine_and_masked_sum}, {"adamw", test_adamw},

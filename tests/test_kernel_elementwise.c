@@ -359,7 +359,7 @@ static void test_gelu(int64_t n, td_gelu_kind k, uint64_t s) {
   uint16_t *out16_d = tst_put(NULL, (size_t)n * 2);
   OPS->gelu_forward(DEV, out_d, TD_F32, x_d, TD_F32, n, k);
   OPS->gelu_forward(DEV, out16_d, TD_BF16, x_d, TD_F32, n, k);
-  OPS->gelu_backward(DEV, dx_d, dout_d, x_d, TD_F32, n, k);
+  OPS->gelu_backward(DEV, dx_d, TD_F32, NULL, dout_d, x_d, TD_F32, 1, n, k);
   tst_getf(out, out_d, n), tst_getf(dx, dx_d, n);
   tst_get(out16, out16_d, (size_t)n * 2);
   double ef = rel_err_floor(out, ref, n), eb = rel_err_floor(dx, dref, n);
@@ -375,7 +375,7 @@ static void test_gelu(int64_t n, td_gelu_kind k, uint64_t s) {
   int64_t far = bf16_far(out16, ref, n);
   CHECK(e16 < 1e-2 && far == 0, "gelu %s n=%lld bf16: rel err %.2g, %lld beyond 1 ulp",
         gelu_name(k), (long long)n, e16, (long long)far);
-  OPS->gelu_backward(DEV, dout_d, dout_d, x_d, TD_F32, n, k); /* in place: dx aliases dout */
+  OPS->gelu_backward(DEV, dout_d, TD_F32, NULL, dout_d, x_d, TD_F32, 1, n, k); /* in place: dx aliases dout */
   tst_getf(dout, dout_d, n);
   CHECK(memcmp(dout, dx, (size_t)n * 4) == 0, "gelu %s n=%lld backward in place (dx == dout)",
         gelu_name(k), (long long)n);
@@ -392,8 +392,8 @@ static void test_gelu(int64_t n, td_gelu_kind k, uint64_t s) {
   float *dx_r_d = tst_putf(dx_r, n), *dx_b_d = tst_putf(dx_r, n);
   OPS->gelu_forward(DEV, out_r_d, TD_F32, xr_d, TD_F32, n, k);
   OPS->gelu_forward(DEV, out_b_d, TD_F32, x16_d, TD_BF16, n, k);
-  OPS->gelu_backward(DEV, dx_r_d, dx_r_d, xr_d, TD_F32, n, k);
-  OPS->gelu_backward(DEV, dx_b_d, dx_b_d, x16_d, TD_BF16, n, k);
+  OPS->gelu_backward(DEV, dx_r_d, TD_F32, NULL, dx_r_d, xr_d, TD_F32, 1, n, k);
+  OPS->gelu_backward(DEV, dx_b_d, TD_F32, NULL, dx_b_d, x16_d, TD_BF16, 1, n, k);
   tst_getf(out_r, out_r_d, n), tst_getf(out_b, out_b_d, n), tst_getf(dx_r, dx_r_d, n), tst_getf(dx_b, dx_b_d, n);
   tst_release(x16_d), tst_release(xr_d), tst_release(out_r_d), tst_release(out_b_d);
   tst_release(dx_r_d), tst_release(dx_b_d);
@@ -442,12 +442,83 @@ static void test_bias_backward(int64_t R, int64_t C, uint64_t s) {
     for (int64_t r = 0; r < R; r++) ref[c] += dout[r * C + c];
   }
   float *dout_d = tst_putf(dout, R * C), *db_d = tst_putf(db, C);
-  OPS->bias_backward(DEV, db_d, dout_d, R, C);
+  OPS->bias_backward(DEV, db_d, dout_d, TD_F32, R, C);
   tst_getf(db, db_d, C);
   tst_release(dout_d), tst_release(db_d);
   double e = tst_rel_err(db, ref, C);
   CHECK(e < 1e-5, "bias_backward %lldx%lld: rel err %.2g", (long long)R, (long long)C, e);
   td_free(dout), td_free(db), td_free(ref);
+}
+
+/* A bf16 dout sums as its fp32 widening does, bit for bit. */
+static void test_bias_backward_bf16(int64_t R, int64_t C, uint64_t s) {
+  int64_t n = R * C;
+  float *dout = falloc(n), *db = falloc(C), *got[2] = {falloc(C), falloc(C)};
+  uint16_t *d16 = td_malloc((size_t)n * 2 + 2);
+  tst_fill_normal(dout, n, s, 1.0f);
+  tst_fill_normal(db, C, s + 1, 1.0f);
+  for (int64_t i = 0; i < n; i++) d16[i] = td_f32_to_bf16(dout[i]), dout[i] = td_bf16_to_f32(d16[i]);
+  void *src[2] = {tst_putf(dout, n), tst_put(d16, (size_t)n * 2)};
+  for (int b = 0; b < 2; b++) {
+    float *db_d = tst_putf(db, C);
+    OPS->bias_backward(DEV, db_d, src[b], b ? TD_BF16 : TD_F32, R, C);
+    tst_getf(got[b], db_d, C);
+    tst_release(db_d), tst_release(src[b]);
+  }
+  CHECK(memcmp(got[0], got[1], (size_t)C * 4) == 0,
+        "bias_backward %lldx%lld of bf16 dout == of its fp32 widening, bit for bit", (long long)R,
+        (long long)C);
+  td_free(dout), td_free(db), td_free(got[0]), td_free(got[1]), td_free(d16);
+}
+
+/* gelu_backward with the fused bias gradient (x fp32 or bf16): dx in fp32 (in
+ * place on dout) and in bf16, and dbias, are the bits of the unfused kernels
+ * (gelu_backward alone, cast, bias_backward on its fp32 output); dbias is also
+ * held to the double column sums of dout gelu'(x). */
+static void test_gelu_bias(int64_t R, int64_t C, td_gelu_kind k, td_dtype x_dt, uint64_t s) {
+  const int64_t n = R * C;
+  float *x = gelu_inputs(n, s), *dout = falloc(n), *db0 = falloc(C);
+  uint16_t *x16 = td_malloc((size_t)n * 2 + 2);
+  double *ref = dalloc(C);
+  tst_fill_normal(dout, n, s + 1, 1.0f);
+  tst_fill_normal(db0, C, s + 2, 1.0f);
+  for (int64_t i = 0; i < n; i++) {
+    x16[i] = td_f32_to_bf16(x[i]);
+    if (x_dt == TD_BF16) x[i] = td_bf16_to_f32(x16[i]);
+  }
+  double *mag = dalloc(C); /* sum of |terms|: the sums' conditioning */
+  for (int64_t c = 0; c < C; c++) ref[c] = db0[c], mag[c] = fabs(db0[c]);
+  for (int64_t i = 0; i < n; i++) {
+    double t = dout[i] * gelu_grad_ref(x[i], k);
+    ref[i % C] += t, mag[i % C] += fabs(t);
+  }
+  void *x_d = x_dt == TD_BF16 ? tst_put(x16, (size_t)n * 2) : (void *)tst_putf(x, n);
+  float *dout_d = tst_putf(dout, n), *g_d = tst_putf(NULL, n), *dbu_d = tst_putf(db0, C);
+  uint16_t *g16_d = tst_put(NULL, (size_t)n * 2), *dx16_d = tst_put(NULL, (size_t)n * 2);
+  OPS->gelu_backward(DEV, g_d, TD_F32, NULL, dout_d, x_d, x_dt, R, C, k);
+  OPS->cast(DEV, g16_d, TD_BF16, g_d, TD_F32, n);
+  OPS->bias_backward(DEV, dbu_d, g_d, TD_F32, R, C);
+  float *dx32_d = tst_putf(dout, n), *db32_d = tst_putf(db0, C), *db16_d = tst_putf(db0, C);
+  OPS->gelu_backward(DEV, dx32_d, TD_F32, db32_d, dx32_d, x_d, x_dt, R, C, k);
+  OPS->gelu_backward(DEV, dx16_d, TD_BF16, db16_d, dout_d, x_d, x_dt, R, C, k);
+  float *g = falloc(n), *dx32 = falloc(n), *dbu = falloc(C), *db32 = falloc(C), *db16 = falloc(C);
+  uint16_t *g16 = td_malloc((size_t)n * 2 + 2), *dx16 = td_malloc((size_t)n * 2 + 2);
+  tst_getf(g, g_d, n), tst_getf(dx32, dx32_d, n), tst_getf(dbu, dbu_d, C);
+  tst_getf(db32, db32_d, C), tst_getf(db16, db16_d, C);
+  tst_get(g16, g16_d, (size_t)n * 2), tst_get(dx16, dx16_d, (size_t)n * 2);
+  double e = 0; /* error over the sum of |terms|: fp32 rounding, whatever the cancellation */
+  for (int64_t c = 0; c < C; c++) e = fmax(e, fabs(dbu[c] - ref[c]) / (mag[c] + 1e-30));
+  CHECK(memcmp(g, dx32, (size_t)n * 4) == 0 && memcmp(g16, dx16, (size_t)n * 2) == 0 &&
+            memcmp(dbu, db32, (size_t)C * 4) == 0 && memcmp(dbu, db16, (size_t)C * 4) == 0 &&
+            e < 1e-5,
+        "gelu %s backward %lldx%lld, x %s, bias fused: dx fp32 (in place) and bf16, dbias == "
+        "unfused bits; dbias err %.2g of its terms' magnitude",
+        gelu_name(k), (long long)R, (long long)C, td_dtype_name(x_dt), e);
+  void *bufs[] = {x_d, dout_d, g_d, dbu_d, g16_d, dx16_d, dx32_d, db32_d, db16_d};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) tst_release(bufs[i]);
+  td_free(x), td_free(dout), td_free(db0), td_free(x16), td_free(ref), td_free(mag), td_free(g);
+  td_free(dx32);
+  td_free(dbu), td_free(db32), td_free(db16), td_free(g16), td_free(dx16);
 }
 
 /* ---------------------------------------------------------------- add, scale */
@@ -580,7 +651,7 @@ static void test_threads(void) {
     OPS->layernorm_backward(DEV, d.dx, d.dw, d.db, d.dout, d.x, d.w, d.mean, d.rstd, R, C);
     ln_case_get_grads(&k[t]);
     float *db_d = tst_putf(NULL, C);
-    OPS->bias_backward(DEV, db_d, d.dout, R, C);
+    OPS->bias_backward(DEV, db_d, d.dout, TD_F32, R, C);
     tst_getf(db[t], db_d, C);
     tst_release(db_d);
     ss[t] = td_device_reduce_now(DEV, OPS->sum_squares, x_d, n);
@@ -636,8 +707,15 @@ int main(void) {
     test_layernorm_forward(shapes[i][0], shapes[i][1], 10 + i * 10);
     test_layernorm_backward(shapes[i][0], shapes[i][1], 20 + i * 10);
     test_bias_backward(shapes[i][0], shapes[i][1], 30 + i * 10);
+    test_bias_backward_bf16(shapes[i][0], shapes[i][1], 35 + i * 10);
+    for (int k = 0; k < 2; k++)
+      for (int xb = 0; xb < 2; xb++)
+        test_gelu_bias(shapes[i][0], shapes[i][1], (td_gelu_kind)k, xb ? TD_BF16 : TD_F32,
+                       700 + i * 10 + k * 2 + xb);
   }
   test_bias_backward(1000, 33, 200);
+  test_bias_backward_bf16(1000, 36, 205);
+  test_gelu_bias(300, 3072, TD_GELU_TANH, TD_BF16, 790); /* GPT-2's fc1 width, a vector path */
   static const int64_t sizes[] = {1, 5, 17, 771, 100003};
   for (int k = 0; k < 2; k++) {
     test_gelu_fd((td_gelu_kind)k);

@@ -242,9 +242,15 @@ static void k_gelu_fwd(void *p) {
   kargs *a = p;
   a->dev->ops->gelu_forward(a->dev, a->out, a->dt, a->x, TD_F32, a->rows * a->cols, TD_GELU_ERF);
 }
+/* bf16: the training step's form, bf16 x (out) and dx with the bias gradient fused */
 static void k_gelu_bwd(void *p) {
   kargs *a = p;
-  a->dev->ops->gelu_backward(a->dev, a->z, a->y, a->x, TD_F32, a->rows * a->cols, TD_GELU_ERF);
+  if (a->dt == TD_BF16)
+    a->dev->ops->gelu_backward(a->dev, a->z, TD_BF16, a->w, a->y, a->out, TD_BF16, a->rows,
+                               a->cols, TD_GELU_TANH);
+  else
+    a->dev->ops->gelu_backward(a->dev, a->z, TD_F32, NULL, a->y, a->x, TD_F32, a->rows, a->cols,
+                               TD_GELU_ERF);
 }
 static void k_add(void *p) {
   kargs *a = p;
@@ -256,7 +262,8 @@ static void k_dropout(void *p) {
 }
 static void k_bias_bwd(void *p) {
   kargs *a = p;
-  a->dev->ops->bias_backward(a->dev, a->w, a->x, a->rows, a->cols);
+  a->dev->ops->bias_backward(a->dev, a->w, a->dt == TD_BF16 ? a->out : (void *)a->x, a->dt,
+                             a->rows, a->cols);
 }
 static void k_emb_fwd(void *p) { /* rows = tokens, cols = hidden, table = y (vocab x hidden) */
   kargs *a = p;
@@ -314,7 +321,7 @@ static kargs kargs_alloc(td_device *dev) {
   a.b = td_bench_alloc_random(dev, 50304, TD_F32, 15);
   a.mean = td_bench_alloc_random(dev, 4096, TD_F32, 16);
   a.rstd = td_bench_alloc_random(dev, 4096, TD_F32, 17);
-  a.out = dev->ops->alloc(dev, (size_t)n * sizeof(float));
+  a.out = td_bench_alloc_random(dev, 2 * n, TD_BF16, 19); /* n floats; bf16 inputs when read so */
   int32_t *ids = td_malloc(4096 * sizeof(int32_t));
   for (int i = 0; i < 4096; i++) ids[i] = (int32_t)(td_rng_u32(1, 18, (uint64_t)i) % 50304);
   a.ids = dev->ops->alloc(dev, 4096 * sizeof(int32_t));
@@ -344,10 +351,10 @@ static void bench_memory_kernels(bench_ctx *c, kargs *a, td_dtype dt) {
       {"layernorm_forward", k_ln_fwd, N, C, 8, 6},
       {"layernorm_backward", k_ln_bwd, N, C, 16, 0},
       {"gelu_forward", k_gelu_fwd, N, F, 8, 6},
-      {"gelu_backward", k_gelu_bwd, N, F, 12, 0},
+      {"gelu_backward", k_gelu_bwd, N, F, 12, 8},
       {"add", k_add, N, C, 12, 0},
       {"dropout", k_dropout, N, C, 8, 0},
-      {"bias_backward", k_bias_bwd, N, F, 4, 0},
+      {"bias_backward", k_bias_bwd, N, F, 4, 2},
       {"embedding_forward", k_emb_fwd, N, C, 8, 0},
       {"embedding_backward", k_emb_bwd, N, C, 12, 0},
       {"cross_entropy_forward", k_xent_fwd, N, V, 4, 0},

@@ -462,7 +462,7 @@ int td_bench_train(int argc, char **argv) {
   b.dev = b.prof ? b.prof : raw;
   td_gpt_layout lay = td_gpt_layout_single(&cfg);
   lay.logits_chunk =
-      o.logits_chunk >= 0 ? o.logits_chunk : td_gpt_auto_logits_chunk(&cfg, o.micro_batch);
+      o.logits_chunk >= 0 ? o.logits_chunk : td_gpt_auto_logits_chunk(&cfg, o.micro_batch, raw);
   b.model = td_gpt_create(b.dev, &cfg, &lay, o.micro_batch, o.dtype);
   b.stats = b.dev->ops->alloc(b.dev, 2 * sizeof(double));
   td_gpt_init_params(b.model, 1234);

@@ -157,8 +157,10 @@ typedef struct td_device_ops {
 
   /* ---- dense algebra ---- */
   void (*matmul)(td_device *d, const td_matmul_desc *desc);
-  /* dbias[c] += sum_r dout[r, c]; dout: rows x cols */
-  void (*bias_backward)(td_device *d, float *dbias, const float *dout, int64_t rows, int64_t cols);
+  /* dbias[c] += sum_r dout[r, c]; dout: rows x cols in dout_dtype (TD_F32 or TD_BF16;
+   * the sums are fp32: a bf16 dout gives the bits its fp32 cast would) */
+  void (*bias_backward)(td_device *d, float *dbias, const void *dout, td_dtype dout_dtype,
+                        int64_t rows, int64_t cols);
 
   /* ---- normalisation and activations ---- */
   /* out = (x - mean) * rstd * w + b per row; x: rows x cols; mean, rstd: rows (saved
@@ -174,9 +176,14 @@ typedef struct td_device_ops {
    * math is fp32) */
   void (*gelu_forward)(td_device *d, void *out, td_dtype out_dtype, const void *x,
                        td_dtype x_dtype, int64_t n, td_gelu_kind kind);
-  /* dx = dout * gelu'(x), x in x_dtype (overwrites; dx may alias dout) */
-  void (*gelu_backward)(td_device *d, float *dx, const float *dout, const void *x,
-                        td_dtype x_dtype, int64_t n, td_gelu_kind kind);
+  /* g = dout * gelu'(x) in fp32 over rows x cols elements, x in x_dtype; dx = g in
+   * dx_dtype (TD_F32 or TD_BF16, rounded as cast rounds; an fp32 dx may alias dout).
+   * dbias (cols, or NULL) += sum_r g[r, c] of the fp32 g: the bias gradient of the
+   * linear layer that produced x, fused (cuBLASLt's DGELU_BGRAD), with the bits
+   * bias_backward gives on an fp32 g. Without dbias only rows * cols matters. */
+  void (*gelu_backward)(td_device *d, void *dx, td_dtype dx_dtype, float *dbias,
+                        const float *dout, const void *x, td_dtype x_dtype, int64_t rows,
+                        int64_t cols, td_gelu_kind kind);
   /* out = a + b (out may alias a or b) */
   void (*add)(td_device *d, float *out, const float *a, const float *b, int64_t n);
   /* x = dropout(x) in place with keep prob 1 - p, kept values scaled by 1/(1-p);

@@ -124,10 +124,10 @@ static void p_matmul(td_device *d, const td_matmul_desc *g) {
        2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch);
 }
 
-static void p_bias_backward(td_device *d, float *dbias, const float *dout, int64_t rows,
-                            int64_t cols) {
+static void p_bias_backward(td_device *d, float *dbias, const void *dout, td_dtype dout_dtype,
+                            int64_t rows, int64_t cols) {
   double t0 = td_now_seconds();
-  IN(d)->ops->bias_backward(IN(d), dbias, dout, rows, cols);
+  IN(d)->ops->bias_backward(IN(d), dbias, dout, dout_dtype, rows, cols);
   kernel_done(d, t0, "bias_backward");
 }
 
@@ -153,11 +153,12 @@ static void p_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const vo
   IN(d)->ops->gelu_forward(IN(d), out, out_dtype, x, x_dtype, n, kind);
   kernel_done(d, t0, "gelu_forward");
 }
-static void p_gelu_backward(td_device *d, float *dx, const float *dout, const void *x,
-                            td_dtype x_dtype, int64_t n, td_gelu_kind kind) {
+static void p_gelu_backward(td_device *d, void *dx, td_dtype dx_dtype, float *dbias,
+                            const float *dout, const void *x, td_dtype x_dtype, int64_t rows,
+                            int64_t cols, td_gelu_kind kind) {
   double t0 = td_now_seconds();
-  IN(d)->ops->gelu_backward(IN(d), dx, dout, x, x_dtype, n, kind);
-  kernel_done(d, t0, "gelu_backward");
+  IN(d)->ops->gelu_backward(IN(d), dx, dx_dtype, dbias, dout, x, x_dtype, rows, cols, kind);
+  kernel_done(d, t0, dbias ? "gelu_backward+bias" : "gelu_backward");
 }
 static void p_add(td_device *d, float *out, const float *a, const float *b, int64_t n) {
   double t0 = td_now_seconds();

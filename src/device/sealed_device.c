@@ -579,10 +579,10 @@ static void s_matmul(td_device *d, const td_matmul_desc *m) {
   FWD(matmul, m);
   leave();
 }
-static void s_bias_backward(td_device *d, float *dbias, const float *dout, int64_t rows,
-                            int64_t cols) {
+static void s_bias_backward(td_device *d, float *dbias, const void *dout, td_dtype dout_dtype,
+                            int64_t rows, int64_t cols) {
   ENTER(d, "bias_backward", dbias, dout);
-  FWD(bias_backward, dbias, dout, rows, cols);
+  FWD(bias_backward, dbias, dout, dout_dtype, rows, cols);
   leave();
 }
 static void s_layernorm_forward(td_device *d, void *out, td_dtype out_dtype, float *mean,
@@ -605,10 +605,11 @@ static void s_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const vo
   FWD(gelu_forward, out, out_dtype, x, x_dtype, n, kind);
   leave();
 }
-static void s_gelu_backward(td_device *d, float *dx, const float *dout, const void *x,
-                            td_dtype x_dtype, int64_t n, td_gelu_kind kind) {
-  ENTER(d, "gelu_backward", dx, dout, x);
-  FWD(gelu_backward, dx, dout, x, x_dtype, n, kind);
+static void s_gelu_backward(td_device *d, void *dx, td_dtype dx_dtype, float *dbias,
+                            const float *dout, const void *x, td_dtype x_dtype, int64_t rows,
+                            int64_t cols, td_gelu_kind kind) {
+  ENTER(d, "gelu_backward", dx, dbias, dout, x);
+  FWD(gelu_backward, dx, dx_dtype, dbias, dout, x, x_dtype, rows, cols, kind);
   leave();
 }
 static void s_add(td_device *d, float *out, const float *a, const float *b, int64_t n) {

@@ -232,7 +232,7 @@ static void row_parallel_output_backward(td_gpt *m, int64_t l, int site, int w, 
   int64_t N = m->N, C = m->C;
   const float *dy = gather_grad(m, dropout_grad(m, m->dres, m->gf, dropout_stream(m, l, site)));
   const void *dy_c = to_compute(m, dy, N * C);
-  OPS(m)->bias_backward(m->dev, G(m, b), own_rows(m, bias_dy(m, dy, dy_c)), m->NS, C);
+  OPS(m)->bias_backward(m->dev, G(m, b), own_rows(m, bias_dy(m, dy, dy_c)), TD_F32, m->NS, C);
   td_linear_backward_weight(m->dev, G(m, w), dy_c, x, N, K, C, m->md);
   td_linear_backward_input(m->dev, dx, dx_dt, dy_c, W(m, w), N, K, C, m->md);
 }
@@ -313,12 +313,7 @@ static void attention_block_backward(td_gpt *m, int64_t l) {
   ad.dout = m->gatt, ad.dqkv = m->gh;
   ops->attention_backward(m->dev, &ad);
   matmul_input(m, m->gh, N * 3 * A);
-  const float *dqkv32 = m->gh; /* the bias gradient reads fp32 */
-  if (m->md != TD_F32) {
-    ops->cast(m->dev, m->gf, TD_F32, m->gh, m->md, N * 3 * A);
-    dqkv32 = m->gf;
-  }
-  ops->bias_backward(m->dev, G(m, LT(m, l, TD_QKV_B)), dqkv32, N, 3 * A);
+  ops->bias_backward(m->dev, G(m, LT(m, l, TD_QKV_B)), m->gh, m->md, N, 3 * A);
   td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_QKV_W)), m->gh, gather_input(m, a->ln1), N,
                             C, 3 * A, m->md);
   td_linear_backward_input(m->dev, m->dln, TD_F32, m->gh, W(m, LT(m, l, TD_QKV_W)), N, C, 3 * A,
@@ -360,9 +355,17 @@ static void mlp_block_backward(td_gpt *m, int64_t l) {
   int64_t N = m->N, C = m->C, F = m->F;
   row_parallel_output_backward(m, l, SITE_FC2, LT(m, l, TD_FC2_W), LT(m, l, TD_FC2_B), a->gelu, F,
                                m->dff, TD_F32);
-  ops->gelu_backward(m->dev, m->dff, m->dff, a->fc1, m->md, N * F, gelu_kind(m));
-  const void *dfc1_c = to_compute(m, m->dff, N * F);
-  ops->bias_backward(m->dev, G(m, LT(m, l, TD_FC1_B)), bias_dy(m, m->dff, dfc1_c), N, F);
+  float *dfc1_b = G(m, LT(m, l, TD_FC1_B));
+  const void *dfc1_c;
+  if (m->cd == TD_F16) { /* the bias sums the fp16-rounded dY the GEMMs read */
+    ops->gelu_backward(m->dev, m->dff, TD_F32, NULL, m->dff, a->fc1, m->md, N, F, gelu_kind(m));
+    dfc1_c = to_compute(m, m->dff, N * F);
+    ops->bias_backward(m->dev, dfc1_b, dfc1_c, TD_F32, N, F);
+  } else { /* dY in the GEMMs' dtype in one pass, the bias gradient from its fp32 values */
+    void *dfc1 = m->md == TD_BF16 ? m->gh : (void *)m->dff;
+    ops->gelu_backward(m->dev, dfc1, m->md, dfc1_b, m->dff, a->fc1, m->md, N, F, gelu_kind(m));
+    dfc1_c = dfc1;
+  }
   td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC1_W)), dfc1_c, gather_input(m, a->ln2), N,
                             C, F, m->md);
   td_linear_backward_input(m->dev, m->dln, TD_F32, dfc1_c, W(m, LT(m, l, TD_FC1_W)), N, C, F,
@@ -901,8 +904,11 @@ static void check_config(const td_gpt_config *c, const td_gpt_layout *lay, int64
   TD_CHECK(lay->has_head || lay->layer_end < c->num_layers, "the last stage holds the head");
 }
 
-int64_t td_gpt_auto_logits_chunk(const td_gpt_config *cfg, int64_t micro_batch) {
-  const uint64_t budget = 256u << 20, row = td_sat_bytes(cfg->vocab_size, sizeof(float));
+int64_t td_gpt_auto_logits_chunk(const td_gpt_config *cfg, int64_t micro_batch,
+                                 const td_device *dev) {
+  const uint64_t budget = td_device_has(dev, TD_DEVICE_HOST_RAM) ? (uint64_t)256 << 20
+                                                                  : (uint64_t)4 << 30;
+  const uint64_t row = td_sat_bytes(cfg->vocab_size, sizeof(float));
   if (td_sat_mul(td_sat_mul((uint64_t)micro_batch, (uint64_t)cfg->seq_len), row) <= budget)
     return 0;
   int64_t chunk = 128;

@@ -110,11 +110,16 @@ typedef struct td_gpt_layout {
 } td_gpt_layout;
 
 /* The logits chunk of a training run (td_gpt_layout.logits_chunk): 0 (all tokens at
- * once) while a micro-batch's fp32 logits over the whole vocabulary take at most
- * 256 MiB, else the largest power of two of tokens within that, at least 128. It
- * depends on the global vocabulary only, so every parallel layout cuts the same
- * chunks (and sums the output layer's weight gradient in the same order). */
-int64_t td_gpt_auto_logits_chunk(const td_gpt_config *cfg, int64_t micro_batch);
+ * once) while a micro-batch's fp32 logits over the whole vocabulary fit the
+ * budget, else the largest power of two of tokens within it, at least 128. The
+ * budget: 256 MiB where device memory is host RAM (a CPU: chunks that stream
+ * through its caches), 4 GiB on a device with its own memory (a GPU: the output
+ * layer's products at full size; GPT-2 at 16 x 1024 tokens in one). It depends on
+ * the global vocabulary and the kind of device only, so every parallel layout on
+ * one kind cuts the same chunks (and sums the output layer's weight gradient in
+ * the same order). */
+int64_t td_gpt_auto_logits_chunk(const td_gpt_config *cfg, int64_t micro_batch,
+                                 const td_device *dev);
 
 /* The single-process layout: tp = 1, all layers, embedding and head. */
 td_gpt_layout td_gpt_layout_single(const td_gpt_config *cfg);

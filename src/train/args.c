@@ -346,7 +346,8 @@ static const flag k_flags[] = {
     {.name = "recompute-num-layers", .alias = "activations-checkpoint-num-layers", INT(recompute_num_layers), .c = C_POS, .g = G_PARALLEL, .meta = "N",
      .help = "with full: layers per chunk (uniform) or layers recomputed (block)"},
     {.name = "logits-chunk-tokens", INT(logits_chunk_tokens), .c = C_NONNEG, .g = G_PARALLEL, .meta = "N",
-     .defdoc = "all tokens while a micro-batch's fp32 logits take at most 256 MiB, else a power of two within that",
+     .defdoc = "all tokens while a micro-batch's fp32 logits take at most 256 MiB on a CPU, 4 GiB on a GPU, else a "
+               "power of two within that",
      .help = "tokens whose logits exist at once: the output layer and the loss run chunk by chunk, each chunk's "
              "backward with its forward (0: the whole micro-batch)"},
     /* accepted for compatibility */

@@ -309,7 +309,7 @@ static void print_model_states(const trainer *t, const td_zero_memory *zm) {
 static int64_t logits_chunk(const trainer *t) {
   const td_args *a = t->a;
   return a->logits_chunk_tokens != TD_UNSET ? a->logits_chunk_tokens
-                                             : td_gpt_auto_logits_chunk(&t->cfg, a->micro_batch_size);
+                                             : td_gpt_auto_logits_chunk(&t->cfg, a->micro_batch_size, t->dev);
 }
 
 static void print_summary(const trainer *t) {

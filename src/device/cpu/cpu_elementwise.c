@@ -112,26 +112,48 @@ static void cpu_fill(td_device *d, void *dst, td_dtype dt, int64_t n, float valu
 
 /* ------------------------------------------------------------- bias_backward */
 
-/* acc[c] = sum_r x[r, c], r in order; x: rows x cols */
-static void column_sums(float *acc, const float *x, int64_t rows, int64_t cols) {
-  memset(acc, 0, (size_t)cols * sizeof(float));
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * cols;
-#pragma omp simd
-    for (int64_t c = 0; c < cols; c++) acc[c] += xr[c];
-  }
+/* Elements [i, i + len) of x (fp32 or bf16) as fp32: x itself, or converted into
+ * buf (EW_CHUNK floats). */
+static const float *f32_piece(const td_ew_isa *isa, const void *x, td_dtype x_dtype, int64_t i,
+                              int64_t len, float *buf) {
+  if (x_dtype == TD_F32) return (const float *)x + i;
+  isa->cast(buf, TD_F32, (const uint16_t *)x + i, TD_BF16, len);
+  return buf;
 }
 
-/* dbias[c] += sum_r dout[r, c]; dout: rows x cols. Per-chunk column sums, then
- * the chunks in order. */
-static void cpu_bias_backward(td_device *d, float *dbias, const float *dout, int64_t rows,
-                              int64_t cols) {
+/* acc[c] += x[c]; the row step of every column sum here (rows in order) */
+static void add_row(float *acc, const float *x, int64_t cols) {
+#pragma omp simd
+  for (int64_t c = 0; c < cols; c++) acc[c] += x[c];
+}
+
+/* acc[c] = sum_r x[r, c], r in order; x: rows x cols, fp32 or bf16 (each bf16
+ * piece widened to fp32 first, so the sums are those of its fp32 cast) */
+static void column_sums(const td_ew_isa *isa, float *acc, const void *x, td_dtype dt,
+                        int64_t rows, int64_t cols) {
+  memset(acc, 0, (size_t)cols * sizeof(float));
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c0 = 0; c0 < cols; c0 += EW_CHUNK) {
+      float buf[EW_CHUNK];
+      int64_t len = min64(EW_CHUNK, cols - c0);
+      add_row(acc + c0, f32_piece(isa, x, dt, r * cols + c0, len, buf), len);
+    }
+}
+
+/* dbias[c] += sum_r dout[r, c]; dout: rows x cols (fp32 or bf16). Per-chunk
+ * column sums, then the chunks in order. */
+static void cpu_bias_backward(td_device *d, float *dbias, const void *dout, td_dtype dout_dtype,
+                              int64_t rows, int64_t cols) {
   (void)d;
+  TD_CHECK(dout_dtype == TD_F32 || dout_dtype == TD_BF16, "bias_backward: dout must be fp32 or bf16");
+  const td_ew_isa *isa = ew_isa();
   int64_t rc = rows_per_chunk(rows), nch = (rows + rc - 1) / rc;
+  size_t es = td_dtype_size(dout_dtype);
   float *part = scratch((size_t)(nch * cols) * sizeof(float));
 #pragma omp parallel for schedule(static) if (nch > 1 && rows * cols > EW_PAR_MIN)
   for (int64_t k = 0; k < nch; k++)
-    column_sums(part + k * cols, dout + k * rc * cols, min64(rc, rows - k * rc), cols);
+    column_sums(isa, part + k * cols, (const char *)dout + (size_t)(k * rc * cols) * es,
+                dout_dtype, min64(rc, rows - k * rc), cols);
   add_partials(dbias, part, nch, cols, cols);
 }
 
@@ -182,15 +204,6 @@ static void cpu_layernorm_backward(td_device *d, float *dx, float *dw, float *db
 
 /* ---------------------------------------------------------------------- gelu */
 
-/* Elements [i, i + len) of x (fp32 or bf16) as fp32: x itself, or converted into
- * buf (EW_CHUNK floats). */
-static const float *f32_piece(const td_ew_isa *isa, const void *x, td_dtype x_dtype, int64_t i,
-                              int64_t len, float *buf) {
-  if (x_dtype == TD_F32) return (const float *)x + i;
-  isa->cast(buf, TD_F32, (const uint16_t *)x + i, TD_BF16, len);
-  return buf;
-}
-
 /* out[i] = gelu(x[i]) in out_dtype (F32 or BF16), x fp32 or bf16; i < n */
 static void cpu_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const void *x,
                              td_dtype x_dtype, int64_t n, td_gelu_kind kind) {
@@ -208,18 +221,56 @@ static void cpu_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const 
   }
 }
 
-/* dx[i] = dout[i] gelu'(x[i]), x fp32 or bf16 (overwrites; dx may alias dout) */
-static void cpu_gelu_backward(td_device *d, float *dx, const float *dout, const void *x,
-                              td_dtype x_dtype, int64_t n, td_gelu_kind kind) {
+/* dx[i] = g = dout[i] gelu'(x[i]) for len elements, dx in dx_dtype: computed in
+ * place for fp32, else in buf (EW_CHUNK floats) and rounded; returns the fp32 g */
+static const float *gelu_grad_piece(const td_ew_isa *isa, void *dx, td_dtype dx_dtype,
+                                    const float *dout, const float *x, int64_t len,
+                                    td_gelu_kind kind, float *buf) {
+  float *g = dx_dtype == TD_F32 ? (float *)dx : buf;
+  isa->gelu_backward(g, dout, x, len, kind);
+  if (dx_dtype != TD_F32) isa->cast(dx, dx_dtype, g, TD_F32, len);
+  return g;
+}
+
+/* g = dout gelu'(x) (fp32), dx = g in dx_dtype; dbias (may be NULL) += column
+ * sums of g, blocked as bias_backward blocks them (the same bits). x fp32 or
+ * bf16; an fp32 dx may alias dout. */
+static void cpu_gelu_backward(td_device *d, void *dx, td_dtype dx_dtype, float *dbias,
+                              const float *dout, const void *x, td_dtype x_dtype, int64_t rows,
+                              int64_t cols, td_gelu_kind kind) {
   (void)d;
   TD_CHECK(x_dtype == TD_F32 || x_dtype == TD_BF16, "gelu input must be fp32 or bf16");
+  TD_CHECK(dx_dtype == TD_F32 || dx_dtype == TD_BF16, "gelu gradient must be fp32 or bf16");
   const td_ew_isa *isa = ew_isa();
+  size_t es = td_dtype_size(dx_dtype);
+  int64_t n = rows * cols;
+  if (!dbias) {
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
-  for (int64_t i = 0; i < n; i += EW_CHUNK) {
-    float buf[EW_CHUNK];
-    int64_t len = min64(EW_CHUNK, n - i);
-    isa->gelu_backward(dx + i, dout + i, f32_piece(isa, x, x_dtype, i, len, buf), len, kind);
+    for (int64_t i = 0; i < n; i += EW_CHUNK) {
+      float xb[EW_CHUNK], gb[EW_CHUNK];
+      int64_t len = min64(EW_CHUNK, n - i);
+      gelu_grad_piece(isa, (char *)dx + (size_t)i * es, dx_dtype, dout + i,
+                      f32_piece(isa, x, x_dtype, i, len, xb), len, kind, gb);
+    }
+    return;
   }
+  int64_t rc = rows_per_chunk(rows), nch = (rows + rc - 1) / rc;
+  float *part = scratch((size_t)(nch * cols) * sizeof(float));
+#pragma omp parallel for schedule(static) if (nch > 1 && n > EW_PAR_MIN)
+  for (int64_t k = 0; k < nch; k++) {
+    float *acc = part + k * cols;
+    memset(acc, 0, (size_t)cols * sizeof(float));
+    for (int64_t r = k * rc; r < min64(rows, (k + 1) * rc); r++)
+      for (int64_t c0 = 0; c0 < cols; c0 += EW_CHUNK) {
+        float xb[EW_CHUNK], gb[EW_CHUNK];
+        int64_t i = r * cols + c0, len = min64(EW_CHUNK, cols - c0);
+        add_row(acc + c0,
+                gelu_grad_piece(isa, (char *)dx + (size_t)i * es, dx_dtype, dout + i,
+                                f32_piece(isa, x, x_dtype, i, len, xb), len, kind, gb),
+                len);
+      }
+  }
+  add_partials(dbias, part, nch, cols, cols);
 }
 
 /* ------------------------------------------------------- add, scale, dropout */

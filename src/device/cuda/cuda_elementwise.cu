@@ -29,41 +29,139 @@ __global__ void td_add_partials_kernel(float *out, const float *part, int64_t np
   }
 }
 
-/* ------------------------------------------------------------- bias_backward */
+/* ------------------------------------------------------- vector load, store */
 
-/* part[chunk, c] = sum of dout[r, c] over the chunk's rows; dout: rows x cols.
- * grid (ceil(cols / COL_TILE), chunks), block (COL_TILE, ROW_LANES): lane y sums
- * rows r0 + y, r0 + y + ROW_LANES, ... in order, then lane y = 0 adds the lanes
- * in order. */
-__global__ void td_colsum_partial_kernel(float *part, const float *dout, int64_t rows,
-                                         int64_t cols, int64_t rc) {
-  __shared__ float sm[ROW_LANES][COL_TILE + 1];
-  const int64_t c = (int64_t)blockIdx.x * COL_TILE + threadIdx.x;
-  const int64_t r0 = (int64_t)blockIdx.y * rc, r1 = min(rows, r0 + rc);
-  float s = 0.0f;
-  if (c < cols)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += ROW_LANES) s += dout[r * cols + c];
-  sm[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    float t = 0.0f;
-    for (int y = 0; y < ROW_LANES; y++) t += sm[y][threadIdx.x];
-    part[blockIdx.y * cols + c] = t;
+/* VEC consecutive elements from i (VEC 4: i and the buffer 16-byte aligned for
+ * fp32, 8-byte for bf16; td_vec_ok checks it on the host), as fp32. */
+template <int VEC>
+__device__ __forceinline__ void td_ld_vec(float *v, const float *p, int64_t i) {
+  if constexpr (VEC == 4) {
+    float4 q = *reinterpret_cast<const float4 *>(p + i);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) v[k] = p[i + k];
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void td_ld_vec(float *v, const uint16_t *p, int64_t i) {
+  if constexpr (VEC == 4) {
+    uint2 q = *reinterpret_cast<const uint2 *>(p + i); /* little-endian: element i low */
+    v[0] = td_hd_bf16_to_f32((uint16_t)(q.x & 0xffffu)), v[1] = td_hd_bf16_to_f32((uint16_t)(q.x >> 16));
+    v[2] = td_hd_bf16_to_f32((uint16_t)(q.y & 0xffffu)), v[3] = td_hd_bf16_to_f32((uint16_t)(q.y >> 16));
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) v[k] = td_hd_bf16_to_f32(p[i + k]);
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void td_st_vec(float *p, int64_t i, const float *v) {
+  if constexpr (VEC == 4) {
+    *reinterpret_cast<float4 *>(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) p[i + k] = v[k];
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void td_st_vec(uint16_t *p, int64_t i, const float *v) {
+  if constexpr (VEC == 4) {
+    uint2 q;
+    q.x = (uint32_t)td_hd_f32_to_bf16(v[0]) | (uint32_t)td_hd_f32_to_bf16(v[1]) << 16;
+    q.y = (uint32_t)td_hd_f32_to_bf16(v[2]) | (uint32_t)td_hd_f32_to_bf16(v[3]) << 16;
+    *reinterpret_cast<uint2 *>(p + i) = q;
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) p[i + k] = td_hd_f32_to_bf16(v[k]);
   }
 }
 
-static void cu_bias_backward(td_device *d, float *dbias, const float *dout, int64_t rows,
-                             int64_t cols) {
-  td_cuda *c = td_cuda_enter(d);
-  if (rows <= 0 || cols <= 0) return;
+/* Whether rows of cols elements can be read 4 at a time: cols % 4 == 0 and every
+ * buffer 16-byte aligned (NULL passes). */
+static int td_vec_ok(int64_t cols, const void *a, const void *b = NULL, const void *c = NULL) {
+  const void *ps[] = {a, b, c};
+  if (cols % 4) return 0;
+  for (const void *p : ps)
+    if ((uintptr_t)p % 16) return 0;
+  return 1;
+}
+
+/* ------------------------------------------------------------ column sums */
+
+/* part[chunk, c] = sum over the chunk's rows of the value e gives at (r, c);
+ * rows x cols, chunks of rc rows. grid (ceil(cols / (COL_TILE VEC)), chunks),
+ * block (COL_TILE, ROW_LANES): thread x owns columns c0 .. c0 + VEC - 1, lane y
+ * sums rows r0 + y, r0 + y + ROW_LANES, ... in order, then lane y = 0 adds the
+ * lanes in order. The order per column does not depend on VEC, so the vector
+ * and scalar forms give the same bits. e.load<VEC>(v, i) yields the values at
+ * flat index i .. i + VEC - 1 (and may store a by-product: gelu's dx). */
+template <int VEC, typename Elems>
+__global__ void td_colsum_partial_kernel(float *part, Elems e, int64_t rows, int64_t cols,
+                                         int64_t rc) {
+  __shared__ float sm[ROW_LANES][COL_TILE * VEC + 1];
+  const int64_t c0 = ((int64_t)blockIdx.x * COL_TILE + threadIdx.x) * VEC;
+  const int64_t r0 = (int64_t)blockIdx.y * rc, r1 = min(rows, r0 + rc);
+  float s[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; k++) s[k] = 0.0f;
+  if (c0 < cols) /* VEC > 1 only when VEC divides cols: all VEC columns exist */
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += ROW_LANES) {
+      float v[VEC];
+      e.template load<VEC>(v, r * cols + c0);
+#pragma unroll
+      for (int k = 0; k < VEC; k++) s[k] += v[k];
+    }
+#pragma unroll
+  for (int k = 0; k < VEC; k++) sm[threadIdx.y][threadIdx.x * VEC + k] = s[k];
+  __syncthreads();
+  if (threadIdx.y == 0 && c0 < cols)
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+      float t = 0.0f;
+      for (int y = 0; y < ROW_LANES; y++) t += sm[y][threadIdx.x * VEC + k];
+      part[blockIdx.y * cols + c0 + k] = t;
+    }
+}
+
+/* dbias[c] += sum_r (value of e at r, c): the column-sum kernel then the chunks
+ * in order. vec: e's buffers allow VEC 4 (td_vec_ok). */
+template <typename Elems>
+static void td_column_sums(td_cuda *c, float *dbias, const Elems &e, int64_t rows, int64_t cols,
+                           int vec) {
   int64_t rc = td_rows_per_chunk(rows), nch = (rows + rc - 1) / rc;
   float *part = (float *)td_cuda_scratch(c, (size_t)(nch * cols) * sizeof(float));
-  dim3 grid((unsigned)((cols + COL_TILE - 1) / COL_TILE), (unsigned)nch), block(COL_TILE, ROW_LANES);
-  td_colsum_partial_kernel<<<grid, block, 0, c->stream>>>(part, dout, rows, cols, rc);
+  const int64_t per_block = COL_TILE * (vec ? 4 : 1);
+  dim3 grid((unsigned)((cols + per_block - 1) / per_block), (unsigned)nch), block(COL_TILE, ROW_LANES);
+  if (vec)
+    td_colsum_partial_kernel<4><<<grid, block, 0, c->stream>>>(part, e, rows, cols, rc);
+  else
+    td_colsum_partial_kernel<1><<<grid, block, 0, c->stream>>>(part, e, rows, cols, rc);
   TD_CUDA_LAUNCHED();
   td_add_partials_kernel<<<td_cuda_grid(c, cols, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(
       dbias, part, nch, cols, cols);
   TD_CUDA_LAUNCHED();
+}
+
+/* ------------------------------------------------------------- bias_backward */
+
+/* The stored values of a buffer (fp32, or bf16 widened). */
+template <typename T>
+struct td_stored_elems {
+  const T *p;
+  template <int VEC>
+  __device__ __forceinline__ void load(float *v, int64_t i) const { td_ld_vec<VEC>(v, p, i); }
+};
+
+static void cu_bias_backward(td_device *d, float *dbias, const void *dout, td_dtype dout_dtype,
+                             int64_t rows, int64_t cols) {
+  td_cuda *c = td_cuda_enter(d);
+  if (dout_dtype != TD_F32 && dout_dtype != TD_BF16) td_fail("bias_backward: dout must be fp32 or bf16");
+  if (rows <= 0 || cols <= 0) return;
+  int vec = td_vec_ok(cols, dout);
+  if (dout_dtype == TD_F32)
+    td_column_sums(c, dbias, td_stored_elems<float>{(const float *)dout}, rows, cols, vec);
+  else
+    td_column_sums(c, dbias, td_stored_elems<uint16_t>{(const uint16_t *)dout}, rows, cols, vec);
 }
 
 /* ----------------------------------------------------------------- layernorm */
@@ -228,10 +326,37 @@ __global__ void td_gelu_forward_kernel(void *out, int out_bf16, const void *x, i
   TD_GRID_STRIDE(i, n) td_st_dt(out, out_bf16, i, td_gelu_value(td_ld_dt(x, x_bf16, i), tanh_form));
 }
 
-/* dx[i] = dout[i] gelu'(x[i]) (dx may alias dout: each thread reads, then writes, its own i) */
-__global__ void td_gelu_backward_kernel(float *dx, const float *dout, const void *x, int x_bf16,
-                                        int64_t n, int tanh_form) {
-  TD_GRID_STRIDE(i, n) dx[i] = dout[i] * td_gelu_grad(td_ld_dt(x, x_bf16, i), tanh_form);
+/* dx[i] = dout[i] gelu'(x[i]) in dx's dtype (an fp32 dx may alias dout: each
+ * thread reads, then writes, its own i) */
+__global__ void td_gelu_backward_kernel(void *dx, int dx_bf16, const float *dout, const void *x,
+                                        int x_bf16, int64_t n, int tanh_form) {
+  TD_GRID_STRIDE(i, n) td_st_dt(dx, dx_bf16, i, dout[i] * td_gelu_grad(td_ld_dt(x, x_bf16, i), tanh_form));
+}
+
+/* gelu's gradient as the column sums read it: g = dout gelu'(x), stored to dx
+ * (DX: float or bf16 as uint16_t) on the way (the fused bias gradient). */
+template <typename XT, typename DXT>
+struct td_gelu_grad_elems {
+  const float *dout;
+  const XT *x;
+  DXT *dx;
+  int tanh_form;
+  template <int VEC>
+  __device__ __forceinline__ void load(float *v, int64_t i) const {
+    float xv[VEC];
+    td_ld_vec<VEC>(v, dout, i);
+    td_ld_vec<VEC>(xv, x, i);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) v[k] *= td_gelu_grad(xv[k], tanh_form);
+    td_st_vec<VEC>(dx, i, v);
+  }
+};
+
+template <typename XT, typename DXT>
+static void td_gelu_bias_backward(td_cuda *c, DXT *dx, float *dbias, const float *dout,
+                                  const XT *x, int64_t rows, int64_t cols, int tanh_form) {
+  td_column_sums(c, dbias, td_gelu_grad_elems<XT, DXT>{dout, x, dx, tanh_form}, rows, cols,
+                 td_vec_ok(cols, dx, dout, x));
 }
 
 static void cu_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const void *x,
@@ -245,14 +370,31 @@ static void cu_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const v
   TD_CUDA_LAUNCHED();
 }
 
-static void cu_gelu_backward(td_device *d, float *dx, const float *dout, const void *x,
-                             td_dtype x_dtype, int64_t n, td_gelu_kind kind) {
+/* Without dbias one elementwise pass; with it, one pass of the column-sum
+ * kernel that also writes dx (dout and x read once, dx written once). */
+static void cu_gelu_backward(td_device *d, void *dx, td_dtype dx_dtype, float *dbias,
+                             const float *dout, const void *x, td_dtype x_dtype, int64_t rows,
+                             int64_t cols, td_gelu_kind kind) {
   td_cuda *c = td_cuda_enter(d);
   if (x_dtype != TD_F32 && x_dtype != TD_BF16) td_fail("gelu input must be fp32 or bf16");
-  if (n <= 0) return;
-  td_gelu_backward_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(
-      dx, dout, x, x_dtype == TD_BF16, n, kind == TD_GELU_TANH);
-  TD_CUDA_LAUNCHED();
+  if (dx_dtype != TD_F32 && dx_dtype != TD_BF16) td_fail("gelu gradient must be fp32 or bf16");
+  const int64_t n = rows * cols;
+  const int tanh_form = kind == TD_GELU_TANH, xb = x_dtype == TD_BF16, db = dx_dtype == TD_BF16;
+  if (rows <= 0 || cols <= 0) return;
+  if (!dbias) {
+    td_gelu_backward_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(
+        dx, db, dout, x, xb, n, tanh_form);
+    TD_CUDA_LAUNCHED();
+    return;
+  }
+  const uint16_t *x16 = (const uint16_t *)x;
+  const float *x32 = (const float *)x;
+  uint16_t *dx16 = (uint16_t *)dx;
+  float *dx32 = (float *)dx;
+  if (xb && db) td_gelu_bias_backward(c, dx16, dbias, dout, x16, rows, cols, tanh_form);
+  if (xb && !db) td_gelu_bias_backward(c, dx32, dbias, dout, x16, rows, cols, tanh_form);
+  if (!xb && db) td_gelu_bias_backward(c, dx16, dbias, dout, x32, rows, cols, tanh_form);
+  if (!xb && !db) td_gelu_bias_backward(c, dx32, dbias, dout, x32, rows, cols, tanh_form);
 }
 
 /* ------------------------------------------------------- add, scale, dropout */
