@@ -267,9 +267,10 @@ static void test_bias_backward(void) {
 }
 
 static void test_layernorm(void) {
-  static const int64_t rows[] = {1, 7, 33, 129, 300}, cols[] = {1, 7, 33, 768, 1000};
+  /* cols: the scalar path (<= 256), registers (768, 1000), the loop path (1001, 1600) */
+  static const int64_t rows[] = {1, 7, 33, 129, 300}, cols[] = {1, 7, 33, 768, 1000, 1001, 1600};
   for (int i = 0; i < 5; i++)
-    for (int j = 0; j < 5; j++)
+    for (int j = 0; j < 7; j++)
       for (int bf = 0; bf < 2; bf++) {
         int64_t R = rows[i], C = cols[j], n = R * C;
         float *x = randf(n, -2, 3), *w = randf(C, 0.5f, 1.5f), *bb = randf(C, -0.5f, 0.5f);
@@ -368,13 +369,17 @@ static void test_gelu(void) {
 /* The MLP's backward as a bf16 step runs it: gelu_backward writing bf16 dx with
  * the fc1 bias gradient fused, x bf16, at GPT-2's fc1 width (the vector path)
  * and at an odd width (the scalar path); and bias_backward of a bf16 dout (the
- * QKV bias) at both. Against the CPU, and the same bits twice on the GPU. */
+ * QKV bias) at both. Against the CPU, and the same bits twice on the GPU. dx is
+ * held to 2 bf16 ulps of the largest value (the backends' fp32 gradients differ
+ * in their last bits, so a few roundings go the other way), and bias_backward
+ * reads the same bf16 values on both (one flipped element moves a sum by its
+ * ulp, more than the sums' own error). */
 static void test_gelu_bias(void) {
   static const int64_t shapes[][2] = {{4100, 3072}, {129, 771}};
   for (int i = 0; i < 2; i++) {
     const int64_t R = shapes[i][0], C = shapes[i][1], n = R * C;
     float *x = randf(n, -6, 6), *dout = randf(n, -1, 1), *db0 = randf(C, -1, 1);
-    uint16_t *x16 = to_bf16(x, n);
+    uint16_t *x16 = to_bf16(x, n), *d16 = to_bf16(dout, n);
     float *dx[3], *db[3], *bb[3];
     for (int r = 0; r < 3; r++) {
       dx[r] = alloc_host(n * 4), db[r] = alloc_host(C * 4), bb[r] = alloc_host(C * 4);
@@ -382,8 +387,9 @@ static void test_gelu_bias(void) {
       bufs b = {.d = r ? g_gpu : g_cpu};
       void *dxin = put(&b, x16, n * 2), *ddx = put(&b, NULL, n * 2);
       float *dg = put(&b, dout, n * 4), *ddb = put(&b, db0, C * 4), *dbb = put(&b, db0, C * 4);
+      void *dd16 = put(&b, d16, n * 2);
       b.d->ops->gelu_backward(b.d, ddx, TD_BF16, ddb, dg, dxin, TD_BF16, R, C, TD_GELU_TANH);
-      b.d->ops->bias_backward(b.d, dbb, ddx, TD_BF16, R, C);
+      b.d->ops->bias_backward(b.d, dbb, dd16, TD_BF16, R, C);
       get(&b, h, ddx, n * 2), get(&b, db[r], ddb, C * 4), get(&b, bb[r], dbb, C * 4);
       for (int64_t e = 0; e < n; e++) dx[r][e] = td_bf16_to_f32(h[e]);
       td_free(h);
@@ -393,12 +399,12 @@ static void test_gelu_bias(void) {
     double e_bb = relerr(bb[1], bb[0], C);
     int det = same_bits(dx[1], dx[2], n * 4) && same_bits(db[1], db[2], C * 4) &&
               same_bits(bb[1], bb[2], C * 4);
-    CHECK(e_dx < 4e-3 && e_db < 2e-5 && e_bb < 2e-5 && det,
+    CHECK(e_dx < 8e-3 && e_db < 2e-5 && e_bb < 2e-5 && det,
           "gelu tanh backward %lldx%lld bf16 -> bf16 with the bias fused: dx %.2g, dbias %.2g; "
           "bias_backward of bf16 %.2g; deterministic %d",
           (long long)R, (long long)C, e_dx, e_db, e_bb, det);
     for (int r = 0; r < 3; r++) td_free(dx[r]), td_free(db[r]), td_free(bb[r]);
-    td_free(x), td_free(dout), td_free(db0), td_free(x16);
+    td_free(x), td_free(dout), td_free(db0), td_free(x16), td_free(d16);
   }
 }
 
@@ -669,6 +675,61 @@ static void test_adamw(void) {
       for (int r = 0; r < 3; r++) td_free(p[r]), td_free(m[r]), td_free(v[r]);
       td_free(p0), td_free(g0), td_free(m0), td_free(v0);
     }
+}
+
+/* adamw_runs (one launch over a work list) against adamw per run on the GPU: the
+ * same bits in params, m, v and the bf16 copy; runs of 1 element to a few
+ * chunks, decayed or not, at different offsets in params, grads and the state
+ * (gaps left alone). A second set of runs replaces the device's cached table. */
+static void test_adamw_runs(void) {
+  static const td_adam_run sets[2][5] = {
+      {{0, 3, 5, 20000, 1}, {20000, 20010, 20040, 1, 0}, {20001, 20020, 20041, 8192, 1},
+       {28200, 28300, 28400, 8193, 0}, {36400, 36500, 36600, 777, 1}},
+      {{100, 0, 7, 9000, 0}, {9200, 9100, 9300, 3, 1}, {0}, {0}, {0}}};
+  static const int counts[2] = {5, 2};
+  const int64_t n = 40000;
+  int same = 1, gaps = 1;
+  for (int set = 0; set < 2; set++) {
+    const td_adam_run *runs = sets[set];
+    float *p0 = randf(n, -1, 1), *g0 = randf(n, -1, 1), *m0 = randf(n, -0.1f, 0.1f);
+    float *v0 = randf(n, 0, 0.01f);
+    float *out[2][3];
+    uint16_t *w[2];
+    for (int way = 0; way < 2; way++) {
+      bufs b = {.d = g_gpu};
+      float *dp = put(&b, p0, n * 4), *dg = put(&b, g0, n * 4), *dm = put(&b, m0, n * 4);
+      float *dv = put(&b, v0, n * 4);
+      void *dw = put(&b, NULL, n * 2);
+      for (int step = 1; step <= 2; step++) {
+        if (way == 0)
+          g_gpu->ops->adamw_runs(g_gpu, dp, dg, dm, dv, runs, counts[set], 3e-4f, 0.9f, 0.95f,
+                                 1e-8f, 0.1f, 0.5f, step, dw, TD_BF16);
+        else
+          for (int i = 0; i < counts[set]; i++) {
+            const td_adam_run *r = &runs[i];
+            g_gpu->ops->adamw(g_gpu, dp + r->param_offset, dg + r->grad_offset,
+                              dm + r->state_offset, dv + r->state_offset, r->numel, 3e-4f, 0.9f,
+                              0.95f, 1e-8f, r->weight_decay ? 0.1f : 0.0f, 0.5f, step,
+                              (uint16_t *)dw + r->param_offset, TD_BF16);
+          }
+      }
+      float *dd[3] = {dp, dm, dv};
+      for (int k = 0; k < 3; k++) out[way][k] = alloc_host(n * 4), get(&b, out[way][k], dd[k], n * 4);
+      w[way] = alloc_host(n * 2), get(&b, w[way], dw, n * 2);
+      release(&b);
+    }
+    for (int k = 0; k < 3; k++) same &= same_bits(out[0][k], out[1][k], n * 4);
+    same &= same_bits(w[0], w[1], n * 2);
+    gaps &= out[0][0][n - 1] == p0[n - 1]; /* past every run: untouched */
+    for (int way = 0; way < 2; way++) {
+      for (int k = 0; k < 3; k++) td_free(out[way][k]);
+      td_free(w[way]);
+    }
+    td_free(p0), td_free(g0), td_free(m0), td_free(v0);
+  }
+  CHECK(same && gaps,
+        "adamw_runs == adamw per run, bit for bit (params, m, v, bf16 copy; two steps, two sets "
+        "of runs), elements outside the runs untouched %d", gaps);
 }
 
 static void test_reductions(void) {
@@ -1018,6 +1079,7 @@ int main(int argc, char **argv) {
                 {"layernorm", test_layernorm},   {"embedding", test_embedding},
                 {"cross_entropy", test_cross_entropy},
                 {"combine", test_combine_and_masked_sum}, {"adamw", test_adamw},
+                {"adamw_runs", test_adamw_runs},
                 {"reductions", test_reductions}, {"matmul", test_matmul},
                 {"attention", test_attention},   {"nccl", test_nccl},
                 {"attention_cudnn", test_attention_cudnn}};

@@ -88,6 +88,24 @@ uint64_t td_device_key(const td_device *d) {
   return d->ops->device_key ? d->ops->device_key(d) : (uint64_t)d->index;
 }
 
+void td_device_adamw_runs(td_device *d, float *params, const float *grads, float *m, float *v,
+                          const td_adam_run *runs, int n_runs, float lr, float beta1,
+                          float beta2, float eps, float weight_decay, float grad_scale,
+                          int64_t step, void *copy, td_dtype copy_dtype) {
+  if (d->ops->adamw_runs) {
+    d->ops->adamw_runs(d, params, grads, m, v, runs, n_runs, lr, beta1, beta2, eps, weight_decay,
+                       grad_scale, step, copy, copy_dtype);
+    return;
+  }
+  for (int i = 0; i < n_runs; i++) {
+    const td_adam_run *r = &runs[i];
+    void *c = copy ? (char *)copy + (size_t)r->param_offset * td_dtype_size(copy_dtype) : NULL;
+    d->ops->adamw(d, params + r->param_offset, grads + r->grad_offset, m + r->state_offset,
+                  v + r->state_offset, r->numel, lr, beta1, beta2, eps,
+                  r->weight_decay ? weight_decay : 0.0f, grad_scale, step, c, copy_dtype);
+  }
+}
+
 double td_device_reduce_now(td_device *d, td_device_reduce_op op, const float *x, int64_t n) {
   double *out = d->ops->alloc(d, sizeof(double)), v;
   op(d, out, x, n);

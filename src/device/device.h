@@ -83,6 +83,16 @@ typedef struct td_attention_desc {
   int64_t head_start, heads_total; /* the dropout counter's head numbering, above */
 } td_attention_desc;
 
+/* A run of an AdamW update (td_device_adamw_runs; optim/adamw.h): numel elements
+ * at these offsets into the parameters, the gradients and the Adam state. */
+typedef struct {
+  int64_t state_offset; /* elements of exp_avg / exp_avg_sq */
+  int64_t param_offset; /* elements of the params base */
+  int64_t grad_offset;  /* elements of the grads base */
+  int64_t numel;
+  int weight_decay; /* 1: decayed group, 0: no decay */
+} td_adam_run;
+
 /* What a backend can do (td_device_ops.caps, a bit set). */
 typedef enum {
   /* Its pointers are host addresses that MPI and the host may read and write
@@ -253,6 +263,14 @@ typedef struct td_device_ops {
   void (*adamw)(td_device *d, float *param, const float *grad, float *m, float *v, int64_t n,
                 float lr, float beta1, float beta2, float eps, float weight_decay,
                 float grad_scale, int64_t step, void *copy, td_dtype copy_dtype);
+  /* adamw over n_runs runs in one pass (a multi-tensor apply: one launch where a
+   * model's tensors would take one each), each run with weight_decay or 0 and the
+   * values adamw gives it; copy (or NULL) is laid out as params. NULL where a
+   * backend has none: td_device_adamw_runs calls adamw per run. */
+  void (*adamw_runs)(td_device *d, float *params, const float *grads, float *m, float *v,
+                     const td_adam_run *runs, int n_runs, float lr, float beta1, float beta2,
+                     float eps, float weight_decay, float grad_scale, int64_t step, void *copy,
+                     td_dtype copy_dtype);
   /* dst = (dst_dtype) src; any pair of TD_F32 / TD_BF16 / TD_F16, round to nearest even */
   void (*cast)(td_device *d, void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dtype,
                int64_t n);
@@ -283,6 +301,13 @@ struct td_device {
 static inline int td_device_has(const td_device *d, td_device_cap cap) {
   return (d->ops->caps & cap) != 0;
 }
+
+/* AdamW over runs of flat buffers (ops->adamw_runs where the backend has it, else
+ * ops->adamw per run: the same values). */
+void td_device_adamw_runs(td_device *d, float *params, const float *grads, float *m, float *v,
+                          const td_adam_run *runs, int n_runs, float lr, float beta1,
+                          float beta2, float eps, float weight_decay, float grad_scale,
+                          int64_t step, void *copy, td_dtype copy_dtype);
 
 /* The physical device d runs on, as device_key (else its index) gives it. */
 uint64_t td_device_key(const td_device *d);

@@ -263,6 +263,15 @@ static void p_adamw(td_device *d, float *param, const float *grad, float *m, flo
                     step, copy, copy_dtype);
   kernel_done(d, t0, "adamw");
 }
+static void p_adamw_runs(td_device *d, float *params, const float *grads, float *m, float *v,
+                         const td_adam_run *runs, int n_runs, float lr, float beta1, float beta2,
+                         float eps, float weight_decay, float grad_scale, int64_t step,
+                         void *copy, td_dtype copy_dtype) {
+  double t0 = td_now_seconds();
+  IN(d)->ops->adamw_runs(IN(d), params, grads, m, v, runs, n_runs, lr, beta1, beta2, eps,
+                         weight_decay, grad_scale, step, copy, copy_dtype);
+  kernel_done(d, t0, "adamw_runs");
+}
 static void p_cast(td_device *d, void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dtype,
                    int64_t n) {
   double t0 = td_now_seconds();
@@ -318,6 +327,7 @@ td_device *td_profile_device_open(td_device *inner) {
   o->cross_entropy_slice = p_cross_entropy_slice;
   o->cross_entropy_combine = p_cross_entropy_combine, o->masked_sum = p_masked_sum;
   o->cross_entropy_backward = p_cross_entropy_backward;
+  o->adamw_runs = inner->ops->adamw_runs ? p_adamw_runs : NULL;
   o->adamw = p_adamw, o->cast = p_cast, o->scale = p_scale, o->sum_squares = p_sum_squares;
   o->count_zeros = p_count_zeros;
   td_device *d = td_calloc(sizeof *d);

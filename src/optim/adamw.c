@@ -94,14 +94,9 @@ void td_adamw_free(td_adamw *o) {
  * copy laid out as params, or NULL). */
 static void step_on(td_adamw *o, td_device *d, float *params, const float *grads, void *copy,
                     td_dtype copy_dtype, float lr, float grad_scale) {
-  for (int i = 0; i < o->n_runs; i++) {
-    const td_adam_run *r = &o->runs[i];
-    void *c = copy ? (char *)copy + (size_t)r->param_offset * td_dtype_size(copy_dtype) : NULL;
-    d->ops->adamw(d, params + r->param_offset, grads + r->grad_offset,
-                  o->exp_avg + r->state_offset, o->exp_avg_sq + r->state_offset, r->numel, lr,
-                  o->beta1, o->beta2, o->eps, r->weight_decay ? o->weight_decay : 0.0f,
-                  grad_scale, o->step, c, copy_dtype);
-  }
+  td_device_adamw_runs(d, params, grads, o->exp_avg, o->exp_avg_sq, o->runs, o->n_runs, lr,
+                       o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, o->step, copy,
+                       copy_dtype);
 }
 
 /* The host update: the runs' parameters (unless they live on the host) and

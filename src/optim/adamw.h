@@ -12,15 +12,7 @@
 
 #include <stdint.h>
 
-#include "device/device.h"
-
-typedef struct {
-  int64_t state_offset; /* elements of exp_avg / exp_avg_sq */
-  int64_t param_offset; /* elements of the params base passed to td_adamw_step */
-  int64_t grad_offset;  /* elements of the grads base */
-  int64_t numel;
-  int weight_decay; /* 1: decayed group, 0: no decay */
-} td_adam_run;
+#include "device/device.h" /* td_adam_run: a run of elements of one group */
 
 typedef struct td_nvme_state td_nvme_state;
 

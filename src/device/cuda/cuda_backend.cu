@@ -182,6 +182,7 @@ extern "C" void td_cuda_close(void *impl) {
   td_cuda_wait_stream(c);
   td_cuda_gemm_release(c);
   td_cudnn_release(c);
+  td_cuda_adam_release(c);
   if (c->scratch) device_free(c, c->scratch);
   if (c->workspace) TD_CUDA_OK(cudaFree(c->workspace));
   TD_CUDA_OK(cudaFree(c->reduce));
@@ -483,6 +484,7 @@ extern "C" const td_device_ops *td_cuda_device_ops(void) {
     td_cuda_register_memory(&ops);
     td_cuda_register_gemm(&ops);
     td_cuda_register_elementwise(&ops);
+    td_cuda_register_layernorm(&ops);
     td_cuda_register_embedding(&ops);
     td_cuda_register_loss(&ops);
     td_cuda_register_optim(&ops);

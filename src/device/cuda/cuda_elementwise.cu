@@ -1,12 +1,11 @@
-/* The elementwise and row kernels of the CUDA backend: bias_backward, layernorm
- * forward / backward, gelu forward / backward, add, scale, dropout, cast
- * (device.h has each one's math; the comments here give shapes and blocking).
+/* The elementwise kernels of the CUDA backend: bias_backward, gelu forward /
+ * backward, add, scale, dropout, cast (device.h has each one's math; the
+ * comments here give shapes and blocking; layernorm is cuda_layernorm.cu).
  *
- * Sums over rows (bias_backward, layernorm's dw / db) are two fixed stages:
- * column sums of row chunks whose size depends on rows alone
+ * Sums over rows (bias_backward, gelu_backward's fused bias gradient) are two
+ * fixed stages: column sums of row chunks whose size depends on rows alone
  * (td_rows_per_chunk), each chunk's rows in order, then the chunks in order per
- * column (td_add_partials_kernel). Row statistics (layernorm) are one block per
- * row reduced by td_block_sum's fixed tree, in double as on the CPU. */
+ * column (td_add_partials_kernel). */
 #include "device/cuda/cuda_internal.cuh"
 
 #define COL_TILE 32  /* columns per block of a column-sum kernel (one warp wide) */
@@ -27,63 +26,6 @@ __global__ void td_add_partials_kernel(float *out, const float *part, int64_t np
     for (int64_t k = 0; k < nparts; k++) s += part[k * stride + c];
     out[c] += s;
   }
-}
-
-/* ------------------------------------------------------- vector load, store */
-
-/* VEC consecutive elements from i (VEC 4: i and the buffer 16-byte aligned for
- * fp32, 8-byte for bf16; td_vec_ok checks it on the host), as fp32. */
-template <int VEC>
-__device__ __forceinline__ void td_ld_vec(float *v, const float *p, int64_t i) {
-  if constexpr (VEC == 4) {
-    float4 q = *reinterpret_cast<const float4 *>(p + i);
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-  } else {
-#pragma unroll
-    for (int k = 0; k < VEC; k++) v[k] = p[i + k];
-  }
-}
-template <int VEC>
-__device__ __forceinline__ void td_ld_vec(float *v, const uint16_t *p, int64_t i) {
-  if constexpr (VEC == 4) {
-    uint2 q = *reinterpret_cast<const uint2 *>(p + i); /* little-endian: element i low */
-    v[0] = td_hd_bf16_to_f32((uint16_t)(q.x & 0xffffu)), v[1] = td_hd_bf16_to_f32((uint16_t)(q.x >> 16));
-    v[2] = td_hd_bf16_to_f32((uint16_t)(q.y & 0xffffu)), v[3] = td_hd_bf16_to_f32((uint16_t)(q.y >> 16));
-  } else {
-#pragma unroll
-    for (int k = 0; k < VEC; k++) v[k] = td_hd_bf16_to_f32(p[i + k]);
-  }
-}
-template <int VEC>
-__device__ __forceinline__ void td_st_vec(float *p, int64_t i, const float *v) {
-  if constexpr (VEC == 4) {
-    *reinterpret_cast<float4 *>(p + i) = make_float4(v[0], v[1], v[2], v[3]);
-  } else {
-#pragma unroll
-    for (int k = 0; k < VEC; k++) p[i + k] = v[k];
-  }
-}
-template <int VEC>
-__device__ __forceinline__ void td_st_vec(uint16_t *p, int64_t i, const float *v) {
-  if constexpr (VEC == 4) {
-    uint2 q;
-    q.x = (uint32_t)td_hd_f32_to_bf16(v[0]) | (uint32_t)td_hd_f32_to_bf16(v[1]) << 16;
-    q.y = (uint32_t)td_hd_f32_to_bf16(v[2]) | (uint32_t)td_hd_f32_to_bf16(v[3]) << 16;
-    *reinterpret_cast<uint2 *>(p + i) = q;
-  } else {
-#pragma unroll
-    for (int k = 0; k < VEC; k++) p[i + k] = td_hd_f32_to_bf16(v[k]);
-  }
-}
-
-/* Whether rows of cols elements can be read 4 at a time: cols % 4 == 0 and every
- * buffer 16-byte aligned (NULL passes). */
-static int td_vec_ok(int64_t cols, const void *a, const void *b = NULL, const void *c = NULL) {
-  const void *ps[] = {a, b, c};
-  if (cols % 4) return 0;
-  for (const void *p : ps)
-    if ((uintptr_t)p % 16) return 0;
-  return 1;
 }
 
 /* ------------------------------------------------------------ column sums */
@@ -162,129 +104,6 @@ static void cu_bias_backward(td_device *d, float *dbias, const void *dout, td_dt
     td_column_sums(c, dbias, td_stored_elems<float>{(const float *)dout}, rows, cols, vec);
   else
     td_column_sums(c, dbias, td_stored_elems<uint16_t>{(const uint16_t *)dout}, rows, cols, vec);
-}
-
-/* ----------------------------------------------------------------- layernorm */
-
-/* One block per row r (grid-stride over rows): x: rows x cols fp32; w, b: cols;
- *   mean = sum x / C, rstd = 1 / sqrt(sum (x - mean)^2 / C + eps) (sums in double),
- *   out[r, c] = (x - mean) rstd w + b in out_dtype (fp32 or bf16); mean, rstd saved
- *   when not NULL. */
-__global__ void td_layernorm_forward_kernel(void *out, int out_bf16, float *mean, float *rstd,
-                                            const float *x, const float *w, const float *b,
-                                            int64_t rows, int64_t cols, float eps) {
-  __shared__ double red[33];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float *xr = x + r * cols;
-    double s = 0;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += xr[c];
-    s = td_block_sum(s, red);
-    const float m = (float)(s / (double)cols);
-    double ss = 0;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      double dv = (double)xr[c] - m;
-      ss += dv * dv;
-    }
-    ss = td_block_sum(ss, red);
-    const float rs = (float)(1.0 / sqrt(ss / (double)cols + eps));
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-      td_st_dt(out, out_bf16, r * cols + c, (xr[c] - m) * rs * w[c] + b[c]);
-    if (threadIdx.x == 0) {
-      if (mean) mean[r] = m;
-      if (rstd) rstd[r] = rs;
-    }
-  }
-}
-
-static void cu_layernorm_forward(td_device *d, void *out, td_dtype out_dtype, float *mean,
-                                 float *rstd, const float *x, const float *w, const float *b,
-                                 int64_t rows, int64_t cols, float eps) {
-  td_cuda *c = td_cuda_enter(d);
-  if (out_dtype != TD_F32 && out_dtype != TD_BF16) td_fail("layernorm output must be fp32 or bf16");
-  if (rows <= 0 || cols <= 0) return;
-  unsigned grid = (unsigned)(rows < 65536 * 16 ? rows : 65536 * 16);
-  td_layernorm_forward_kernel<<<grid, TD_CUDA_THREADS, 0, c->stream>>>(
-      out, out_dtype == TD_BF16, mean, rstd, x, w, b, rows, cols, eps);
-  TD_CUDA_LAUNCHED();
-}
-
-/* One block per row: with xhat = (x - mean) rstd and g = dout w,
- *   dx[r, c] += rstd (g - mean_c(g) - xhat mean_c(g xhat))   (the means in double) */
-__global__ void td_layernorm_backward_dx_kernel(float *dx, const float *dout, const float *x,
-                                                const float *w, const float *mean,
-                                                const float *rstd, int64_t rows, int64_t cols) {
-  __shared__ double red[33];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float *xr = x + r * cols, *gr = dout + r * cols;
-    const float m = mean[r], rs = rstd[r];
-    double s_dy = 0, s_dyx = 0;
-    /* dyw rounded on its own (__fmul_rn: never fused into the subtraction below),
-     * so dyw - m_dy cancels exactly when the row is constant (cols = 1, say), where
-     * rstd = 1/sqrt(eps) would magnify a fused product's rounding ~300-fold */
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      float xhat = (xr[c] - m) * rs, dyw = __fmul_rn(gr[c], w[c]);
-      s_dy += dyw;
-      s_dyx += (double)dyw * xhat;
-    }
-    s_dy = td_block_sum(s_dy, red);
-    s_dyx = td_block_sum(s_dyx, red);
-    const float m_dy = (float)(s_dy / (double)cols), m_dyx = (float)(s_dyx / (double)cols);
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      float xhat = (xr[c] - m) * rs, dyw = __fmul_rn(gr[c], w[c]);
-      dx[r * cols + c] += rs * (dyw - m_dy - xhat * m_dyx);
-    }
-  }
-}
-
-/* part[chunk] = [sum dout xhat (cols) | sum dout (cols)] over the chunk's rows,
- * blocked like td_colsum_partial_kernel; part rows are 2 * cols apart. */
-__global__ void td_layernorm_dwdb_partial_kernel(float *part, const float *dout, const float *x,
-                                                 const float *mean, const float *rstd,
-                                                 int64_t rows, int64_t cols, int64_t rc) {
-  __shared__ float sw[ROW_LANES][COL_TILE + 1], sb[ROW_LANES][COL_TILE + 1];
-  const int64_t c = (int64_t)blockIdx.x * COL_TILE + threadIdx.x;
-  const int64_t r0 = (int64_t)blockIdx.y * rc, r1 = min(rows, r0 + rc);
-  float aw = 0.0f, ab = 0.0f;
-  if (c < cols)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += ROW_LANES) {
-      float g = dout[r * cols + c], xhat = (x[r * cols + c] - mean[r]) * rstd[r];
-      aw += g * xhat;
-      ab += g;
-    }
-  sw[threadIdx.y][threadIdx.x] = aw;
-  sb[threadIdx.y][threadIdx.x] = ab;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    float tw = 0.0f, tb = 0.0f;
-    for (int y = 0; y < ROW_LANES; y++) tw += sw[y][threadIdx.x], tb += sb[y][threadIdx.x];
-    part[blockIdx.y * 2 * cols + c] = tw;
-    part[blockIdx.y * 2 * cols + cols + c] = tb;
-  }
-}
-
-/* dx += ..., dw += sum_r dout xhat, db += sum_r dout (device.h). dw and db are
- * summed before dx is written, so dx may be any buffer but dout's and x's. */
-static void cu_layernorm_backward(td_device *d, float *dx, float *dw, float *db, const float *dout,
-                                  const float *x, const float *w, const float *mean,
-                                  const float *rstd, int64_t rows, int64_t cols) {
-  td_cuda *c = td_cuda_enter(d);
-  if (rows <= 0 || cols <= 0) return;
-  int64_t rc = td_rows_per_chunk(rows), nch = (rows + rc - 1) / rc;
-  float *part = (float *)td_cuda_scratch(c, (size_t)(2 * nch * cols) * sizeof(float));
-  dim3 grid((unsigned)((cols + COL_TILE - 1) / COL_TILE), (unsigned)nch), block(COL_TILE, ROW_LANES);
-  td_layernorm_dwdb_partial_kernel<<<grid, block, 0, c->stream>>>(part, dout, x, mean, rstd, rows,
-                                                                   cols, rc);
-  TD_CUDA_LAUNCHED();
-  unsigned cg = td_cuda_grid(c, cols, TD_CUDA_THREADS);
-  td_add_partials_kernel<<<cg, TD_CUDA_THREADS, 0, c->stream>>>(dw, part, nch, 2 * cols, cols);
-  TD_CUDA_LAUNCHED();
-  td_add_partials_kernel<<<cg, TD_CUDA_THREADS, 0, c->stream>>>(db, part + cols, nch, 2 * cols,
-                                                                 cols);
-  TD_CUDA_LAUNCHED();
-  unsigned grid_rows = (unsigned)(rows < 65536 * 16 ? rows : 65536 * 16);
-  td_layernorm_backward_dx_kernel<<<grid_rows, TD_CUDA_THREADS, 0, c->stream>>>(
-      dx, dout, x, w, mean, rstd, rows, cols);
-  TD_CUDA_LAUNCHED();
 }
 
 /* ---------------------------------------------------------------------- gelu */
@@ -497,8 +316,6 @@ static void cu_cast(td_device *d, void *dst, td_dtype dst_dtype, const void *src
 
 void td_cuda_register_elementwise(td_device_ops *ops) {
   ops->bias_backward = cu_bias_backward;
-  ops->layernorm_forward = cu_layernorm_forward;
-  ops->layernorm_backward = cu_layernorm_backward;
   ops->gelu_forward = cu_gelu_forward;
   ops->gelu_backward = cu_gelu_backward;
   ops->add = cu_add;

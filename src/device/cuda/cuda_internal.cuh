@@ -42,6 +42,7 @@ typedef struct td_cuda {
   int *err_host, *err_dev;   /* mapped pinned flag: kernels report bad input (TD_CUDA_ERR_*) */
   td_cuda_gemm_cache *gemm;  /* cuBLASLt plans per shape (cuda_gemm.cu) */
   struct td_cudnn *cudnn;    /* cuDNN handle and attention graphs (cuda_cudnn_attention.cu) */
+  struct td_cuda_adam *adam; /* adamw_runs' chunk table on the device (cuda_optim.cu) */
   int tf32;                  /* TRIDENT_CUDA_TF32=1: fp32 GEMMs on TF32 tensor cores */
   int pools;                 /* alloc/free from the stream-ordered pool (cudaMallocAsync) */
   uint64_t uuid_key;         /* a hash of the GPU's UUID (device_key) */
@@ -93,14 +94,16 @@ void td_cuda_smem_optin(const td_cuda *c, const void *kernel, size_t bytes, cons
 
 void td_cuda_register_memory(td_device_ops *ops);      /* alloc .. synchronize (cuda_backend.cu) */
 void td_cuda_register_gemm(td_device_ops *ops);        /* matmul */
-void td_cuda_register_elementwise(td_device_ops *ops); /* bias_backward, layernorm, gelu, add,
-                                                          scale, dropout, cast */
+void td_cuda_register_elementwise(td_device_ops *ops); /* bias_backward, gelu, add, scale,
+                                                          dropout, cast */
 void td_cuda_register_embedding(td_device_ops *ops);   /* embedding_forward/backward */
 void td_cuda_register_loss(td_device_ops *ops);        /* cross_entropy_* */
 void td_cuda_register_optim(td_device_ops *ops);       /* adamw, sum_squares, count_zeros */
 void td_cuda_register_attention(td_device_ops *ops);   /* attention_forward/backward */
+void td_cuda_register_layernorm(td_device_ops *ops);   /* layernorm_forward/backward */
 
 void td_cuda_gemm_release(td_cuda *c); /* frees the plan cache */
+void td_cuda_adam_release(td_cuda *c); /* frees adamw_runs' chunk table */
 
 /* cuDNN's fused attention (cuda_cudnn_attention.cu): runs the op on c's stream and
  * returns 1, or returns 0 when it does not take this call (not bf16, dropout,
@@ -130,6 +133,61 @@ __device__ __forceinline__ void td_st_dt(void *p, int bf16, int64_t i, float v) 
     ((uint16_t *)p)[i] = td_hd_f32_to_bf16(v);
   else
     ((float *)p)[i] = v;
+}
+
+/* VEC consecutive elements from i (VEC 4: i and the buffer 16-byte aligned for
+ * fp32, 8-byte for bf16; td_vec_ok checks it on the host), as fp32. */
+template <int VEC>
+__device__ __forceinline__ void td_ld_vec(float *v, const float *p, int64_t i) {
+  if constexpr (VEC == 4) {
+    float4 q = *reinterpret_cast<const float4 *>(p + i);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) v[k] = p[i + k];
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void td_ld_vec(float *v, const uint16_t *p, int64_t i) {
+  if constexpr (VEC == 4) {
+    uint2 q = *reinterpret_cast<const uint2 *>(p + i); /* little-endian: element i low */
+    v[0] = td_hd_bf16_to_f32((uint16_t)(q.x & 0xffffu)), v[1] = td_hd_bf16_to_f32((uint16_t)(q.x >> 16));
+    v[2] = td_hd_bf16_to_f32((uint16_t)(q.y & 0xffffu)), v[3] = td_hd_bf16_to_f32((uint16_t)(q.y >> 16));
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) v[k] = td_hd_bf16_to_f32(p[i + k]);
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void td_st_vec(float *p, int64_t i, const float *v) {
+  if constexpr (VEC == 4) {
+    *reinterpret_cast<float4 *>(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) p[i + k] = v[k];
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void td_st_vec(uint16_t *p, int64_t i, const float *v) {
+  if constexpr (VEC == 4) {
+    uint2 q;
+    q.x = (uint32_t)td_hd_f32_to_bf16(v[0]) | (uint32_t)td_hd_f32_to_bf16(v[1]) << 16;
+    q.y = (uint32_t)td_hd_f32_to_bf16(v[2]) | (uint32_t)td_hd_f32_to_bf16(v[3]) << 16;
+    *reinterpret_cast<uint2 *>(p + i) = q;
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) p[i + k] = td_hd_f32_to_bf16(v[k]);
+  }
+}
+
+/* Whether rows of cols elements can be read 4 at a time: cols % 4 == 0 and every
+ * buffer 16-byte aligned (NULL passes). */
+static inline int td_vec_ok(int64_t cols, const void *a, const void *b = NULL, const void *c = NULL) {
+  const void *ps[] = {a, b, c};
+  if (cols % 4) return 0;
+  for (const void *p : ps)
+    if ((uintptr_t)p % 16) return 0;
+  return 1;
 }
 
 /* Sum over a warp by a xor butterfly: every lane gets the same bits (each step
