@@ -13,10 +13,11 @@
 #      kernel tests on the CPU and on the GPU (their _cuda variants: the CPU's
 #      double references and finite differences, TRIDENT_TEST_DEVICE=cuda) and
 #      the model's gradient and PyTorch-parity tests on the GPU;
-#   3. benchmarks: `trident bench kernels --device cuda`, and `trident bench
-#      train --device cuda` on GPT-2 124M, seq 1024, micro-batch 16, bf16, next to
-#      PyTorch on the same GPU (bench/gpu/peer_torch_gpu.py) when a CUDA PyTorch
-#      is importable.
+#   3. benchmarks: `trident bench kernels --device cuda` next to PyTorch's
+#      matmul and SDPA at the same shapes (bench/gpu/peer_torch_kernels.py,
+#      compare_kernels.py), and `trident bench train --device cuda` on GPT-2
+#      124M, seq 1024, micro-batch 16, bf16, next to PyTorch on the same GPU
+#      (bench/gpu/peer_torch_gpu.py), when a CUDA PyTorch is importable.
 # JOBS=N runs N tests at a time (default 4; the GPU tests share the card);
 # PEERS="1 0" names the PyTorch peers to run (torch.compile on, off; compiling
 # costs about a minute).
@@ -77,8 +78,8 @@ if grep -qE '(test_device_cuda|cli_train_cuda|_cuda) .*Skipped' "$out/tests.log"
 fi
 
 # 3. benchmarks
-"$bin" bench kernels --device cuda >"$out/bench_kernels.txt" 2>&1 ||
-  note "bench kernels FAILED (see $out/bench_kernels.txt)"
+"$bin" bench kernels --device cuda --json >"$out/bench_kernels.jsonl" 2>"$out/bench_kernels.err" ||
+  note "bench kernels FAILED (see $out/bench_kernels.err)"
 "$bin" bench train --device cuda --dtype bf16 --seq-len 1024 --micro-batch 16 --steps 10 \
   --warmup 3 --json >"$out/bench_train.jsonl" 2>"$out/bench_train.err"
 t_ms=$(sed -n 's/.*"event": "summary".*"median_step_ms": \([0-9.]*\),.*/\1/p' "$out/bench_train.jsonl")
@@ -93,6 +94,15 @@ fi
 # env.sh puts Debian's on LD_LIBRARY_PATH) are not for it
 peer_python() { env -u LD_LIBRARY_PATH python3 "$@"; }
 if peer_python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  # each GEMM and attention against PyTorch at the same shapes (issue #12's ratios)
+  : >"$out/peer_kernels.jsonl"
+  for dt in bf16 fp32; do
+    peer_python bench/gpu/peer_torch_kernels.py --dtype $dt >>"$out/peer_kernels.jsonl" \
+      2>"$out/peer_kernels_$dt.err" || true
+  done
+  python3 bench/gpu/compare_kernels.py "$out/bench_kernels.jsonl" "$out/peer_kernels.jsonl" \
+    >"$out/compare_kernels.txt" 2>&1
+  note "$(tail -1 "$out/compare_kernels.txt") (table: $out/compare_kernels.txt)"
   for c in ${PEERS-1 0}; do
     peer_python bench/gpu/peer_torch_gpu.py --mbs 16 --seq 1024 --compile $c >"$out/peer_compile$c.json" \
       2>"$out/peer_compile$c.err" || true
