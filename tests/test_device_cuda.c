@@ -22,6 +22,7 @@
 #include "comm/ccl.h"
 #include "device/cuda/cuda_device.h"
 #include "device/device.h"
+#include "model/linear.h"
 
 static td_device *g_cpu, *g_gpu;
 static uint64_t g_stream = 1000; /* test RNG streams, one per buffer */
@@ -241,6 +242,129 @@ static void test_matmul(void) {
   }
 }
 
+/* ------------------------------------------------------------ fused linear */
+
+/* n host floats on b's device in dt (fp32, or bf16 rounded), and back as fp32. */
+static void *put_dt(bufs *b, const float *x, int64_t n, td_dtype dt) {
+  if (dt == TD_F32) return put(b, x, (size_t)n * 4);
+  uint16_t *h = to_bf16(x, n);
+  void *p = put(b, h, (size_t)n * 2);
+  td_free(h);
+  return p;
+}
+static float *get_dt(bufs *b, const void *dev, int64_t n, td_dtype dt) {
+  float *out = alloc_host((size_t)n * 4);
+  if (dt == TD_F32) {
+    get(b, out, dev, (size_t)n * 4);
+    return out;
+  }
+  uint16_t *h = alloc_host((size_t)n * 2);
+  get(b, h, dev, (size_t)n * 2);
+  for (int64_t i = 0; i < n; i++) out[i] = td_bf16_to_f32(h[i]);
+  td_free(h);
+  return out;
+}
+
+typedef struct {
+  int64_t n, in, out;
+  const float *x, *w, *bias, *resid, *dy, *pre_in, *db0;
+} lin_case;
+typedef struct {
+  float *y, *act, *pre, *dpre, *dbias;
+} lin_result;
+
+/* model/linear.h's fused forms on d: y = resid + x w^T + b; pre = x w^T + b,
+ * act = gelu(pre); dpre = (dy w) gelu'(pre_in), dbias = db0 + its column sums. */
+static lin_result linear_on(td_device *d, const lin_case *c, td_dtype dt) {
+  bufs b = {.d = d};
+  int64_t n = c->n, in = c->in, out = c->out;
+  size_t es = td_dtype_size(dt);
+  void *x = put_dt(&b, c->x, n * in, dt), *w = put_dt(&b, c->w, out * in, dt);
+  void *dy = put_dt(&b, c->dy, n * out, dt), *pre_in = put_dt(&b, c->pre_in, n * in, dt);
+  float *bias = put(&b, c->bias, out * 4), *resid = put(&b, c->resid, n * out * 4);
+  float *y = put(&b, NULL, n * out * 4), *scratch = put(&b, NULL, n * in * 4);
+  float *dbias = put(&b, c->db0, in * 4);
+  void *act = put(&b, NULL, n * out * es), *pre = put(&b, NULL, n * out * es);
+  void *dpre = put(&b, NULL, n * in * es);
+  td_linear_forward_residual(d, y, resid, x, w, bias, n, in, out, dt);
+  td_linear_forward_gelu(d, act, pre, dt, x, w, bias, n, in, out, dt, TD_GELU_TANH);
+  td_linear_backward_input_dgelu(d, dpre, dt, dbias, scratch, dy, w, pre_in, n, in, out, dt,
+                                 TD_GELU_TANH);
+  lin_result r = {get_dt(&b, y, n * out, TD_F32), get_dt(&b, act, n * out, dt),
+                  get_dt(&b, pre, n * out, dt), get_dt(&b, dpre, n * in, dt),
+                  get_dt(&b, dbias, in, TD_F32)};
+  release(&b);
+  return r;
+}
+
+static void lin_free(lin_result *r) {
+  td_free(r->y), td_free(r->act), td_free(r->pre), td_free(r->dpre), td_free(r->dbias);
+}
+
+/* Which of the three fused forms the GPU's matmul_fuses offers for c in dt (the
+ * descriptors model/linear.c builds, on throwaway buffers of the right sizes). */
+static void fused_forms(const lin_case *c, td_dtype dt, int fused[3]) {
+  bufs b = {.d = g_gpu};
+  int64_t n = c->n, in = c->in, out = c->out;
+  size_t es = td_dtype_size(dt);
+  td_matmul_desc f = {.m = n, .n = out, .k = in, .ab_dtype = dt, .c_dtype = TD_F32, .alpha = 1,
+                      .batch = 1, .lda = in, .ldb = in, .trans_b = 1, .ldc = out};
+  f.a = put(&b, NULL, n * in * es), f.b = put(&b, NULL, out * in * es);
+  f.bias = put(&b, NULL, out * 4), f.c = put(&b, NULL, n * out * 4);
+  td_matmul_desc r = f;
+  r.c_in = put(&b, NULL, n * out * 4), r.beta = 1;
+  td_matmul_desc g = f;
+  g.c_dtype = dt, g.epilogue = TD_EPILOGUE_GELU_AUX, g.aux = put(&b, NULL, n * out * es);
+  g.ldaux = out, g.gelu_kind = TD_GELU_TANH;
+  td_matmul_desc dg = {.m = n, .n = in, .k = out, .ab_dtype = dt, .c_dtype = dt, .alpha = 1,
+                       .batch = 1, .lda = out, .ldb = in, .ldc = in, .a = f.a, .b = f.b,
+                       .c = put(&b, NULL, n * in * es), .epilogue = TD_EPILOGUE_DGELU,
+                       .aux = put(&b, NULL, n * in * es), .ldaux = in, .gelu_kind = TD_GELU_TANH};
+  fused[0] = td_device_matmul_fuses(g_gpu, &r);
+  fused[1] = td_device_matmul_fuses(g_gpu, &g);
+  fused[2] = td_device_matmul_fuses(g_gpu, &dg);
+  release(&b);
+}
+
+/* The GPU's fused linear forms against the CPU's separate ops. The fused GELU
+ * works from the fp32 product where the CPU rounds pre first, and the fused
+ * bias gradient sums the stored dpre: bf16 results within 2e-2 of the largest,
+ * fp32 ones within 1e-4 (cuBLASLt's tanh against the CPU's). At GPT-2's MLP
+ * shape in bf16 all three fusions must be offered: the step's speed rests on
+ * them. */
+static void test_linear_fused(void) {
+  static const int64_t shapes[][3] = {{256, 768, 3072}, {40, 200, 64}, {512, 768, 768}};
+  for (int s = 0; s < 3; s++)
+    for (int bf = 0; bf < 2; bf++) {
+      td_dtype dt = bf ? TD_BF16 : TD_F32;
+      int64_t n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+      float *x = randf(n * in, -1, 1), *w = randf(out * in, -0.05f, 0.05f);
+      float *bias = randf(out, -0.5f, 0.5f), *resid = randf(n * out, -2, 2);
+      float *dy = randf(n * out, -1, 1), *pre_in = randf(n * in, -3, 3), *db0 = randf(in, -1, 1);
+      lin_case c = {n, in, out, x, w, bias, resid, dy, pre_in, db0};
+      lin_result cpu = linear_on(g_cpu, &c, dt), gpu = linear_on(g_gpu, &c, dt);
+      int fused[3];
+      fused_forms(&c, dt, fused);
+      double tol = bf ? 2e-2 : 1e-4;
+      double e_y = relerr(gpu.y, cpu.y, n * out), e_act = relerr(gpu.act, cpu.act, n * out);
+      double e_pre = relerr(gpu.pre, cpu.pre, n * out), e_dpre = relerr(gpu.dpre, cpu.dpre, n * in);
+      double e_db = relerr(gpu.dbias, cpu.dbias, in);
+      CHECK(e_y < (bf ? 1e-4 : fp32_gemm_tol() * 10) && e_act < tol && e_pre < tol &&
+                e_dpre < tol && e_db < tol,
+            "fused linear %s n=%lld in=%lld out=%lld (fused: residual %d, gelu %d, dgelu %d): "
+            "y %.2g act %.2g pre %.2g dpre %.2g dbias %.2g", td_dtype_name(dt), (long long)n,
+            (long long)in, (long long)out, fused[0], fused[1], fused[2], e_y, e_act, e_pre, e_dpre,
+            e_db);
+      if (s == 0 && bf)
+        CHECK(fused[0] && fused[1] && fused[2],
+              "cuBLASLt offers the residual, GELU and GELU-gradient epilogues at GPT-2's MLP "
+              "shape in bf16 (residual %d, gelu %d, dgelu %d)", fused[0], fused[1], fused[2]);
+      lin_free(&cpu), lin_free(&gpu);
+      td_free(x), td_free(w), td_free(bias), td_free(resid), td_free(dy), td_free(pre_in);
+      td_free(db0);
+    }
+}
+
 /* ------------------------------------------------------- row reductions */
 
 static void test_bias_backward(void) {
@@ -250,19 +374,27 @@ static void test_bias_backward(void) {
       int64_t R = rows[i], C = cols[(i + j) % 5], n = R * C;
       float *dout = randf(n, -1, 1), *db0 = randf(C, -1, 1);
       float *rc = alloc_host(C * 4), *g1 = alloc_host(C * 4), *g2 = alloc_host(C * 4);
-      float *outs[3] = {rc, g1, g2};
-      for (int r = 0; r < 3; r++) {
+      float *gf = alloc_host(C * 4), *outs[4] = {rc, g1, g2, gf};
+      uint16_t *c16 = alloc_host(n * 2);
+      for (int r = 0; r < 4; r++) { /* CPU, GPU twice, GPU with dout cast to bf16 */
         bufs b = {.d = r ? g_gpu : g_cpu};
         float *dd = put(&b, dout, n * 4), *ddb = put(&b, db0, C * 4);
-        b.d->ops->bias_backward(b.d, ddb, dd, TD_F32, R, C);
+        uint16_t *dc = r == 3 ? put(&b, NULL, n * 2) : NULL;
+        b.d->ops->bias_backward(b.d, ddb, dd, TD_F32, R, C, dc, dc ? TD_BF16 : TD_F32);
         get(&b, outs[r], ddb, C * 4);
+        if (dc) get(&b, c16, dc, n * 2);
         release(&b);
       }
+      int64_t off = 0; /* the fused cast against cast's rounding */
+      for (int64_t q = 0; q < n; q++) off += c16[q] != td_f32_to_bf16(dout[q]);
       double err = relerr(g1, rc, C);
-      CHECK(err < 2e-5 && same_bits(g1, g2, C * 4),
-            "bias_backward %lldx%lld: rel err %.3g, deterministic %d", (long long)R,
-            (long long)C, err, same_bits(g1, g2, C * 4));
-      td_free(dout), td_free(db0), td_free(rc), td_free(g1), td_free(g2);
+      int det = same_bits(g1, g2, C * 4) && same_bits(g1, gf, C * 4);
+      CHECK(err < 2e-5 && det && off == 0,
+            "bias_backward %lldx%lld: rel err %.3g, deterministic (and with the fused cast) %d, "
+            "fused bf16 cast off cast's rounding %lld", (long long)R, (long long)C, err, det,
+            (long long)off);
+      td_free(dout), td_free(db0), td_free(rc), td_free(g1), td_free(g2), td_free(gf);
+      td_free(c16);
     }
 }
 
@@ -389,7 +521,7 @@ static void test_gelu_bias(void) {
       float *dg = put(&b, dout, n * 4), *ddb = put(&b, db0, C * 4), *dbb = put(&b, db0, C * 4);
       void *dd16 = put(&b, d16, n * 2);
       b.d->ops->gelu_backward(b.d, ddx, TD_BF16, ddb, dg, dxin, TD_BF16, R, C, TD_GELU_TANH);
-      b.d->ops->bias_backward(b.d, dbb, dd16, TD_BF16, R, C);
+      b.d->ops->bias_backward(b.d, dbb, dd16, TD_BF16, R, C, NULL, TD_F32);
       get(&b, h, ddx, n * 2), get(&b, db[r], ddb, C * 4), get(&b, bb[r], dbb, C * 4);
       for (int64_t e = 0; e < n; e++) dx[r][e] = td_bf16_to_f32(h[e]);
       td_free(h);
@@ -564,21 +696,23 @@ static void test_cross_entropy(void) {
         float *dlg = put(&b, logits, nv * 4), *dls = put(&b, NULL, n * 4);
         float *dlse = put(&b, NULL, n * 4), *dd = put(&b, dloss, n * 4);
         int32_t *dt = put(&b, t, n * 4);
-        b.d->ops->cross_entropy_forward(b.d, dls, dlse, dlg, dt, n, V);
+        b.d->ops->cross_entropy_forward(b.d, dls, dlse, dlg, TD_F32, dt, n, V);
         get(&b, loss[r], dls, n * 4), get(&b, lse[r], dlse, n * 4);
         /* the slice: a copy of columns [vs, V) of each row */
         float *slice = alloc_host(n * sl * 4);
         for (int64_t q = 0; q < n; q++) memcpy(slice + q * sl, logits + q * V + vs, sl * 4);
         float *dsl = put(&b, slice, n * sl * 4), *ds1 = put(&b, NULL, n * 4);
         float *ds2 = put(&b, NULL, n * 4);
-        b.d->ops->cross_entropy_slice(b.d, ds1, ds2, dsl, dt, n, sl, vs);
+        b.d->ops->cross_entropy_slice(b.d, ds1, ds2, dsl, TD_F32, dt, n, sl, vs);
         get(&b, slse[r], ds1, n * 4), get(&b, stl[r], ds2, n * 4);
-        b.d->ops->cross_entropy_backward(b.d, dsl, TD_F32, dsl, dlse, dt, dd, n, sl, vs); /* in place */
+        b.d->ops->cross_entropy_backward(b.d, dsl, TD_F32, dsl, TD_F32, dlse, dt, dd, n, sl,
+                                         vs); /* in place */
         get(&b, sdl[r], dsl, n * sl * 4);
         uint16_t *d16 = put(&b, NULL, nv * 2);
-        b.d->ops->cross_entropy_backward(b.d, d16, TD_BF16, dlg, dlse, dt, dd, n, V, 0);
+        b.d->ops->cross_entropy_backward(b.d, d16, TD_BF16, dlg, TD_F32, dlse, dt, dd, n, V, 0);
         get(&b, dl16[r], d16, nv * 2);
-        b.d->ops->cross_entropy_backward(b.d, dlg, TD_F32, dlg, dlse, dt, dd, n, V, 0); /* in place */
+        b.d->ops->cross_entropy_backward(b.d, dlg, TD_F32, dlg, TD_F32, dlse, dt, dd, n, V,
+                                         0); /* in place */
         get(&b, dl[r], dlg, nv * 4);
         release(&b);
         td_free(slice);
@@ -603,6 +737,54 @@ static void test_cross_entropy(void) {
         td_free(loss[r]), td_free(lse[r]), td_free(dl[r]), td_free(slse[r]), td_free(stl[r]),
             td_free(sdl[r]), td_free(dl16[r]);
       td_free(logits), td_free(dloss), td_free(t);
+    }
+}
+
+/* |a - b| within one bf16 ulp of the larger magnitude (8 significant bits) */
+static int within_bf16_ulp(uint16_t a, uint16_t b) {
+  float x = td_bf16_to_f32(a), y = td_bf16_to_f32(b);
+  int e;
+  frexpf(fmaxf(fabsf(x), fabsf(y)), &e);
+  return fabsf(x - y) <= ldexpf(1.0f, e - 8);
+}
+
+/* bf16 logits, as the bf16 step keeps them: the loss and lse from them, then the
+ * bf16 gradient in place over them; the GPU against the CPU (the same bf16
+ * inputs: lse within fp32 rounding, each gradient element within a bf16 ulp of
+ * the CPU's, as their fp32 values may round apart) and against itself. */
+static void test_cross_entropy_bf16_logits(void) {
+  static const int64_t ns[] = {3, 17}, vocabs[] = {129, 50257};
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++) {
+      int64_t n = ns[i], V = vocabs[j], nv = n * V;
+      float *logits = randf(nv, -8, 8), *dloss = randf(n, 0, 1);
+      uint16_t *l16 = alloc_host(nv * 2), *g16[3];
+      for (int64_t q = 0; q < nv; q++) l16[q] = td_f32_to_bf16(logits[q]);
+      int32_t *t = alloc_host(n * 4);
+      for (int64_t r = 0; r < n; r++) t[r] = (int32_t)(td_rng_u32(8, 10, (uint64_t)r) % (uint64_t)V);
+      float *loss[3], *lse[3];
+      for (int r = 0; r < 3; r++) {
+        loss[r] = alloc_host(n * 4), lse[r] = alloc_host(n * 4), g16[r] = alloc_host(nv * 2);
+        bufs b = {.d = r ? g_gpu : g_cpu};
+        uint16_t *dlg = put(&b, l16, nv * 2);
+        float *dls = put(&b, NULL, n * 4), *dlse = put(&b, NULL, n * 4), *dd = put(&b, dloss, n * 4);
+        int32_t *dt = put(&b, t, n * 4);
+        b.d->ops->cross_entropy_forward(b.d, dls, dlse, dlg, TD_BF16, dt, n, V);
+        b.d->ops->cross_entropy_backward(b.d, dlg, TD_BF16, dlg, TD_BF16, dlse, dt, dd, n, V, 0);
+        get(&b, loss[r], dls, n * 4), get(&b, lse[r], dlse, n * 4), get(&b, g16[r], dlg, nv * 2);
+        release(&b);
+      }
+      int64_t far = 0; /* elements more than one bf16 ulp from the CPU's */
+      for (int64_t q = 0; q < nv; q++) far += !within_bf16_ulp(g16[1][q], g16[0][q]);
+      double e_lse = relerr(lse[1], lse[0], n), e_loss = relerr(loss[1], loss[0], n);
+      int det = same_bits(loss[1], loss[2], n * 4) && same_bits(lse[1], lse[2], n * 4) &&
+                same_bits(g16[1], g16[2], nv * 2);
+      CHECK(e_lse < 1e-6 && e_loss < 2e-5 && far == 0 && det,
+            "cross-entropy of bf16 logits n=%lld vocab=%lld: lse %.2g loss %.2g, in-place bf16 "
+            "dlogits more than an ulp from the CPU's %lld, deterministic %d",
+            (long long)n, (long long)V, e_lse, e_loss, (long long)far, det);
+      for (int r = 0; r < 3; r++) td_free(loss[r]), td_free(lse[r]), td_free(g16[r]);
+      td_free(logits), td_free(dloss), td_free(t), td_free(l16);
     }
 }
 
@@ -974,7 +1156,7 @@ static int bad_target_child(void) {
   bufs b = {.d = gpu};
   float *dl = put(&b, logits, sizeof logits), *loss = put(&b, NULL, 8), *lse = put(&b, NULL, 8);
   int32_t *dt = put(&b, t, sizeof t);
-  gpu->ops->cross_entropy_forward(gpu, loss, lse, dl, dt, 2, 5);
+  gpu->ops->cross_entropy_forward(gpu, loss, lse, dl, TD_F32, dt, 2, 5);
   gpu->ops->synchronize(gpu); /* must fail here */
   printf("synchronize returned\n");
   return 0;
@@ -1078,9 +1260,11 @@ int main(int argc, char **argv) {
                 {"bias_backward", test_bias_backward},
                 {"layernorm", test_layernorm},   {"embedding", test_embedding},
                 {"cross_entropy", test_cross_entropy},
+                {"cross_entropy_bf16_logits", test_cross_entropy_bf16_logits},
                 {"combine", test_combine_and_masked_sum}, {"adamw", test_adamw},
                 {"adamw_runs", test_adamw_runs},
                 {"reductions", test_reductions}, {"matmul", test_matmul},
+                {"linear_fused", test_linear_fused},
                 {"attention", test_attention},   {"nccl", test_nccl},
                 {"attention_cudnn", test_attention_cudnn}};
   for (size_t i = 0; i < sizeof groups / sizeof *groups; i++)

@@ -139,7 +139,7 @@ static void run_loss(td_device *d, const inputs *in, outputs *o) {
   float *logits = up(d, in->logits, sizeof in->logits), *mask = up(d, in->mask, sizeof in->mask);
   int32_t *targets = up(d, in->targets, sizeof in->targets);
   float *losses = d->ops->alloc(d, sizeof o->losses), *lse = d->ops->alloc(d, sizeof o->lse);
-  d->ops->cross_entropy_forward(d, losses, lse, logits, targets, ROWS, V);
+  d->ops->cross_entropy_forward(d, losses, lse, logits, TD_F32, targets, ROWS, V);
   d->ops->copy_d2h(d, o->losses, losses, sizeof o->losses);
   d->ops->copy_d2h(d, o->lse, lse, sizeof o->lse);
   double *masked = d->ops->alloc(d, sizeof(double));

@@ -442,7 +442,7 @@ static void test_bias_backward(int64_t R, int64_t C, uint64_t s) {
     for (int64_t r = 0; r < R; r++) ref[c] += dout[r * C + c];
   }
   float *dout_d = tst_putf(dout, R * C), *db_d = tst_putf(db, C);
-  OPS->bias_backward(DEV, db_d, dout_d, TD_F32, R, C);
+  OPS->bias_backward(DEV, db_d, dout_d, TD_F32, R, C, NULL, TD_F32);
   tst_getf(db, db_d, C);
   tst_release(dout_d), tst_release(db_d);
   double e = tst_rel_err(db, ref, C);
@@ -461,7 +461,7 @@ static void test_bias_backward_bf16(int64_t R, int64_t C, uint64_t s) {
   void *src[2] = {tst_putf(dout, n), tst_put(d16, (size_t)n * 2)};
   for (int b = 0; b < 2; b++) {
     float *db_d = tst_putf(db, C);
-    OPS->bias_backward(DEV, db_d, src[b], b ? TD_BF16 : TD_F32, R, C);
+    OPS->bias_backward(DEV, db_d, src[b], b ? TD_BF16 : TD_F32, R, C, NULL, TD_F32);
     tst_getf(got[b], db_d, C);
     tst_release(db_d), tst_release(src[b]);
   }
@@ -469,6 +469,34 @@ static void test_bias_backward_bf16(int64_t R, int64_t C, uint64_t s) {
         "bias_backward %lldx%lld of bf16 dout == of its fp32 widening, bit for bit", (long long)R,
         (long long)C);
   td_free(dout), td_free(db), td_free(got[0]), td_free(got[1]), td_free(d16);
+}
+
+/* bias_backward with the cast of dout fused: the same dbias bits as without it,
+ * and dout_cast the bits of cast (fp32 -> bf16). */
+static void test_bias_backward_cast(int64_t R, int64_t C, uint64_t s) {
+  int64_t n = R * C;
+  float *dout = falloc(n), *db = falloc(C), *got[2] = {falloc(C), falloc(C)};
+  uint16_t *c16[2] = {td_malloc((size_t)n * 2 + 2), td_malloc((size_t)n * 2 + 2)};
+  tst_fill_normal(dout, n, s, 1.0f);
+  tst_fill_normal(db, C, s + 1, 1.0f);
+  float *dout_d = tst_putf(dout, n);
+  for (int fused = 0; fused < 2; fused++) {
+    float *db_d = tst_putf(db, C);
+    uint16_t *c_d = tst_put(NULL, (size_t)n * 2);
+    if (fused) {
+      OPS->bias_backward(DEV, db_d, dout_d, TD_F32, R, C, c_d, TD_BF16);
+    } else {
+      OPS->bias_backward(DEV, db_d, dout_d, TD_F32, R, C, NULL, TD_F32);
+      OPS->cast(DEV, c_d, TD_BF16, dout_d, TD_F32, n);
+    }
+    tst_getf(got[fused], db_d, C), tst_get(c16[fused], c_d, (size_t)n * 2);
+    tst_release(db_d), tst_release(c_d);
+  }
+  CHECK(memcmp(got[0], got[1], (size_t)C * 4) == 0 && memcmp(c16[0], c16[1], (size_t)n * 2) == 0,
+        "bias_backward %lldx%lld with dout cast to bf16 in the same pass == bias_backward, cast "
+        "(bit for bit)", (long long)R, (long long)C);
+  tst_release(dout_d);
+  td_free(dout), td_free(db), td_free(got[0]), td_free(got[1]), td_free(c16[0]), td_free(c16[1]);
 }
 
 /* gelu_backward with the fused bias gradient (x fp32 or bf16): dx in fp32 (in
@@ -497,7 +525,7 @@ static void test_gelu_bias(int64_t R, int64_t C, td_gelu_kind k, td_dtype x_dt, 
   uint16_t *g16_d = tst_put(NULL, (size_t)n * 2), *dx16_d = tst_put(NULL, (size_t)n * 2);
   OPS->gelu_backward(DEV, g_d, TD_F32, NULL, dout_d, x_d, x_dt, R, C, k);
   OPS->cast(DEV, g16_d, TD_BF16, g_d, TD_F32, n);
-  OPS->bias_backward(DEV, dbu_d, g_d, TD_F32, R, C);
+  OPS->bias_backward(DEV, dbu_d, g_d, TD_F32, R, C, NULL, TD_F32);
   float *dx32_d = tst_putf(dout, n), *db32_d = tst_putf(db0, C), *db16_d = tst_putf(db0, C);
   OPS->gelu_backward(DEV, dx32_d, TD_F32, db32_d, dx32_d, x_d, x_dt, R, C, k);
   OPS->gelu_backward(DEV, dx16_d, TD_BF16, db16_d, dout_d, x_d, x_dt, R, C, k);
@@ -651,7 +679,7 @@ static void test_threads(void) {
     OPS->layernorm_backward(DEV, d.dx, d.dw, d.db, d.dout, d.x, d.w, d.mean, d.rstd, R, C);
     ln_case_get_grads(&k[t]);
     float *db_d = tst_putf(NULL, C);
-    OPS->bias_backward(DEV, db_d, d.dout, TD_F32, R, C);
+    OPS->bias_backward(DEV, db_d, d.dout, TD_F32, R, C, NULL, TD_F32);
     tst_getf(db[t], db_d, C);
     tst_release(db_d);
     ss[t] = td_device_reduce_now(DEV, OPS->sum_squares, x_d, n);
@@ -708,6 +736,7 @@ int main(void) {
     test_layernorm_backward(shapes[i][0], shapes[i][1], 20 + i * 10);
     test_bias_backward(shapes[i][0], shapes[i][1], 30 + i * 10);
     test_bias_backward_bf16(shapes[i][0], shapes[i][1], 35 + i * 10);
+    test_bias_backward_cast(shapes[i][0], shapes[i][1], 37 + i * 10);
     for (int k = 0; k < 2; k++)
       for (int xb = 0; xb < 2; xb++)
         test_gelu_bias(shapes[i][0], shapes[i][1], (td_gelu_kind)k, xb ? TD_BF16 : TD_F32,
@@ -715,6 +744,7 @@ int main(void) {
   }
   test_bias_backward(1000, 33, 200);
   test_bias_backward_bf16(1000, 36, 205);
+  test_bias_backward_cast(1000, 768, 207);
   test_gelu_bias(300, 3072, TD_GELU_TANH, TD_BF16, 790); /* GPT-2's fc1 width, a vector path */
   static const int64_t sizes[] = {1, 5, 17, 771, 100003};
   for (int k = 0; k < 2; k++) {

@@ -113,17 +113,17 @@ static void test_xent(int64_t N, int64_t V, uint64_t s) {
   float *x_d = tst_putf(x, n), *dloss_d = tst_putf(dloss, N), *loss_d = tst_putf(NULL, N);
   float *lse_d = tst_putf(NULL, N), *g_d = tst_putf(NULL, n);
   int32_t *t_d = iput(t, N);
-  OPS->cross_entropy_forward(DEV, loss_d, lse_d, x_d, t_d, N, V);
+  OPS->cross_entropy_forward(DEV, loss_d, lse_d, x_d, TD_F32, t_d, N, V);
   tst_getf(loss, loss_d, N), tst_getf(lse, lse_d, N);
   double el = tst_rel_err(loss, lref, N), es = tst_rel_err(lse, sref, N);
   CHECK(el < 1e-5 && es < 1e-5, "cross-entropy forward %lldx%lld: rel err loss %.2g lse %.2g",
         (long long)N, (long long)V, el, es);
-  OPS->cross_entropy_backward(DEV, g_d, TD_F32, x_d, lse_d, t_d, dloss_d, N, V, 0);
+  OPS->cross_entropy_backward(DEV, g_d, TD_F32, x_d, TD_F32, lse_d, t_d, dloss_d, N, V, 0);
   tst_getf(g, g_d, n);
   double worst = xent_grad_err(g, gref, t, dloss, N, V);
   /* bf16 dlogits: each the fp32 gradient rounded as cast rounds it */
   uint16_t *g16 = td_malloc((size_t)n * 2), *g16_d = tst_put(NULL, (size_t)n * 2);
-  OPS->cross_entropy_backward(DEV, g16_d, TD_BF16, x_d, lse_d, t_d, dloss_d, N, V, 0);
+  OPS->cross_entropy_backward(DEV, g16_d, TD_BF16, x_d, TD_F32, lse_d, t_d, dloss_d, N, V, 0);
   tst_get(g16, g16_d, (size_t)n * 2);
   int64_t off = 0;
   for (int64_t i = 0; i < n; i++) off += g16[i] != td_f32_to_bf16(g[i]);
@@ -131,7 +131,7 @@ static void test_xent(int64_t N, int64_t V, uint64_t s) {
         "gradient rounded", (long long)N, (long long)V, (long long)off);
   tst_release(g16_d), td_free(g16);
   /* dlogits aliases logits */
-  OPS->cross_entropy_backward(DEV, x_d, TD_F32, x_d, lse_d, t_d, dloss_d, N, V, 0);
+  OPS->cross_entropy_backward(DEV, x_d, TD_F32, x_d, TD_F32, lse_d, t_d, dloss_d, N, V, 0);
   tst_getf(x, x_d, n); /* the host logits are done with: x now holds the in-place gradient */
   CHECK(worst < 1e-5 && memcmp(x, g, (size_t)n * 4) == 0,
         "cross-entropy backward %lldx%lld: rel err %.2g, in place equal", (long long)N,
@@ -140,6 +140,58 @@ static void test_xent(int64_t N, int64_t V, uint64_t s) {
   tst_release(g_d), tst_release(t_d);
   td_free(x), td_free(g), td_free(loss), td_free(lse), td_free(dloss), td_free(xd);
   td_free(lref), td_free(sref), td_free(gref), td_free(t);
+}
+
+/* bf16 logits (the step's under bf16): every result equals the fp32 path's on
+ * the same values widened (the loads are exact, the math is the fp32 path's),
+ * and the bf16 gradient written in place over the logits is the fp32 gradient
+ * rounded as cast rounds it. The slice's pieces are checked from vocab_start v0. */
+static void test_xent_bf16(int64_t N, int64_t V, int64_t v0, uint64_t s) {
+  int64_t n = N * V;
+  float *x = falloc(n), *g = falloc(n), *g2 = falloc(n), *dloss = falloc(N);
+  float *out[8];
+  for (int i = 0; i < 8; i++) out[i] = falloc(N);
+  uint16_t *x16 = td_malloc((size_t)n * 2), *g16 = td_malloc((size_t)n * 2);
+  int32_t *t = random_ids(N, V + v0, s); /* some targets outside the slice */
+  tst_fill_normal(x, n, s + 1, 3.0f);
+  for (int64_t i = 0; i < n; i++) x16[i] = td_f32_to_bf16(x[i]), x[i] = td_bf16_to_f32(x16[i]);
+  tst_fill_uniform(dloss, N, s + 2, 0.0f, 1.0f);
+  float *x_d = tst_putf(x, n), *dloss_d = tst_putf(dloss, N), *g_d = tst_putf(NULL, n);
+  uint16_t *x16_d = tst_put(x16, (size_t)n * 2);
+  int32_t *t_d = iput(t, N);
+  float *o_d[4];
+  for (int i = 0; i < 4; i++) o_d[i] = tst_putf(NULL, N);
+  OPS->cross_entropy_slice(DEV, o_d[0], o_d[1], x_d, TD_F32, t_d, N, V, v0);
+  OPS->cross_entropy_slice(DEV, o_d[2], o_d[3], x16_d, TD_BF16, t_d, N, V, v0);
+  for (int i = 0; i < 4; i++) tst_getf(out[i], o_d[i], N);
+  int same = memcmp(out[0], out[2], (size_t)N * 4) == 0 && memcmp(out[1], out[3], (size_t)N * 4) == 0;
+  OPS->cross_entropy_backward(DEV, g_d, TD_F32, x_d, TD_F32, o_d[0], t_d, dloss_d, N, V, v0);
+  tst_getf(g, g_d, n);
+  OPS->cross_entropy_backward(DEV, g_d, TD_F32, x16_d, TD_BF16, o_d[0], t_d, dloss_d, N, V, v0);
+  tst_getf(g2, g_d, n);
+  same = same && memcmp(g, g2, (size_t)n * 4) == 0;
+  OPS->cross_entropy_backward(DEV, x16_d, TD_BF16, x16_d, TD_BF16, o_d[0], t_d, dloss_d, N, V, v0);
+  tst_get(g16, x16_d, (size_t)n * 2);
+  int64_t off = 0;
+  for (int64_t i = 0; i < n; i++) off += g16[i] != td_f32_to_bf16(g[i]);
+  if (v0 == 0) { /* the whole vocabulary: the forward too (targets all inside) */
+    for (int64_t r = 0; r < N; r++) t[r] %= (int32_t)V;
+    tst_release(t_d), t_d = iput(t, N);
+    tst_release(x16_d), x16_d = tst_put(x16, (size_t)n * 2);
+    OPS->cross_entropy_forward(DEV, o_d[0], o_d[1], x_d, TD_F32, t_d, N, V);
+    OPS->cross_entropy_forward(DEV, o_d[2], o_d[3], x16_d, TD_BF16, t_d, N, V);
+    for (int i = 0; i < 4; i++) tst_getf(out[4 + i], o_d[i], N);
+    same = same && memcmp(out[4], out[6], (size_t)N * 4) == 0 &&
+           memcmp(out[5], out[7], (size_t)N * 4) == 0;
+  }
+  CHECK(same && off == 0,
+        "cross-entropy of bf16 logits %lldx%lld from %lld: %s the fp32 path's on the widened "
+        "values; in-place bf16 gradient: %lld elements differ from the fp32 one rounded",
+        (long long)N, (long long)V, (long long)v0, same ? "equal to" : "NOT equal to", (long long)off);
+  for (int i = 0; i < 4; i++) tst_release(o_d[i]);
+  tst_release(x_d), tst_release(dloss_d), tst_release(g_d), tst_release(x16_d), tst_release(t_d);
+  for (int i = 0; i < 8; i++) td_free(out[i]);
+  td_free(x), td_free(g), td_free(g2), td_free(dloss), td_free(x16), td_free(g16), td_free(t);
 }
 
 /* Vocabulary-parallel cross-entropy: the vocabulary in `parts` slices (the last
@@ -170,7 +222,7 @@ static void test_xent_slices(int64_t N, int64_t V, int parts, uint64_t s) {
     int64_t v0 = p * width, w = V - v0 < width ? V - v0 : width;
     for (int64_t r = 0; r < N; r++) memcpy(slice + r * w, x + r * V + v0, (size_t)w * 4);
     float *slice_d = tst_putf(slice, N * w);
-    OPS->cross_entropy_slice(DEV, lse_d, tl_d, slice_d, t_d, N, w, v0);
+    OPS->cross_entropy_slice(DEV, lse_d, tl_d, slice_d, TD_F32, t_d, N, w, v0);
     tst_release(slice_d);
     tst_getf(lse, lse_d, N), tst_getf(tl, tl_d, N);
     for (int64_t r = 0; r < N; r++) lse_all[p * N + r] = lse[r], tl_sum[r] += tl[r];
@@ -187,7 +239,8 @@ static void test_xent_slices(int64_t N, int64_t V, int parts, uint64_t s) {
     int64_t v0 = p * width, w = V - v0 < width ? V - v0 : width;
     for (int64_t r = 0; r < N; r++) memcpy(slice + r * w, x + r * V + v0, (size_t)w * 4);
     float *slice_d = tst_putf(slice, N * w);
-    OPS->cross_entropy_backward(DEV, slice_d, TD_F32, slice_d, glse_d, t_d, dloss_d, N, w, v0);
+    OPS->cross_entropy_backward(DEV, slice_d, TD_F32, slice_d, TD_F32, glse_d, t_d, dloss_d, N, w,
+                                v0);
     tst_getf(slice, slice_d, N * w);
     tst_release(slice_d);
     for (int64_t r = 0; r < N; r++) memcpy(g + r * V + v0, slice + r * w, (size_t)w * 4);
@@ -430,6 +483,9 @@ int main(void) {
   test_xent_fd();
   static const int64_t xs[][2] = {{1, 1}, {7, 5}, {33, 17}, {5, 771}, {70, 1000}, {3, 50304}};
   for (size_t i = 0; i < sizeof xs / sizeof *xs; i++) test_xent(xs[i][0], xs[i][1], 600 + 10 * i);
+  test_xent_bf16(3, 1001, 0, 690);
+  test_xent_bf16(2, 50257, 0, 692);
+  test_xent_bf16(6, 333, 17, 694);
   test_xent_slices(7, 203, 2, 700);
   test_xent_slices(5, 1000, 4, 710);
   test_xent_slices(3, 97, 3, 720);

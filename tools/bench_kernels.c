@@ -263,7 +263,7 @@ static void k_dropout(void *p) {
 static void k_bias_bwd(void *p) {
   kargs *a = p;
   a->dev->ops->bias_backward(a->dev, a->w, a->dt == TD_BF16 ? a->out : (void *)a->x, a->dt,
-                             a->rows, a->cols);
+                             a->rows, a->cols, NULL, TD_F32);
 }
 static void k_emb_fwd(void *p) { /* rows = tokens, cols = hidden, table = y (vocab x hidden) */
   kargs *a = p;
@@ -273,14 +273,18 @@ static void k_emb_bwd(void *p) {
   kargs *a = p;
   a->dev->ops->embedding_backward(a->dev, a->y, a->z, a->ids, a->rows, 0, 50304, a->cols);
 }
-static void k_xent_fwd(void *p) { /* rows = tokens, cols = vocab */
+/* rows = tokens, cols = vocab; the logits in the step's dtype (bf16: out, whose
+ * backward runs in place as the model's does) */
+static const void *xent_logits(const kargs *a) { return a->dt == TD_BF16 ? a->out : (void *)a->x; }
+static void k_xent_fwd(void *p) {
   kargs *a = p;
-  a->dev->ops->cross_entropy_forward(a->dev, a->mean, a->rstd, a->x, a->ids, a->rows, a->cols);
+  a->dev->ops->cross_entropy_forward(a->dev, a->mean, a->rstd, xent_logits(a), a->dt, a->ids,
+                                     a->rows, a->cols);
 }
 static void k_xent_bwd(void *p) {
   kargs *a = p;
-  a->dev->ops->cross_entropy_backward(a->dev, a->out, a->dt, a->x, a->rstd, a->ids, a->mean,
-                                      a->rows, a->cols, 0);
+  a->dev->ops->cross_entropy_backward(a->dev, a->out, a->dt, xent_logits(a), a->dt, a->rstd,
+                                      a->ids, a->mean, a->rows, a->cols, 0);
 }
 static void k_adamw(void *p) { /* rows x cols = parameter count */
   kargs *a = p;
@@ -357,8 +361,8 @@ static void bench_memory_kernels(bench_ctx *c, kargs *a, td_dtype dt) {
       {"bias_backward", k_bias_bwd, N, F, 4, 2},
       {"embedding_forward", k_emb_fwd, N, C, 8, 0},
       {"embedding_backward", k_emb_bwd, N, C, 12, 0},
-      {"cross_entropy_forward", k_xent_fwd, N, V, 4, 0},
-      {"cross_entropy_backward", k_xent_bwd, N, V, 8, 6},
+      {"cross_entropy_forward", k_xent_fwd, N, V, 4, 2},
+      {"cross_entropy_backward", k_xent_bwd, N, V, 8, 4},
       {"adamw", k_adamw, 4096, P, 28, 0},
       {"cast", k_cast, 4096, P, 8, 6},
       {"scale", k_scale, 4096, P, 8, 0},

@@ -173,7 +173,7 @@ static void generate(const loaded *l, const gen_args *a, int32_t eod, int64_t k,
     for (int64_t t = 0; t < T; t++) tokens[t] = t < L ? ids[*n - L + t] : eod; /* causal: padding after is unseen */
     double ms;
     td_gpt_forward(l->model, tokens, targets, mask, 0, 0, &ms);
-    l->dev->ops->copy_d2h(l->dev, row, td_gpt_logits(l->model) + (L - 1) * V, (size_t)V * sizeof *row);
+    td_gpt_logits_row_to_host(l->model, L - 1, row);
     double u = (td_rng_u32((uint64_t)a->seed, (uint64_t)k, (uint64_t)step) + 0.5) / 4294967296.0;
     int32_t next = (int32_t)td_sample_token(row, l->true_vocab, &a->sample, u);
     ids[(*n)++] = next;

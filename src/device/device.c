@@ -88,6 +88,11 @@ uint64_t td_device_key(const td_device *d) {
   return d->ops->device_key ? d->ops->device_key(d) : (uint64_t)d->index;
 }
 
+int td_device_matmul_fuses(td_device *d, const td_matmul_desc *desc) {
+  if (!desc->c_in && desc->epilogue == TD_EPILOGUE_NONE) return 0;
+  return d->ops->matmul_fuses ? d->ops->matmul_fuses(d, desc) : 0;
+}
+
 void td_device_adamw_runs(td_device *d, float *params, const float *grads, float *m, float *v,
                           const td_adam_run *runs, int n_runs, float lr, float beta1,
                           float beta2, float eps, float weight_decay, float grad_scale,

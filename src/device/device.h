@@ -24,6 +24,25 @@ typedef struct td_device td_device;
 /* A point in a handle's stream of work (a CUDA event): backend-defined. */
 typedef struct td_event td_event;
 
+typedef enum {
+  TD_GELU_ERF = 0, /* exact: x * Phi(x) (Megatron's default) */
+  TD_GELU_TANH = 1 /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GPT-2, --openai-gelu) */
+} td_gelu_kind;
+
+/* What a matmul does with its result r = alpha op(A) op(B) + beta C + bias
+ * (cuBLASLt's epilogues), where the backend runs it in the GEMM (matmul_fuses):
+ *  TD_EPILOGUE_NONE: C = r;
+ *  TD_EPILOGUE_GELU_AUX: aux = r, C = gelu(r) (gelu_kind), both from the fp32 r:
+ *    a layer's pre-activation kept for backward, and its activation;
+ *  TD_EPILOGUE_DGELU: C = r * gelu'(aux) (gelu_kind), aux the pre-activation
+ *    (as GELU_AUX stored it): an activation's backward on its input gradient.
+ * aux: m x n in c_dtype with row stride ldaux (batch 1). */
+typedef enum {
+  TD_EPILOGUE_NONE = 0,
+  TD_EPILOGUE_GELU_AUX = 1,
+  TD_EPILOGUE_DGELU = 2
+} td_epilogue;
+
 /* C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] + bias      for b < batch
  *   op(A): m x k (A is m x k, or k x m when trans_a), lda = row stride of A as stored
  *   op(B): k x n (B is k x n, or n x k when trans_b), ldb likewise
@@ -32,7 +51,11 @@ typedef struct td_event td_event;
  *   autocast and Megatron's bf16 parameters do; the CPU adds it in fp32).
  *   a_dtype == b_dtype in {TD_F32, TD_BF16}; accumulation is fp32.
  *   c_dtype TD_F32, or TD_BF16 with bf16 inputs and beta == 0.
- *   stride_a/b/c: elements between consecutive batch items (batch > 1). */
+ *   stride_a/b/c: elements between consecutive batch items (batch > 1).
+ *   c_in: NULL, or the matrix beta scales in C's place (C's layout and dtype; C
+ *   is then only written: a residual added by the GEMM, y = x + h W^T + b).
+ *   epilogue, aux, ldaux, gelu_kind: above.
+ * c_in and an epilogue other than NONE only where matmul_fuses said 1. */
 typedef struct td_matmul_desc {
   int64_t m, n, k;
   td_dtype ab_dtype, c_dtype;
@@ -47,12 +70,12 @@ typedef struct td_matmul_desc {
   const float *bias;
   float alpha, beta;
   int64_t batch;
+  const void *c_in;
+  td_epilogue epilogue;
+  void *aux;
+  int64_t ldaux;
+  td_gelu_kind gelu_kind;
 } td_matmul_desc;
-
-typedef enum {
-  TD_GELU_ERF = 0, /* exact: x * Phi(x) (Megatron's default) */
-  TD_GELU_TANH = 1 /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GPT-2, --openai-gelu) */
-} td_gelu_kind;
 
 /* Causal self-attention over a fused QKV activation, per (batch, head):
  *   S = scale * Q K^T (masked: key j > query i is -inf), P = softmax(S),
@@ -167,10 +190,17 @@ typedef struct td_device_ops {
 
   /* ---- dense algebra ---- */
   void (*matmul)(td_device *d, const td_matmul_desc *desc);
+  /* 1 when matmul runs desc's c_in and epilogue in the GEMM itself, at these
+   * shapes, dtypes and pointer alignments; 0 (or NULL: none ever) and the caller
+   * runs the plain product and the elementwise ops (model/linear.h does). */
+  int (*matmul_fuses)(td_device *d, const td_matmul_desc *desc);
   /* dbias[c] += sum_r dout[r, c]; dout: rows x cols in dout_dtype (TD_F32 or TD_BF16;
-   * the sums are fp32: a bf16 dout gives the bits its fp32 cast would) */
+   * the sums are fp32: a bf16 dout gives the bits its fp32 cast would).
+   * dout_cast (NULL: none; an fp32 dout only): dout in cast_dtype (TD_BF16),
+   * rounded as cast rounds, written in the same pass over dout: the dY a
+   * row-parallel layer's GEMMs read, cast while its bias gradient is summed. */
   void (*bias_backward)(td_device *d, float *dbias, const void *dout, td_dtype dout_dtype,
-                        int64_t rows, int64_t cols);
+                        int64_t rows, int64_t cols, void *dout_cast, td_dtype cast_dtype);
 
   /* ---- normalisation and activations ---- */
   /* out = (x - mean) * rstd * w + b per row; x: rows x cols; mean, rstd: rows (saved
@@ -219,19 +249,22 @@ typedef struct td_device_ops {
                              int64_t n, int64_t vocab_start, int64_t rows_in_table, int64_t cols);
 
   /* ---- loss ---- */
-  /* Per row r of logits (n x vocab): lse[r] = logsumexp(logits[r]),
+  /* Per row r of logits (n x vocab, logits_dtype TD_F32 or TD_BF16: the output
+   * layer's GEMM writes them in the compute dtype, as autocast and Megatron do;
+   * the math is fp32, the sums double): lse[r] = logsumexp(logits[r]),
    * losses[r] = lse[r] - logits[r, targets[r]]. */
-  void (*cross_entropy_forward)(td_device *d, float *losses, float *lse, const float *logits,
-                                const int32_t *targets, int64_t n, int64_t vocab);
+  void (*cross_entropy_forward)(td_device *d, float *losses, float *lse, const void *logits,
+                                td_dtype logits_dtype, const int32_t *targets, int64_t n,
+                                int64_t vocab);
   /* Vocabulary-parallel pieces (Megatron's VocabParallelCrossEntropy): logits
    * (n x vocab) is this rank's slice of the vocabulary, ids [vocab_start,
    * vocab_start + vocab). Per row r: lse[r] = logsumexp(logits[r]) over the slice;
    * target_logit[r] = logits[r, targets[r] - vocab_start] when targets[r] is in the
    * slice, else 0. The ranks' pieces combine into the loss: logsumexp of the lse's
    * minus the sum of the target logits. */
-  void (*cross_entropy_slice)(td_device *d, float *lse, float *target_logit, const float *logits,
-                              const int32_t *targets, int64_t n, int64_t vocab,
-                              int64_t vocab_start);
+  void (*cross_entropy_slice)(td_device *d, float *lse, float *target_logit, const void *logits,
+                              td_dtype logits_dtype, const int32_t *targets, int64_t n,
+                              int64_t vocab, int64_t vocab_start);
   /* Vocabulary-parallel combine, once the ranks' pieces are together: per row r,
    * lse[r] = logsumexp over p < parts of lse_parts[p * n + r] (in double, shifted
    * by the maximum), losses[r] = lse[r] - target_logit[r] (target_logit: the sum
@@ -245,13 +278,15 @@ typedef struct td_device_ops {
   /* dlogits[r] = (exp(logits[r] - lse[r]) - onehot(targets[r] - vocab_start)) * dloss[r]
    * over a slice of the vocabulary as above (vocab_start 0: all of it; lse: the
    * whole vocabulary's; a target outside the slice has no one-hot here). dloss
-   * carries the loss mask and the 1/num_tokens of the mean. dlogits_dtype: TD_F32
-   * (dlogits may alias logits) or TD_BF16 (each element the fp32 value rounded as
-   * cast rounds it, the fp32 matrix never written: the GEMMs' input in bf16 runs). */
+   * carries the loss mask and the 1/num_tokens of the mean. logits in
+   * logits_dtype (TD_F32 or TD_BF16, as above); dlogits in dlogits_dtype (TD_F32,
+   * or TD_BF16: each element the fp32 value rounded as cast rounds it, the GEMMs'
+   * input in bf16 runs). dlogits may alias logits when the dtypes are the same
+   * (each element is read before it is written). */
   void (*cross_entropy_backward)(td_device *d, void *dlogits, td_dtype dlogits_dtype,
-                                 const float *logits, const float *lse, const int32_t *targets,
-                                 const float *dloss, int64_t n, int64_t vocab,
-                                 int64_t vocab_start);
+                                 const void *logits, td_dtype logits_dtype, const float *lse,
+                                 const int32_t *targets, const float *dloss, int64_t n,
+                                 int64_t vocab, int64_t vocab_start);
 
   /* ---- optimizer and utilities ---- */
   /* AdamW (PyTorch's, decoupled weight decay) on flat fp32 buffers, step t >= 1:
@@ -304,6 +339,8 @@ static inline int td_device_has(const td_device *d, td_device_cap cap) {
 
 /* AdamW over runs of flat buffers (ops->adamw_runs where the backend has it, else
  * ops->adamw per run: the same values). */
+/* d's matmul_fuses(desc), 0 where the backend has none or desc asks nothing of it. */
+int td_device_matmul_fuses(td_device *d, const td_matmul_desc *desc);
 void td_device_adamw_runs(td_device *d, float *params, const float *grads, float *m, float *v,
                           const td_adam_run *runs, int n_runs, float lr, float beta1,
                           float beta2, float eps, float weight_decay, float grad_scale,

@@ -111,23 +111,28 @@ static void p_fill(td_device *d, void *dst, td_dtype dt, int64_t n, float value)
 
 /* ------------------------------------------------------------------ matmul */
 
+static int p_matmul_fuses(td_device *d, const td_matmul_desc *g) {
+  return IN(d)->ops->matmul_fuses(IN(d), g);
+}
+
 static void p_matmul(td_device *d, const td_matmul_desc *g) {
   double t0 = td_now_seconds();
   IN(d)->ops->matmul(IN(d), g);
   char name[TD_PROF_NAME_MAX], batch[32] = "";
   if (g->batch > 1) snprintf(batch, sizeof batch, " batch=%lld", (long long)g->batch);
-  snprintf(name, sizeof name, "matmul %s->%s m=%lld n=%lld k=%lld %c%c%s%s%s",
+  static const char *epilogues[] = {"", " gelu", " dgelu"};
+  snprintf(name, sizeof name, "matmul %s->%s m=%lld n=%lld k=%lld %c%c%s%s%s%s",
            td_dtype_name(g->ab_dtype), td_dtype_name(g->c_dtype), (long long)g->m, (long long)g->n,
            (long long)g->k, g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N', g->bias ? " +bias" : "",
-           g->beta != 0.0f ? " +=C" : "", batch);
+           g->beta == 0.0f ? "" : g->c_in ? " +C_in" : " +=C", epilogues[g->epilogue], batch);
   done(d, t0, "matmul", name, TD_PROF_MATMUL,
        2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch);
 }
 
 static void p_bias_backward(td_device *d, float *dbias, const void *dout, td_dtype dout_dtype,
-                            int64_t rows, int64_t cols) {
+                            int64_t rows, int64_t cols, void *dout_cast, td_dtype cast_dtype) {
   double t0 = td_now_seconds();
-  IN(d)->ops->bias_backward(IN(d), dbias, dout, dout_dtype, rows, cols);
+  IN(d)->ops->bias_backward(IN(d), dbias, dout, dout_dtype, rows, cols, dout_cast, cast_dtype);
   kernel_done(d, t0, "bias_backward");
 }
 
@@ -217,10 +222,11 @@ static void p_embedding_backward(td_device *d, float *dtable, const float *dout,
   IN(d)->ops->embedding_backward(IN(d), dtable, dout, ids, n, vocab_start, rows_in_table, cols);
   kernel_done(d, t0, "embedding_backward");
 }
-static void p_cross_entropy_forward(td_device *d, float *losses, float *lse, const float *logits,
-                                    const int32_t *targets, int64_t n, int64_t vocab) {
+static void p_cross_entropy_forward(td_device *d, float *losses, float *lse, const void *logits,
+                                    td_dtype logits_dtype, const int32_t *targets, int64_t n,
+                                    int64_t vocab) {
   double t0 = td_now_seconds();
-  IN(d)->ops->cross_entropy_forward(IN(d), losses, lse, logits, targets, n, vocab);
+  IN(d)->ops->cross_entropy_forward(IN(d), losses, lse, logits, logits_dtype, targets, n, vocab);
   kernel_done(d, t0, "cross_entropy_forward");
 }
 static void p_cross_entropy_combine(td_device *d, float *lse, float *losses,
@@ -237,19 +243,21 @@ static void p_masked_sum(td_device *d, double *out, const float *x, const float 
   kernel_done(d, t0, "masked_sum");
 }
 static void p_cross_entropy_slice(td_device *d, float *lse, float *target_logit,
-                                  const float *logits, const int32_t *targets, int64_t n,
-                                  int64_t vocab, int64_t vocab_start) {
+                                  const void *logits, td_dtype logits_dtype,
+                                  const int32_t *targets, int64_t n, int64_t vocab,
+                                  int64_t vocab_start) {
   double t0 = td_now_seconds();
-  IN(d)->ops->cross_entropy_slice(IN(d), lse, target_logit, logits, targets, n, vocab, vocab_start);
+  IN(d)->ops->cross_entropy_slice(IN(d), lse, target_logit, logits, logits_dtype, targets, n, vocab,
+                                  vocab_start);
   kernel_done(d, t0, "cross_entropy_slice");
 }
 static void p_cross_entropy_backward(td_device *d, void *dlogits, td_dtype dlogits_dtype,
-                                     const float *logits, const float *lse,
+                                     const void *logits, td_dtype logits_dtype, const float *lse,
                                      const int32_t *targets, const float *dloss, int64_t n,
                                      int64_t vocab, int64_t vocab_start) {
   double t0 = td_now_seconds();
-  IN(d)->ops->cross_entropy_backward(IN(d), dlogits, dlogits_dtype, logits, lse, targets, dloss,
-                                     n, vocab, vocab_start);
+  IN(d)->ops->cross_entropy_backward(IN(d), dlogits, dlogits_dtype, logits, logits_dtype, lse,
+                                     targets, dloss, n, vocab, vocab_start);
   kernel_done(d, t0, "cross_entropy_backward");
 }
 
@@ -318,6 +326,7 @@ td_device *td_profile_device_open(td_device *inner) {
   o->host_alloc = p_host_alloc, o->host_free = p_host_free;
   o->copy_h2d_async = p_copy_h2d_async, o->copy_d2h_async = p_copy_d2h_async;
   o->matmul = p_matmul, o->bias_backward = p_bias_backward;
+  o->matmul_fuses = inner->ops->matmul_fuses ? p_matmul_fuses : NULL;
   o->layernorm_forward = p_layernorm_forward, o->layernorm_backward = p_layernorm_backward;
   o->gelu_forward = p_gelu_forward, o->gelu_backward = p_gelu_backward;
   o->add = p_add, o->dropout = p_dropout;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/mem.h"
 
 const td_device_ops *td_cpu_device_ops(void);
 
@@ -574,15 +575,53 @@ static void s_fill(td_device *d, void *dst, td_dtype dt, int64_t n, float value)
 
 /* ------------------------------------------------------------ kernels */
 
+/* TRIDENT_SEALED_FUSE=1: matmul_fuses offers c_in (beta 1, fp32 C) and the GELU
+ * epilogues on dense rows, which matmul runs as the CPU's product and then its
+ * elementwise ops, so the model's fused paths (model/linear.c) run in the CPU
+ * test suite (test_gpt_grad_sealed_fused). */
+static int s_matmul_fuses(td_device *d, const td_matmul_desc *m) {
+  (void)d;
+  const char *e = getenv("TRIDENT_SEALED_FUSE");
+  if (!e || strcmp(e, "1") || m->batch != 1 || m->ldc != m->n) return 0;
+  if (m->c_in && (m->beta != 1.0f || m->c_dtype != TD_F32)) return 0;
+  return m->epilogue == TD_EPILOGUE_NONE ||
+         (m->aux && m->ldaux == m->n && !(m->epilogue == TD_EPILOGUE_DGELU && m->bias));
+}
+
+/* The fused forms as s_matmul_fuses offered them. */
+static void matmul_composed(const td_matmul_desc *m) {
+  td_matmul_desc p = *m;
+  p.c_in = NULL, p.epilogue = TD_EPILOGUE_NONE, p.aux = NULL;
+  const int64_t len = m->m * m->n;
+  if (m->c_in) { /* the product with its bias, then the residual */
+    p.beta = 0.0f;
+    FWD(matmul, &p);
+    FWD(add, m->c, m->c_in, m->c, len);
+  } else if (m->epilogue == TD_EPILOGUE_GELU_AUX) {
+    p.c = m->aux;
+    FWD(matmul, &p);
+    FWD(gelu_forward, m->c, m->c_dtype, m->aux, m->c_dtype, len, m->gelu_kind);
+  } else { /* DGELU: the fp32 product in host scratch (the CPU's ops take any memory) */
+    float *prod = td_malloc((size_t)len * sizeof(float));
+    p.c = prod, p.c_dtype = TD_F32;
+    FWD(matmul, &p);
+    FWD(gelu_backward, m->c, m->c_dtype, NULL, prod, m->aux, m->c_dtype, m->m, m->n, m->gelu_kind);
+    td_free(prod);
+  }
+}
+
 static void s_matmul(td_device *d, const td_matmul_desc *m) {
-  ENTER(d, "matmul", m->a, m->b, m->c, m->bias);
-  FWD(matmul, m);
+  ENTER(d, "matmul", m->a, m->b, m->c, m->bias, m->c_in, m->aux);
+  if (m->c_in || m->epilogue != TD_EPILOGUE_NONE)
+    matmul_composed(m);
+  else
+    FWD(matmul, m);
   leave();
 }
 static void s_bias_backward(td_device *d, float *dbias, const void *dout, td_dtype dout_dtype,
-                            int64_t rows, int64_t cols) {
-  ENTER(d, "bias_backward", dbias, dout);
-  FWD(bias_backward, dbias, dout, dout_dtype, rows, cols);
+                            int64_t rows, int64_t cols, void *dout_cast, td_dtype cast_dtype) {
+  ENTER(d, "bias_backward", dbias, dout, dout_cast);
+  FWD(bias_backward, dbias, dout, dout_dtype, rows, cols, dout_cast, cast_dtype);
   leave();
 }
 static void s_layernorm_forward(td_device *d, void *out, td_dtype out_dtype, float *mean,
@@ -647,17 +686,20 @@ static void s_embedding_backward(td_device *d, float *dtable, const float *dout,
   FWD(embedding_backward, dtable, dout, ids, n, vocab_start, rows_in_table, cols);
   leave();
 }
-static void s_cross_entropy_forward(td_device *d, float *losses, float *lse, const float *logits,
-                                    const int32_t *targets, int64_t n, int64_t vocab) {
+static void s_cross_entropy_forward(td_device *d, float *losses, float *lse, const void *logits,
+                                    td_dtype logits_dtype, const int32_t *targets, int64_t n,
+                                    int64_t vocab) {
   ENTER(d, "cross_entropy_forward", losses, lse, logits, targets);
-  FWD(cross_entropy_forward, losses, lse, logits, targets, n, vocab);
+  FWD(cross_entropy_forward, losses, lse, logits, logits_dtype, targets, n, vocab);
   leave();
 }
 static void s_cross_entropy_slice(td_device *d, float *lse, float *target_logit,
-                                  const float *logits, const int32_t *targets, int64_t n,
-                                  int64_t vocab, int64_t vocab_start) {
+                                  const void *logits, td_dtype logits_dtype,
+                                  const int32_t *targets, int64_t n, int64_t vocab,
+                                  int64_t vocab_start) {
   ENTER(d, "cross_entropy_slice", lse, target_logit, logits, targets);
-  FWD(cross_entropy_slice, lse, target_logit, logits, targets, n, vocab, vocab_start);
+  FWD(cross_entropy_slice, lse, target_logit, logits, logits_dtype, targets, n, vocab,
+      vocab_start);
   leave();
 }
 static void s_cross_entropy_combine(td_device *d, float *lse, float *losses,
@@ -674,12 +716,12 @@ static void s_masked_sum(td_device *d, double *out, const float *x, const float 
   leave();
 }
 static void s_cross_entropy_backward(td_device *d, void *dlogits, td_dtype dlogits_dtype,
-                                     const float *logits, const float *lse,
+                                     const void *logits, td_dtype logits_dtype, const float *lse,
                                      const int32_t *targets, const float *dloss, int64_t n,
                                      int64_t vocab, int64_t vocab_start) {
   ENTER(d, "cross_entropy_backward", dlogits, logits, lse, targets, dloss);
-  FWD(cross_entropy_backward, dlogits, dlogits_dtype, logits, lse, targets, dloss, n, vocab,
-      vocab_start);
+  FWD(cross_entropy_backward, dlogits, dlogits_dtype, logits, logits_dtype, lse, targets, dloss,
+      n, vocab, vocab_start);
   leave();
 }
 static void s_adamw(td_device *d, float *param, const float *grad, float *m, float *v, int64_t n,
@@ -737,6 +779,7 @@ static const td_device_ops k_ops = {
     .copy_h2d_async = s_copy_h2d_async,
     .copy_d2h_async = s_copy_d2h_async,
     .matmul = s_matmul,
+    .matmul_fuses = s_matmul_fuses,
     .bias_backward = s_bias_backward,
     .layernorm_forward = s_layernorm_forward,
     .layernorm_backward = s_layernorm_backward,

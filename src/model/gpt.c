@@ -107,14 +107,15 @@ static void matmul_input(td_gpt *m, void *x, int64_t n) {
 }
 
 /* A matmul's dY as the GEMMs read it: dy itself in fp32, else its bf16 cast or
- * fp16 rounding in m->gh (dy stays untouched: it may be the residual gradient). */
-static const void *to_compute(td_gpt *m, const float *dy, int64_t n) {
+ * fp16 rounding in dst (n elements of md; dy stays untouched: it may be the
+ * residual gradient). */
+static const void *to_compute(td_gpt *m, const float *dy, int64_t n, void *dst) {
   if (m->cd == TD_F32) return dy;
   if (m->cd == TD_F16)
-    round_f16(m, m->gh, dy, n);
+    round_f16(m, dst, dy, n);
   else
-    OPS(m)->cast(m->dev, m->gh, TD_BF16, dy, TD_F32, n);
-  return m->gh;
+    OPS(m)->cast(m->dev, dst, TD_BF16, dy, TD_F32, n);
+  return dst;
 }
 
 /* What a bias gradient sums: the fp32 dY the GEMMs read (under fp16 the rounded
@@ -218,23 +219,35 @@ static const float *own_rows(const td_gpt *m, const float *dy_full) {
  * w and b are the weight and bias tensor indices, site the dropout site. */
 static void row_parallel_output_forward(td_gpt *m, int64_t l, int site, int w, int b,
                                         const void *x, int64_t K, float *y, const float *resid) {
+  if (m->lay.tp_size == 1 && m->p_hidden == 0.0f) { /* nothing between the GEMM and the add */
+    td_linear_forward_residual(m->dev, y, resid, x, W(m, w), P(m, b), m->N, K, m->C, m->md);
+    return;
+  }
   td_linear_forward(m->dev, m->hidden, TD_F32, x, W(m, w), row_parallel_bias(m, b), m->N, K, m->C,
                     m->md);
   dropout_residual(m, y, resid, reduce_rows(m, m->hidden, m->hs), dropout_stream(m, l, site));
 }
 
 /* Its backward from m->dres = d y: accumulates the weight and bias gradients and
- * writes dx[N, K] (dtype dx_dt) = d x. The gradient reaching the GEMMs is all N
- * tokens' (all-gathered under sequence parallelism); the bias gradient sums this
- * rank's tokens only (summed over TP after backward, as replicated tensors are). */
-static void row_parallel_output_backward(td_gpt *m, int64_t l, int site, int w, int b,
-                                         const void *x, int64_t K, void *dx, td_dtype dx_dt) {
+ * returns dY[N, C] as the GEMMs read it, for the caller's d x = dY W. The
+ * gradient reaching the GEMMs is all N tokens' (all-gathered under sequence
+ * parallelism); the bias gradient sums this rank's tokens only (summed over TP
+ * after backward, as replicated tensors are). A cast dY lives in m->dln (N x C
+ * floats), which the block's next write of dln comes after its last read. */
+static const void *row_parallel_output_backward(td_gpt *m, int64_t l, int site, int w, int b,
+                                                const void *x, int64_t K) {
   int64_t N = m->N, C = m->C;
   const float *dy = gather_grad(m, dropout_grad(m, m->dres, m->gf, dropout_stream(m, l, site)));
-  const void *dy_c = to_compute(m, dy, N * C);
-  OPS(m)->bias_backward(m->dev, G(m, b), own_rows(m, bias_dy(m, dy, dy_c)), TD_F32, m->NS, C);
+  const void *dy_c = m->dln;
+  if (m->cd == TD_BF16 && !m->sp) /* the GEMMs' bf16 dY cast while the bias sums dy */
+    OPS(m)->bias_backward(m->dev, G(m, b), dy, TD_F32, N, C, m->dln, TD_BF16);
+  else {
+    dy_c = to_compute(m, dy, N * C, m->dln);
+    OPS(m)->bias_backward(m->dev, G(m, b), own_rows(m, bias_dy(m, dy, dy_c)), TD_F32, m->NS, C,
+                          NULL, TD_F32);
+  }
   td_linear_backward_weight(m->dev, G(m, w), dy_c, x, N, K, C, m->md);
-  td_linear_backward_input(m->dev, dx, dx_dt, dy_c, W(m, w), N, K, C, m->md);
+  return dy_c;
 }
 
 /* --------------------------------------------------------------- embedding */
@@ -306,14 +319,15 @@ static void attention_block_backward(td_gpt *m, int64_t l) {
   const td_device_ops *ops = OPS(m);
   const td_gpt_layer_acts *a = &m->acts[l];
   int64_t N = m->N, C = m->C, A = m->A;
-  row_parallel_output_backward(m, l, SITE_PROJ, LT(m, l, TD_PROJ_W), LT(m, l, TD_PROJ_B), a->att, A,
-                               m->gatt, m->md);
+  const void *dy = row_parallel_output_backward(m, l, SITE_PROJ, LT(m, l, TD_PROJ_W),
+                                                LT(m, l, TD_PROJ_B), a->att, A);
+  td_linear_backward_input(m->dev, m->gatt, m->md, dy, W(m, LT(m, l, TD_PROJ_W)), N, A, C, m->md);
   matmul_input(m, m->gatt, N * A); /* the attention backward's matmuls read it */
   td_attention_desc ad = attention_desc(m, a, l);
   ad.dout = m->gatt, ad.dqkv = m->gh;
   ops->attention_backward(m->dev, &ad);
   matmul_input(m, m->gh, N * 3 * A);
-  ops->bias_backward(m->dev, G(m, LT(m, l, TD_QKV_B)), m->gh, m->md, N, 3 * A);
+  ops->bias_backward(m->dev, G(m, LT(m, l, TD_QKV_B)), m->gh, m->md, N, 3 * A, NULL, TD_F32);
   td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_QKV_W)), m->gh, gather_input(m, a->ln1), N,
                             C, 3 * A, m->md);
   td_linear_backward_input(m->dev, m->dln, TD_F32, m->gh, W(m, LT(m, l, TD_QKV_W)), N, C, 3 * A,
@@ -340,9 +354,9 @@ static void mlp_block_forward(td_gpt *m, int64_t l) {
                          P(m, LT(m, l, TD_LN2_W)), P(m, LT(m, l, TD_LN2_B)), m->NS, C,
                          m->cfg.layernorm_eps);
   matmul_input(m, a->ln2, m->NS * C);
-  td_linear_forward(m->dev, a->fc1, m->md, gather_input(m, a->ln2), W(m, LT(m, l, TD_FC1_W)),
-                    P(m, LT(m, l, TD_FC1_B)), N, C, F, m->md);
-  ops->gelu_forward(m->dev, a->gelu, m->md, a->fc1, m->md, N * F, gelu_kind(m));
+  td_linear_forward_gelu(m->dev, a->gelu, a->fc1, m->md, gather_input(m, a->ln2),
+                         W(m, LT(m, l, TD_FC1_W)), P(m, LT(m, l, TD_FC1_B)), N, C, F, m->md,
+                         gelu_kind(m));
   matmul_input(m, a->gelu, N * F);
   row_parallel_output_forward(m, l, SITE_FC2, LT(m, l, TD_FC2_W), LT(m, l, TD_FC2_B), a->gelu, F,
                               a->out, a->mid);
@@ -353,17 +367,20 @@ static void mlp_block_backward(td_gpt *m, int64_t l) {
   const td_device_ops *ops = OPS(m);
   const td_gpt_layer_acts *a = &m->acts[l];
   int64_t N = m->N, C = m->C, F = m->F;
-  row_parallel_output_backward(m, l, SITE_FC2, LT(m, l, TD_FC2_W), LT(m, l, TD_FC2_B), a->gelu, F,
-                               m->dff, TD_F32);
+  const void *dy = row_parallel_output_backward(m, l, SITE_FC2, LT(m, l, TD_FC2_W),
+                                                LT(m, l, TD_FC2_B), a->gelu, F);
+  const void *w2 = W(m, LT(m, l, TD_FC2_W));
   float *dfc1_b = G(m, LT(m, l, TD_FC1_B));
   const void *dfc1_c;
   if (m->cd == TD_F16) { /* the bias sums the fp16-rounded dY the GEMMs read */
+    td_linear_backward_input(m->dev, m->dff, TD_F32, dy, w2, N, F, C, m->md);
     ops->gelu_backward(m->dev, m->dff, TD_F32, NULL, m->dff, a->fc1, m->md, N, F, gelu_kind(m));
-    dfc1_c = to_compute(m, m->dff, N * F);
-    ops->bias_backward(m->dev, dfc1_b, dfc1_c, TD_F32, N, F);
-  } else { /* dY in the GEMMs' dtype in one pass, the bias gradient from its fp32 values */
+    dfc1_c = to_compute(m, m->dff, N * F, m->gh);
+    ops->bias_backward(m->dev, dfc1_b, dfc1_c, TD_F32, N, F, NULL, TD_F32);
+  } else { /* dY in the GEMMs' dtype with GELU's gradient and fc1's bias gradient */
     void *dfc1 = m->md == TD_BF16 ? m->gh : (void *)m->dff;
-    ops->gelu_backward(m->dev, dfc1, m->md, dfc1_b, m->dff, a->fc1, m->md, N, F, gelu_kind(m));
+    td_linear_backward_input_dgelu(m->dev, dfc1, m->md, dfc1_b, m->dff, dy, w2, a->fc1, N, F, C,
+                                   m->md, gelu_kind(m));
     dfc1_c = dfc1;
   }
   td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC1_W)), dfc1_c, gather_input(m, a->ln2), N,
@@ -404,45 +421,35 @@ static void vocab_parallel_cross_entropy(td_gpt *m, int64_t r0, int64_t n) {
   const td_device_ops *ops = OPS(m);
   int64_t tp = m->lay.tp_size;
   float *mine = m->ce_parts + m->lay.tp_rank * n, *losses = m->losses + r0;
-  ops->cross_entropy_slice(m->dev, mine, losses, m->logits, m->targets + r0, n, m->V,
+  ops->cross_entropy_slice(m->dev, mine, losses, m->logits, m->md, m->targets + r0, n, m->V,
                            m->vocab_start);
   tp_gather(m, mine, m->ce_parts, n, TD_F32);
   tp_sum(m, losses, n);
   ops->cross_entropy_combine(m->dev, m->ce_lse + r0, losses, m->ce_parts, losses, n, tp);
 }
 
-/* logits = x[r0 : r0 + n] Whead^T         [n, V]  (this rank's vocabulary slice)
+/* logits = x[r0 : r0 + n] Whead^T         [n, V] md  (this rank's vocabulary slice)
  * losses = lse(logits) - logits[target]   [n] */
 static void chunk_forward(td_gpt *m, const void *x, int64_t r0, int64_t n) {
-  td_linear_forward(m->dev, m->logits, TD_F32, md_rows(m, x, r0), W(m, m->head_w), NULL, n, m->C,
+  td_linear_forward(m->dev, m->logits, m->md, md_rows(m, x, r0), W(m, m->head_w), NULL, n, m->C,
                     m->V, m->md);
   if (m->lay.tp_size > 1)
     vocab_parallel_cross_entropy(m, r0, n);
   else
-    OPS(m)->cross_entropy_forward(m->dev, m->losses + r0, m->ce_lse + r0, m->logits,
+    OPS(m)->cross_entropy_forward(m->dev, m->losses + r0, m->ce_lse + r0, m->logits, m->md,
                                   m->targets + r0, n, m->V);
 }
 
-/* The chunk's backward from its logits: dlogits (in place in fp32; in bf16 straight
- * into glogits, the fp32 matrix never written), dWhead += dlogits^T x,
- * dln[r0 : r0 + n] = dlogits Whead (this vocabulary slice's share). */
+/* The chunk's backward from its logits: dlogits in place in the compute dtype
+ * (the GEMMs' input), dWhead += dlogits^T x, dln[r0 : r0 + n] = dlogits Whead
+ * (this vocabulary slice's share). */
 static void chunk_backward(td_gpt *m, const void *x, int64_t r0, int64_t n) {
-  const td_device_ops *ops = OPS(m);
   int64_t C = m->C, V = m->V;
-  const int direct = m->md == TD_BF16; /* the op writes bf16 itself */
-  void *dlogits = direct ? m->glogits : m->logits;
-  ops->cross_entropy_backward(m->dev, dlogits, direct ? TD_BF16 : TD_F32, m->logits,
-                              m->ce_lse + r0, m->targets + r0, m->dloss + r0, n, V,
-                              m->vocab_start);
-  if (!direct) {
-    matmul_input(m, m->logits, n * V); /* dlogits are not needed unrounded */
-    if (m->md != TD_F32) { /* fp16 */
-      ops->cast(m->dev, m->glogits, m->md, m->logits, TD_F32, n * V);
-      dlogits = m->glogits;
-    }
-  }
-  td_linear_backward_weight(m->dev, G(m, m->head_w), dlogits, md_rows(m, x, r0), n, C, V, m->md);
-  td_linear_backward_input(m->dev, m->dln + r0 * C, TD_F32, dlogits, W(m, m->head_w), n, C, V,
+  OPS(m)->cross_entropy_backward(m->dev, m->logits, m->md, m->logits, m->md, m->ce_lse + r0,
+                                 m->targets + r0, m->dloss + r0, n, V, m->vocab_start);
+  matmul_input(m, m->logits, n * V); /* fp16: dlogits are not needed unrounded */
+  td_linear_backward_weight(m->dev, G(m, m->head_w), m->logits, md_rows(m, x, r0), n, C, V, m->md);
+  td_linear_backward_input(m->dev, m->dln + r0 * C, TD_F32, m->logits, W(m, m->head_w), n, C, V,
                            m->md);
 }
 
@@ -625,13 +632,23 @@ const float *td_gpt_stage_output(const td_gpt *m) { return last_hidden(m); }
 float *td_gpt_stage_output_grad(td_gpt *m) { return m->dres; }
 const float *td_gpt_stage_input_grad(const td_gpt *m) { return m->dres; }
 
-const float *td_gpt_logits(const td_gpt *m) {
+void td_gpt_logits_row_to_host(const td_gpt *m, int64_t token, float *out) {
   TD_CHECK(m->pending_backward && m->lay.has_head,
-           "td_gpt_logits needs a forward of the stage holding the head (and no backward since)");
+           "td_gpt_logits_row_to_host needs a forward of the stage holding the head (and no "
+           "backward since)");
   TD_CHECK(m->logits_whole,
-           "td_gpt_logits needs the whole micro-batch's logits: a model without logits chunks "
-           "(logits_chunk 0) and td_gpt_forward_to");
-  return m->logits;
+           "td_gpt_logits_row_to_host needs the whole micro-batch's logits: a model without "
+           "logits chunks (logits_chunk 0) and td_gpt_forward_to");
+  TD_CHECK(token >= 0 && token < m->N, "logits row %lld outside [0, %lld)", (long long)token,
+           (long long)m->N);
+  const size_t es = td_dtype_size(m->md);
+  void *host = m->md == TD_F32 ? (void *)out : td_malloc((size_t)m->V * es);
+  OPS(m)->copy_d2h(m->dev, host, (const char *)m->logits + (size_t)(token * m->V) * es,
+                   (size_t)m->V * es);
+  if (host != out) { /* bf16 */
+    for (int64_t j = 0; j < m->V; j++) out[j] = td_bf16_to_f32(((const uint16_t *)host)[j]);
+    td_free(host);
+  }
 }
 
 
@@ -789,7 +806,7 @@ static void carve_rest(td_gpt *m, bump *b) {
   int64_t N = m->N, C = m->C, F = m->F, V = m->V;
   m->lnf_mean = take(b, m->NS, TD_F32), m->lnf_rstd = take(b, m->NS, TD_F32);
   m->lnf = take(b, m->NS * C, m->md);
-  m->logits = m->lay.has_head ? take(b, m->R * V, TD_F32) : NULL; /* the head's stage only */
+  m->logits = m->lay.has_head ? take(b, m->R * V, m->md) : NULL; /* the head's stage only */
   m->losses = take(b, N, TD_F32), m->ce_lse = take(b, N, TD_F32);
   m->ce_parts = m->lay.tp_size > 1 ? take(b, m->lay.tp_size * m->R, TD_F32) : NULL;
   m->mask = take(b, N, TD_F32), m->dloss = take(b, N, TD_F32);
@@ -800,7 +817,6 @@ static void carve_rest(td_gpt *m, bump *b) {
   m->dff = take(b, N * F, TD_F32);
   m->gatt = take(b, N * m->A, m->md);
   m->gh = take(b, m->half_numel, m->md);
-  m->glogits = m->md == TD_F32 || !m->lay.has_head ? NULL : take(b, m->R * V, m->md);
   m->half = m->cd == TD_F16 ? take(b, m->half_numel, TD_F16) : NULL;
   if (m->sp) {
     m->full = take(b, N * C, TD_F32), m->gath = take(b, N * C, m->md);

@@ -245,11 +245,12 @@ const float *td_gpt_stage_output(const td_gpt *m);
 float *td_gpt_stage_output_grad(td_gpt *m);
 const float *td_gpt_stage_input_grad(const td_gpt *m);
 
-/* The logits of the last td_gpt_forward_to: [micro_batch x seq_len, V / tp] fp32
- * (this rank's vocabulary slice) in device memory, valid until the next forward
- * or backward (which turns them into their gradient). For generation; a model
- * with logits chunks (logits_chunk) keeps none (td_fail). */
-const float *td_gpt_logits(const td_gpt *m);
+/* Token `token`'s row of the logits of the last td_gpt_forward_to (this rank's
+ * vocabulary slice: V / tp values) copied to host memory `out` as fp32; the
+ * device keeps them in the compute dtype (fp32 or bf16), valid until the next
+ * forward or backward (which turns them into their gradient). For generation; a
+ * model with logits chunks (logits_chunk) keeps none (td_fail). */
+void td_gpt_logits_row_to_host(const td_gpt *m, int64_t token, float *out);
 
 /* Backward of the last forward (once: it consumes the logits), token t's loss weighted by loss_mask_t * dloss_scale
  * (the trainer passes loss_scale / tokens in the global batch); ACCUMULATES into

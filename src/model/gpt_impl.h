@@ -71,7 +71,7 @@ struct td_gpt {
   float *emb;                        /* NS x C  embedding output: layer 0's input */
   float *lnf_mean, *lnf_rstd;        /* NS */
   void *lnf;                         /* NS x C  md */
-  float *logits;                     /* R x V   one chunk's (dlogits in backward, in place) */
+  void *logits;                      /* R x V   md: one chunk's (dlogits in backward, in place) */
   float *losses, *ce_lse, *mask, *dloss; /* N */
   double *loss_sum;                      /* 1: td_gpt_forward's slot for the loss */
   /* the micro-batch's way in: tokens, targets (N int32 each) and mask (N floats)
@@ -85,12 +85,12 @@ struct td_gpt {
   float *hidden;                     /* N x C   linear output before dropout + residual */
   /* backward scratch */
   float *dres;   /* NS x C  gradient of the residual stream */
-  float *dln;    /* N x C   gradient of a LayerNorm output */
+  float *dln;    /* N x C   gradient of a LayerNorm output (before it, a row-parallel
+                            layer's dY cast for its GEMMs) */
   float *gf;     /* N x max(C, 3A) fp32 scratch: dropout-masked gradients, fp32 dqkv */
   float *dff;    /* N x F   gradient of the MLP hidden */
   void *gatt;    /* N x A   md: gradient of the attention output */
-  void *gh;      /* half_numel md: dY of a matmul as the GEMMs read it, dqkv */
-  void *glogits; /* R x V   bf16 dlogits (TD_BF16 compute only) */
+  void *gh;      /* half_numel md: dY of a matmul as the GEMMs read it (dqkv, dfc1) */
   uint16_t *half;     /* half_numel fp16 scratch of the fp16 rounding (TD_F16 only) */
   int64_t half_numel; /* N x max(C, 3A, F) */
   /* sequence parallelism only (NULL otherwise) */

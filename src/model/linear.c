@@ -10,14 +10,60 @@ static td_matmul_desc matmul(int64_t m, int64_t n, int64_t k, td_dtype ab, td_dt
   return g;
 }
 
-void td_linear_forward(td_device *d, void *y, td_dtype y_dtype, const void *x, const void *w,
-                       const float *b, int64_t n, int64_t in, int64_t out, td_dtype dtype) {
+/* y = x w^T + b */
+static td_matmul_desc forward_desc(void *y, td_dtype y_dtype, const void *x, const void *w,
+                                   const float *b, int64_t n, int64_t in, int64_t out,
+                                   td_dtype dtype) {
   td_matmul_desc g = matmul(n, out, in, dtype, y_dtype);
   g.a = x, g.lda = in;
   g.b = w, g.ldb = in, g.trans_b = 1;
   g.c = y, g.ldc = out;
   g.bias = b;
+  return g;
+}
+
+/* dx = dy w */
+static td_matmul_desc backward_input_desc(void *dx, td_dtype dx_dtype, const void *dy,
+                                          const void *w, int64_t n, int64_t in, int64_t out,
+                                          td_dtype dtype) {
+  td_matmul_desc g = matmul(n, in, out, dtype, dx_dtype);
+  g.a = dy, g.lda = out;
+  g.b = w, g.ldb = in;
+  g.c = dx, g.ldc = in;
+  return g;
+}
+
+void td_linear_forward(td_device *d, void *y, td_dtype y_dtype, const void *x, const void *w,
+                       const float *b, int64_t n, int64_t in, int64_t out, td_dtype dtype) {
+  td_matmul_desc g = forward_desc(y, y_dtype, x, w, b, n, in, out, dtype);
   d->ops->matmul(d, &g);
+}
+
+void td_linear_forward_residual(td_device *d, float *y, const float *resid, const void *x,
+                                const void *w, const float *b, int64_t n, int64_t in, int64_t out,
+                                td_dtype dtype) {
+  td_matmul_desc g = forward_desc(y, TD_F32, x, w, b, n, in, out, dtype);
+  g.c_in = resid, g.beta = 1.0f;
+  if (td_device_matmul_fuses(d, &g)) {
+    d->ops->matmul(d, &g);
+    return;
+  }
+  g.c_in = NULL, g.beta = 0.0f;
+  d->ops->matmul(d, &g);
+  d->ops->add(d, y, resid, y, n * out);
+}
+
+void td_linear_forward_gelu(td_device *d, void *act, void *pre, td_dtype y_dtype, const void *x,
+                            const void *w, const float *b, int64_t n, int64_t in, int64_t out,
+                            td_dtype dtype, td_gelu_kind kind) {
+  td_matmul_desc g = forward_desc(act, y_dtype, x, w, b, n, in, out, dtype);
+  g.epilogue = TD_EPILOGUE_GELU_AUX, g.aux = pre, g.ldaux = out, g.gelu_kind = kind;
+  if (td_device_matmul_fuses(d, &g)) {
+    d->ops->matmul(d, &g);
+    return;
+  }
+  td_linear_forward(d, pre, y_dtype, x, w, b, n, in, out, dtype);
+  d->ops->gelu_forward(d, act, y_dtype, pre, y_dtype, n * out, kind);
 }
 
 void td_linear_backward_weight(td_device *d, float *dw, const void *dy, const void *x, int64_t n,
@@ -32,9 +78,21 @@ void td_linear_backward_weight(td_device *d, float *dw, const void *dy, const vo
 
 void td_linear_backward_input(td_device *d, void *dx, td_dtype dx_dtype, const void *dy,
                               const void *w, int64_t n, int64_t in, int64_t out, td_dtype dtype) {
-  td_matmul_desc g = matmul(n, in, out, dtype, dx_dtype);
-  g.a = dy, g.lda = out;
-  g.b = w, g.ldb = in;
-  g.c = dx, g.ldc = in;
+  td_matmul_desc g = backward_input_desc(dx, dx_dtype, dy, w, n, in, out, dtype);
   d->ops->matmul(d, &g);
+}
+
+void td_linear_backward_input_dgelu(td_device *d, void *dpre, td_dtype dx_dtype, float *dbias,
+                                    float *scratch, const void *dy, const void *w, const void *pre,
+                                    int64_t n, int64_t in, int64_t out, td_dtype dtype,
+                                    td_gelu_kind kind) {
+  td_matmul_desc g = backward_input_desc(dpre, dx_dtype, dy, w, n, in, out, dtype);
+  g.epilogue = TD_EPILOGUE_DGELU, g.aux = (void *)pre, g.ldaux = in, g.gelu_kind = kind;
+  if (td_device_matmul_fuses(d, &g)) {
+    d->ops->matmul(d, &g);
+    d->ops->bias_backward(d, dbias, dpre, dx_dtype, n, in, NULL, TD_F32);
+    return;
+  }
+  td_linear_backward_input(d, scratch, TD_F32, dy, w, n, in, out, dtype);
+  d->ops->gelu_backward(d, dpre, dx_dtype, dbias, scratch, pre, dx_dtype, n, in, kind);
 }

@@ -128,32 +128,42 @@ static void add_row(float *acc, const float *x, int64_t cols) {
 }
 
 /* acc[c] = sum_r x[r, c], r in order; x: rows x cols, fp32 or bf16 (each bf16
- * piece widened to fp32 first, so the sums are those of its fp32 cast) */
+ * piece widened to fp32 first, so the sums are those of its fp32 cast). xc
+ * (NULL: none) receives an fp32 x cast to xc_dtype, each piece while it is in
+ * cache. */
 static void column_sums(const td_ew_isa *isa, float *acc, const void *x, td_dtype dt,
-                        int64_t rows, int64_t cols) {
+                        int64_t rows, int64_t cols, void *xc, td_dtype xc_dtype) {
+  const size_t cs = xc ? td_dtype_size(xc_dtype) : 0;
   memset(acc, 0, (size_t)cols * sizeof(float));
   for (int64_t r = 0; r < rows; r++)
     for (int64_t c0 = 0; c0 < cols; c0 += EW_CHUNK) {
       float buf[EW_CHUNK];
       int64_t len = min64(EW_CHUNK, cols - c0);
-      add_row(acc + c0, f32_piece(isa, x, dt, r * cols + c0, len, buf), len);
+      const float *piece = f32_piece(isa, x, dt, r * cols + c0, len, buf);
+      add_row(acc + c0, piece, len);
+      if (xc) isa->cast((char *)xc + (size_t)(r * cols + c0) * cs, xc_dtype, piece, TD_F32, len);
     }
 }
 
-/* dbias[c] += sum_r dout[r, c]; dout: rows x cols (fp32 or bf16). Per-chunk
- * column sums, then the chunks in order. */
+/* dbias[c] += sum_r dout[r, c]; dout: rows x cols (fp32 or bf16), and dout_cast
+ * (NULL: none) = dout in cast_dtype. Per-chunk column sums, then the chunks in
+ * order. */
 static void cpu_bias_backward(td_device *d, float *dbias, const void *dout, td_dtype dout_dtype,
-                              int64_t rows, int64_t cols) {
+                              int64_t rows, int64_t cols, void *dout_cast, td_dtype cast_dtype) {
   (void)d;
   TD_CHECK(dout_dtype == TD_F32 || dout_dtype == TD_BF16, "bias_backward: dout must be fp32 or bf16");
+  TD_CHECK(!dout_cast || (dout_dtype == TD_F32 && cast_dtype == TD_BF16),
+           "bias_backward: the cast of dout is fp32 to bf16, not %s to %s",
+           td_dtype_name(dout_dtype), td_dtype_name(cast_dtype));
   const td_ew_isa *isa = ew_isa();
   int64_t rc = rows_per_chunk(rows), nch = (rows + rc - 1) / rc;
-  size_t es = td_dtype_size(dout_dtype);
+  size_t es = td_dtype_size(dout_dtype), cs = dout_cast ? td_dtype_size(cast_dtype) : 0;
   float *part = scratch((size_t)(nch * cols) * sizeof(float));
 #pragma omp parallel for schedule(static) if (nch > 1 && rows * cols > EW_PAR_MIN)
   for (int64_t k = 0; k < nch; k++)
     column_sums(isa, part + k * cols, (const char *)dout + (size_t)(k * rc * cols) * es,
-                dout_dtype, min64(rc, rows - k * rc), cols);
+                dout_dtype, min64(rc, rows - k * rc), cols,
+                dout_cast ? (char *)dout_cast + (size_t)(k * rc * cols) * cs : NULL, cast_dtype);
   add_partials(dbias, part, nch, cols, cols);
 }
 
@@ -362,35 +372,50 @@ static int32_t checked_target(const int32_t *targets, int64_t r, int64_t vocab) 
   return t;
 }
 
+static void check_logits_dtype(const char *op, td_dtype dt) {
+  TD_CHECK(dt == TD_F32 || dt == TD_BF16, "%s: logits are fp32 or bf16, not %s", op,
+           td_dtype_name(dt));
+}
+
+/* logits[r, j] as fp32 (the target's; the rows themselves go to the ISA's loops) */
+static float logit_at(const void *logits, td_dtype dt, int64_t i) {
+  return dt == TD_BF16 ? td_bf16_to_f32(((const uint16_t *)logits)[i]) : ((const float *)logits)[i];
+}
+
 /* lse[r] = log sum_j exp(logits[r, j]); losses[r] = lse[r] - logits[r, targets[r]];
- * logits: n x vocab */
-static void cpu_cross_entropy_forward(td_device *d, float *losses, float *lse,
-                                      const float *logits, const int32_t *targets, int64_t n,
+ * logits: n x vocab in logits_dtype */
+static void cpu_cross_entropy_forward(td_device *d, float *losses, float *lse, const void *logits,
+                                      td_dtype logits_dtype, const int32_t *targets, int64_t n,
                                       int64_t vocab) {
   (void)d;
+  check_logits_dtype("cross_entropy_forward", logits_dtype);
   const td_ew_isa *isa = ew_isa();
+  const size_t es = td_dtype_size(logits_dtype);
 #pragma omp parallel for schedule(static) if (n * vocab > EW_PAR_MIN)
   for (int64_t r = 0; r < n; r++) {
-    const float *row = logits + r * vocab;
-    float l = isa->logsumexp_row(row, vocab);
+    float l = isa->logsumexp_row((const char *)logits + (size_t)(r * vocab) * es, logits_dtype,
+                                 vocab);
     lse[r] = l;
-    losses[r] = l - row[checked_target(targets, r, vocab)];
+    losses[r] = l - logit_at(logits, logits_dtype, r * vocab + checked_target(targets, r, vocab));
   }
 }
 
 /* The vocabulary-parallel pieces (device.h): lse of the slice, the target's logit
  * where the slice holds it. */
 static void cpu_cross_entropy_slice(td_device *d, float *lse, float *target_logit,
-                                    const float *logits, const int32_t *targets, int64_t n,
-                                    int64_t vocab, int64_t vocab_start) {
+                                    const void *logits, td_dtype logits_dtype,
+                                    const int32_t *targets, int64_t n, int64_t vocab,
+                                    int64_t vocab_start) {
   (void)d;
+  check_logits_dtype("cross_entropy_slice", logits_dtype);
   const td_ew_isa *isa = ew_isa();
+  const size_t es = td_dtype_size(logits_dtype);
 #pragma omp parallel for schedule(static) if (n * vocab > EW_PAR_MIN)
   for (int64_t r = 0; r < n; r++) {
-    const float *row = logits + r * vocab;
     int64_t t = (int64_t)targets[r] - vocab_start;
-    lse[r] = isa->logsumexp_row(row, vocab);
-    target_logit[r] = t >= 0 && t < vocab ? row[t] : 0.0f;
+    lse[r] = isa->logsumexp_row((const char *)logits + (size_t)(r * vocab) * es, logits_dtype,
+                                vocab);
+    target_logit[r] = t >= 0 && t < vocab ? logit_at(logits, logits_dtype, r * vocab + t) : 0.0f;
   }
 }
 
@@ -417,23 +442,25 @@ static void cpu_masked_sum(td_device *d, double *out, const float *x, const floa
 }
 
 /* dlogits[r, j] = (exp(logits[r, j] - lse[r]) - [j + vocab_start == targets[r]]) dloss[r]
- * (fp32 dlogits may alias logits). Targets are the model's, checked against the
- * vocabulary at its input. */
+ * (dlogits may alias logits of its dtype). Targets are the model's, checked
+ * against the vocabulary at its input. */
 static void cpu_cross_entropy_backward(td_device *d, void *dlogits, td_dtype dlogits_dtype,
-                                       const float *logits, const float *lse,
-                                       const int32_t *targets, const float *dloss, int64_t n,
-                                       int64_t vocab, int64_t vocab_start) {
+                                       const void *logits, td_dtype logits_dtype,
+                                       const float *lse, const int32_t *targets,
+                                       const float *dloss, int64_t n, int64_t vocab,
+                                       int64_t vocab_start) {
   (void)d;
   TD_CHECK(dlogits_dtype == TD_F32 || dlogits_dtype == TD_BF16,
            "cross_entropy_backward: dlogits are fp32 or bf16, not %s",
            td_dtype_name(dlogits_dtype));
+  check_logits_dtype("cross_entropy_backward", logits_dtype);
   const td_ew_isa *isa = ew_isa();
-  const size_t es = td_dtype_size(dlogits_dtype);
+  const size_t es = td_dtype_size(dlogits_dtype), ls = td_dtype_size(logits_dtype);
 #pragma omp parallel for schedule(static) if (n * vocab > EW_PAR_MIN)
   for (int64_t r = 0; r < n; r++)
     isa->softmax_grad_row((char *)dlogits + (size_t)(r * vocab) * es, dlogits_dtype,
-                          logits + r * vocab, lse[r], dloss[r],
-                          (int64_t)targets[r] - vocab_start, vocab);
+                          (const char *)logits + (size_t)(r * vocab) * ls, logits_dtype, lse[r],
+                          dloss[r], (int64_t)targets[r] - vocab_start, vocab);
 }
 
 /* --------------------------------------------------------- optimizer, utils */

@@ -39,13 +39,14 @@ typedef struct td_ew_isa {
   /* Elements [i0, i1) of x; element i draws counter first + i. */
   void (*dropout)(float *x, int64_t i0, int64_t i1, float p, uint64_t seed, uint64_t stream,
                   uint64_t first);
-  /* logsumexp of one row of vocab logits */
-  float (*logsumexp_row)(const float *logits, int64_t vocab);
+  /* logsumexp of one row of vocab logits (logits_dtype: TD_F32 or TD_BF16) */
+  float (*logsumexp_row)(const void *logits, td_dtype logits_dtype, int64_t vocab);
   /* dlogits[j] = exp(logits[j] - lse) dloss, minus dloss at j == target (after the
-   * product, in fp32), j < vocab, stored as dtype (fp32: may alias logits; bf16:
-   * rounded as cast rounds) */
-  void (*softmax_grad_row)(void *dlogits, td_dtype dtype, const float *logits, float lse,
-                           float dloss, int64_t target, int64_t vocab);
+   * product, in fp32), j < vocab, stored as dtype (bf16: rounded as cast rounds);
+   * dlogits may alias logits of the same dtype */
+  void (*softmax_grad_row)(void *dlogits, td_dtype dtype, const void *logits,
+                           td_dtype logits_dtype, float lse, float dloss, int64_t target,
+                           int64_t vocab);
   /* copy_bf16 (NULL: none) gets the new param rounded to bf16 as cast would */
   void (*adamw)(float *param, const float *grad, float *m, float *v, int64_t n,
                 const td_ew_adamw *c, uint16_t *copy_bf16);

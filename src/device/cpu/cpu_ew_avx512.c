@@ -281,24 +281,32 @@ static void dropout(float *x, int64_t i0, int64_t i1, float p, uint64_t seed, ui
 
 /* ------------------------------------------------------------ cross-entropy */
 
-static float row_max(const float *x, int64_t n) {
+/* 16 logits from element j, fp32 or bf16; lanes outside k are 0 */
+static ALWAYS_INLINE __m512 load_logits(const void *x, td_dtype dt, int64_t j, __mmask16 k) {
+  if (dt == TD_BF16) return v_from_bf16(_mm256_maskz_loadu_epi16(k, (const uint16_t *)x + j));
+  return _mm512_maskz_loadu_ps(k, (const float *)x + j);
+}
+
+static float row_max(const void *x, td_dtype dt, int64_t n) {
+  const size_t es = td_dtype_size(dt);
   __m512 m = V1(-INFINITY);
   for (int64_t j = 0; j < n; j += 16) {
-    prefetch_ahead(x + j);
-    m = _mm512_max_ps(m, _mm512_mask_loadu_ps(V1(-INFINITY), v_mask(n - j), x + j));
+    __mmask16 k = v_mask(n - j);
+    prefetch_ahead((const char *)x + (size_t)j * es);
+    m = _mm512_mask_max_ps(m, k, m, load_logits(x, dt, j, k));
   }
   return _mm512_reduce_max_ps(m);
 }
 
 /* sum exp(x - mx) over pieces of 2048 in fp32 lanes, the pieces added in double */
-static double row_sum_exp(const float *x, int64_t n, float mx) {
+static double row_sum_exp(const void *x, td_dtype dt, int64_t n, float mx) {
   double total = 0;
   for (int64_t j0 = 0; j0 < n; j0 += 2048) {
     int64_t j1 = n - j0 < 2048 ? n : j0 + 2048;
     __m512 s = _mm512_setzero_ps();
     for (int64_t j = j0; j < j1; j += 16) {
       __mmask16 k = v_mask(j1 - j);
-      __m512 e = v_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), V1(mx)));
+      __m512 e = v_exp(_mm512_sub_ps(load_logits(x, dt, j, k), V1(mx)));
       s = _mm512_mask_add_ps(s, k, s, e);
     }
     total += _mm512_reduce_add_ps(s);
@@ -306,17 +314,19 @@ static double row_sum_exp(const float *x, int64_t n, float mx) {
   return total;
 }
 
-static float logsumexp_row(const float *logits, int64_t vocab) {
-  float mx = row_max(logits, vocab);
-  return (float)((double)mx + log(row_sum_exp(logits, vocab, mx)));
+static float logsumexp_row(const void *logits, td_dtype logits_dtype, int64_t vocab) {
+  float mx = row_max(logits, logits_dtype, vocab);
+  return (float)((double)mx + log(row_sum_exp(logits, logits_dtype, vocab, mx)));
 }
 
-static void softmax_grad_row(void *dlogits, td_dtype dtype, const float *logits, float lse,
-                             float dloss, int64_t target, int64_t vocab) {
+static void softmax_grad_row(void *dlogits, td_dtype dtype, const void *logits,
+                             td_dtype logits_dtype, float lse, float dloss, int64_t target,
+                             int64_t vocab) {
+  const size_t es = td_dtype_size(logits_dtype);
   for (int64_t j = 0; j < vocab; j += 16) {
     __mmask16 k = v_mask(vocab - j);
-    prefetch_ahead(logits + j);
-    __m512 e = v_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, logits + j), V1(lse)));
+    prefetch_ahead((const char *)logits + (size_t)j * es);
+    __m512 e = v_exp(_mm512_sub_ps(load_logits(logits, logits_dtype, j, k), V1(lse)));
     __m512 g = _mm512_mul_ps(e, V1(dloss));
     if (target >= j && target < j + 16) /* the one-hot term, on the product's fp32 */
       g = _mm512_mask_sub_ps(g, (__mmask16)(1u << (target - j)), g, V1(dloss));

@@ -144,24 +144,26 @@ static void dropout(float *x, int64_t i0, int64_t i1, float p, uint64_t seed, ui
 
 /* ------------------------------------------------------------ cross-entropy */
 
+static float load_f32_or_bf16(const void *x, td_dtype dt, int64_t i) {
+  return dt == TD_BF16 ? td_bf16_to_f32(((const uint16_t *)x)[i]) : ((const float *)x)[i];
+}
+
 /* lse = max + log sum exp(x - max), the sum in double */
-static float logsumexp_row(const float *logits, int64_t vocab) {
+static float logsumexp_row(const void *logits, td_dtype logits_dtype, int64_t vocab) {
   float mx = -INFINITY;
-  for (int64_t j = 0; j < vocab; j++) mx = fmaxf(mx, logits[j]);
+  for (int64_t j = 0; j < vocab; j++) mx = fmaxf(mx, load_f32_or_bf16(logits, logits_dtype, j));
   double s = 0;
-  for (int64_t j = 0; j < vocab; j++) s += expf(logits[j] - mx);
+  for (int64_t j = 0; j < vocab; j++) s += expf(load_f32_or_bf16(logits, logits_dtype, j) - mx);
   return (float)((double)mx + log(s));
 }
 
-static void softmax_grad_row(void *dlogits, td_dtype dtype, const float *logits, float lse,
-                             float dloss, int64_t target, int64_t vocab) {
+static void softmax_grad_row(void *dlogits, td_dtype dtype, const void *logits,
+                             td_dtype logits_dtype, float lse, float dloss, int64_t target,
+                             int64_t vocab) {
   for (int64_t j = 0; j < vocab; j++) {
-    float g = expf(logits[j] - lse) * dloss;
+    float g = expf(load_f32_or_bf16(logits, logits_dtype, j) - lse) * dloss;
     if (j == target) g -= dloss;
-    if (dtype == TD_BF16)
-      ((uint16_t *)dlogits)[j] = td_f32_to_bf16(g);
-    else
-      ((float *)dlogits)[j] = g;
+    store_f32_or_bf16(dlogits, dtype, j, g);
   }
 }
 

@@ -238,6 +238,9 @@ static void check_desc(const td_matmul_desc *g) {
            "a bf16 matmul output needs bf16 inputs and beta = 0");
   TD_CHECK(g->m > 0 && g->n > 0 && g->k > 0 && g->batch > 0, "empty matmul %lldx%lldx%lld",
            (long long)g->m, (long long)g->n, (long long)g->k);
+  TD_CHECK(!g->c_in && g->epilogue == TD_EPILOGUE_NONE,
+           "matmul with c_in or an epilogue: the CPU fuses none (matmul_fuses), its callers run "
+           "the elementwise ops after the product");
 }
 
 void td_cpu_gemm_with(const td_matmul_desc *g, td_gemm_library lib) {

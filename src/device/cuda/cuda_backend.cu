@@ -172,6 +172,8 @@ extern "C" void *td_cuda_open(int *index) {
   *c->err_host = 0;
   const char *tf32 = getenv("TRIDENT_CUDA_TF32");
   c->tf32 = tf32 && !strcmp(tf32, "1");
+  const char *fuse = getenv("TRIDENT_CUDA_FUSE");
+  c->fuse = !(fuse && !strcmp(fuse, "0"));
   return c;
 }
 
@@ -194,9 +196,9 @@ extern "C" void td_cuda_close(void *impl) {
 
 extern "C" void td_cuda_describe(const void *impl, char *buf, size_t n) {
   const td_cuda *c = (const td_cuda *)impl;
-  snprintf(buf, n, "cuda:%d (%s, sm_%d%d, %d SMs, %.1f GiB%s)", c->index, c->name, c->cc_major,
+  snprintf(buf, n, "cuda:%d (%s, sm_%d%d, %d SMs, %.1f GiB%s%s)", c->index, c->name, c->cc_major,
            c->cc_minor, c->sm_count, c->mem_total / 1073741824.0,
-           c->tf32 ? ", fp32 GEMMs in TF32" : "");
+           c->tf32 ? ", fp32 GEMMs in TF32" : "", c->fuse ? "" : ", GEMM epilogues off");
 }
 
 /* ------------------------------------------------------------------ memory */
@@ -411,10 +413,20 @@ static void cu_copy_d2h_async(td_device *d, void *dst, const void *src, size_t b
   if (bytes) TD_CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
 }
 
-/* dst[i] = pattern, n elements of 2, 4 or 8 bytes */
-template <typename U>
+/* dst[i] = pattern, n elements of 2, 4 or 8 bytes, VEC (16 bytes' worth, or 1) at a time */
+template <int VEC, typename U>
 __global__ void fill_kernel(U *dst, int64_t n, U pattern) {
-  TD_GRID_STRIDE(i, n) dst[i] = pattern;
+  U v[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; k++) v[k] = pattern;
+  td_grid_vec<VEC>(n, [&](int64_t i, auto w) { td_st_raw<decltype(w)::value>(dst + i, v); });
+}
+
+template <typename U>
+static void fill_launch(td_cuda *c, void *dst, int64_t n, U pattern) {
+  td_cuda_launch_vec<16 / sizeof(U)>(c, n, td_aligned16(dst), [&](auto vec, unsigned grid) {
+    fill_kernel<decltype(vec)::value><<<grid, TD_CUDA_THREADS, 0, c->stream>>>((U *)dst, n, pattern);
+  });
 }
 
 /* dst[i] = value converted to dt, as the CPU backend converts it (integers truncate). */
@@ -440,14 +452,12 @@ static void cu_fill(td_device *d, void *dst, td_dtype dt, int64_t n, float value
     TD_CUDA_OK(cudaMemsetAsync(dst, 0, (size_t)n * es, c->stream));
     return;
   }
-  unsigned grid = td_cuda_grid(c, n, TD_CUDA_THREADS);
   if (es == 2)
-    fill_kernel<uint16_t><<<grid, TD_CUDA_THREADS, 0, c->stream>>>((uint16_t *)dst, n, (uint16_t)pattern);
+    fill_launch(c, dst, n, (uint16_t)pattern);
   else if (es == 4)
-    fill_kernel<uint32_t><<<grid, TD_CUDA_THREADS, 0, c->stream>>>((uint32_t *)dst, n, (uint32_t)pattern);
+    fill_launch(c, dst, n, (uint32_t)pattern);
   else
-    fill_kernel<uint64_t><<<grid, TD_CUDA_THREADS, 0, c->stream>>>((uint64_t *)dst, n, pattern);
-  TD_CUDA_LAUNCHED();
+    fill_launch(c, dst, n, pattern);
 }
 
 void td_cuda_register_memory(td_device_ops *ops) {

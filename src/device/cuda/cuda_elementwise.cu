@@ -94,16 +94,89 @@ struct td_stored_elems {
   __device__ __forceinline__ void load(float *v, int64_t i) const { td_ld_vec<VEC>(v, p, i); }
 };
 
+/* An fp32 buffer's values, stored to a bf16 copy on the way (the cast of dY the
+ * GEMMs read, fused with its bias gradient). */
+struct td_cast_bf16_elems {
+  const float *p;
+  uint16_t *cast;
+  template <int VEC>
+  __device__ __forceinline__ void load(float *v, int64_t i) const {
+    td_ld_vec<VEC>(v, p, i);
+    td_st_vec<VEC>(cast, i, v);
+  }
+};
+
 static void cu_bias_backward(td_device *d, float *dbias, const void *dout, td_dtype dout_dtype,
-                             int64_t rows, int64_t cols) {
+                             int64_t rows, int64_t cols, void *dout_cast, td_dtype cast_dtype) {
   td_cuda *c = td_cuda_enter(d);
   if (dout_dtype != TD_F32 && dout_dtype != TD_BF16) td_fail("bias_backward: dout must be fp32 or bf16");
+  if (dout_cast && (dout_dtype != TD_F32 || cast_dtype != TD_BF16))
+    td_fail("bias_backward: the cast of dout is fp32 to bf16, not %s to %s",
+            td_dtype_name(dout_dtype), td_dtype_name(cast_dtype));
   if (rows <= 0 || cols <= 0) return;
+  if (dout_cast) {
+    td_column_sums(c, dbias, td_cast_bf16_elems{(const float *)dout, (uint16_t *)dout_cast}, rows,
+                   cols, td_vec_ok(cols, dout, dout_cast));
+    return;
+  }
   int vec = td_vec_ok(cols, dout);
   if (dout_dtype == TD_F32)
     td_column_sums(c, dbias, td_stored_elems<float>{(const float *)dout}, rows, cols, vec);
   else
     td_column_sums(c, dbias, td_stored_elems<uint16_t>{(const uint16_t *)dout}, rows, cols, vec);
+}
+
+/* ------------------------------------------------- dtypes, vector access */
+
+/* The elementwise kernels move VEC elements per thread where every buffer is
+ * 16-byte aligned: 8 (one 16-byte word of bf16 / fp16, two of fp32), with the
+ * dtypes template parameters (td_dt) rather than branches per element. */
+#define EW_VEC 8
+
+/* A float dtype as a template parameter: its storage T and hostdev.h's
+ * conversions to and from fp32 (== dtype.h's). */
+template <td_dtype DT>
+struct td_dt;
+template <>
+struct td_dt<TD_F32> {
+  typedef float T;
+  static __device__ __forceinline__ float ld(float v) { return v; }
+  static __device__ __forceinline__ float st(float v) { return v; }
+};
+template <>
+struct td_dt<TD_BF16> {
+  typedef uint16_t T;
+  static __device__ __forceinline__ float ld(uint16_t v) { return td_hd_bf16_to_f32(v); }
+  static __device__ __forceinline__ uint16_t st(float v) { return td_hd_f32_to_bf16(v); }
+};
+template <>
+struct td_dt<TD_F16> {
+  typedef uint16_t T;
+  static __device__ __forceinline__ float ld(uint16_t v) { return td_hd_f16_to_f32(v); }
+  static __device__ __forceinline__ uint16_t st(float v) { return td_hd_f32_to_f16(v); }
+};
+
+/* VEC elements from index i of a D buffer, as fp32 / from fp32 (td_ld_raw's
+ * alignment for VEC > 1). */
+template <int VEC, typename D>
+__device__ __forceinline__ void td_ld_dt_vec(float *v, const void *p, int64_t i) {
+  typename D::T raw[VEC];
+  td_ld_raw<VEC>(raw, (const typename D::T *)p + i);
+#pragma unroll
+  for (int k = 0; k < VEC; k++) v[k] = D::ld(raw[k]);
+}
+template <int VEC, typename D>
+__device__ __forceinline__ void td_st_dt_vec(void *p, int64_t i, const float *v) {
+  typename D::T raw[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; k++) raw[k] = D::st(v[k]);
+  td_st_raw<VEC>((typename D::T *)p + i, raw);
+}
+
+/* f(td_dt<dt>()) for the run-time dt, one of DTS (the caller has checked). */
+template <td_dtype... DTS, typename F>
+static void td_with_dtype(td_dtype dt, F f) {
+  ((dt == DTS ? f(td_dt<DTS>()) : void()), ...);
 }
 
 /* ---------------------------------------------------------------------- gelu */
@@ -139,17 +212,33 @@ __device__ __forceinline__ float td_gelu_grad(float x, int tanh_form) {
   return s + x * s * s1 * (2.0f * GELU_TANH_K0) * (1.0f + 3.0f * GELU_TANH_K1 * x2);
 }
 
-/* out[i] = gelu(x[i]); x, out: n elements, each fp32 or bf16 */
-__global__ void td_gelu_forward_kernel(void *out, int out_bf16, const void *x, int x_bf16,
-                                       int64_t n, int tanh_form) {
-  TD_GRID_STRIDE(i, n) td_st_dt(out, out_bf16, i, td_gelu_value(td_ld_dt(x, x_bf16, i), tanh_form));
+/* out[i] = gelu(x[i]); x, out: n elements of X, OUT (td_dt of fp32 or bf16) */
+template <int VEC, typename OUT, typename X>
+__global__ void td_gelu_forward_kernel(void *out, const void *x, int64_t n, int tanh_form) {
+  td_grid_vec<VEC>(n, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float v[W];
+    td_ld_dt_vec<W, X>(v, x, i);
+#pragma unroll
+    for (int k = 0; k < W; k++) v[k] = td_gelu_value(v[k], tanh_form);
+    td_st_dt_vec<W, OUT>(out, i, v);
+  });
 }
 
-/* dx[i] = dout[i] gelu'(x[i]) in dx's dtype (an fp32 dx may alias dout: each
- * thread reads, then writes, its own i) */
-__global__ void td_gelu_backward_kernel(void *dx, int dx_bf16, const float *dout, const void *x,
-                                        int x_bf16, int64_t n, int tanh_form) {
-  TD_GRID_STRIDE(i, n) td_st_dt(dx, dx_bf16, i, dout[i] * td_gelu_grad(td_ld_dt(x, x_bf16, i), tanh_form));
+/* dx[i] = dout[i] gelu'(x[i]) in DX (an fp32 dx may alias dout: each thread
+ * reads, then writes, its own elements) */
+template <int VEC, typename DX, typename X>
+__global__ void td_gelu_backward_kernel(void *dx, const float *dout, const void *x, int64_t n,
+                                        int tanh_form) {
+  td_grid_vec<VEC>(n, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float g[W], xv[W];
+    td_ld_raw<W>(g, dout + i);
+    td_ld_dt_vec<W, X>(xv, x, i);
+#pragma unroll
+    for (int k = 0; k < W; k++) g[k] *= td_gelu_grad(xv[k], tanh_form);
+    td_st_dt_vec<W, DX>(dx, i, g);
+  });
 }
 
 /* gelu's gradient as the column sums read it: g = dout gelu'(x), stored to dx
@@ -184,9 +273,14 @@ static void cu_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const v
   if (out_dtype != TD_F32 && out_dtype != TD_BF16) td_fail("gelu output must be fp32 or bf16");
   if (x_dtype != TD_F32 && x_dtype != TD_BF16) td_fail("gelu input must be fp32 or bf16");
   if (n <= 0) return;
-  td_gelu_forward_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(
-      out, out_dtype == TD_BF16, x, x_dtype == TD_BF16, n, kind == TD_GELU_TANH);
-  TD_CUDA_LAUNCHED();
+  td_with_dtype<TD_F32, TD_BF16>(out_dtype, [&](auto od) {
+    td_with_dtype<TD_F32, TD_BF16>(x_dtype, [&](auto xd) {
+      td_cuda_launch_vec<EW_VEC>(c, n, td_aligned16(out, x), [&](auto vec, unsigned grid) {
+        td_gelu_forward_kernel<decltype(vec)::value, decltype(od), decltype(xd)>
+            <<<grid, TD_CUDA_THREADS, 0, c->stream>>>(out, x, n, kind == TD_GELU_TANH);
+      });
+    });
+  });
 }
 
 /* Without dbias one elementwise pass; with it, one pass of the column-sum
@@ -198,59 +292,88 @@ static void cu_gelu_backward(td_device *d, void *dx, td_dtype dx_dtype, float *d
   if (x_dtype != TD_F32 && x_dtype != TD_BF16) td_fail("gelu input must be fp32 or bf16");
   if (dx_dtype != TD_F32 && dx_dtype != TD_BF16) td_fail("gelu gradient must be fp32 or bf16");
   const int64_t n = rows * cols;
-  const int tanh_form = kind == TD_GELU_TANH, xb = x_dtype == TD_BF16, db = dx_dtype == TD_BF16;
+  const int tanh_form = kind == TD_GELU_TANH;
   if (rows <= 0 || cols <= 0) return;
-  if (!dbias) {
-    td_gelu_backward_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(
-        dx, db, dout, x, xb, n, tanh_form);
-    TD_CUDA_LAUNCHED();
-    return;
-  }
-  const uint16_t *x16 = (const uint16_t *)x;
-  const float *x32 = (const float *)x;
-  uint16_t *dx16 = (uint16_t *)dx;
-  float *dx32 = (float *)dx;
-  if (xb && db) td_gelu_bias_backward(c, dx16, dbias, dout, x16, rows, cols, tanh_form);
-  if (xb && !db) td_gelu_bias_backward(c, dx32, dbias, dout, x16, rows, cols, tanh_form);
-  if (!xb && db) td_gelu_bias_backward(c, dx16, dbias, dout, x32, rows, cols, tanh_form);
-  if (!xb && !db) td_gelu_bias_backward(c, dx32, dbias, dout, x32, rows, cols, tanh_form);
+  td_with_dtype<TD_F32, TD_BF16>(dx_dtype, [&](auto dd) {
+    td_with_dtype<TD_F32, TD_BF16>(x_dtype, [&](auto xd) {
+      typedef decltype(dd) DX;
+      typedef decltype(xd) X;
+      if (dbias)
+        td_gelu_bias_backward(c, (typename DX::T *)dx, dbias, dout, (const typename X::T *)x, rows,
+                              cols, tanh_form);
+      else
+        td_cuda_launch_vec<EW_VEC>(c, n, td_aligned16(dx, dout, x), [&](auto vec, unsigned grid) {
+          td_gelu_backward_kernel<decltype(vec)::value, DX, X>
+              <<<grid, TD_CUDA_THREADS, 0, c->stream>>>(dx, dout, x, n, tanh_form);
+        });
+    });
+  });
 }
 
 /* ------------------------------------------------------- add, scale, dropout */
 
 /* out = a + b, n elements (out may alias a or b) */
+template <int VEC>
 __global__ void td_add_kernel(float *out, const float *a, const float *b, int64_t n) {
-  TD_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+  td_grid_vec<VEC>(n, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float va[W], vb[W];
+    td_ld_raw<W>(va, a + i), td_ld_raw<W>(vb, b + i);
+#pragma unroll
+    for (int k = 0; k < W; k++) va[k] += vb[k];
+    td_st_raw<W>(out + i, va);
+  });
 }
 
 /* x *= alpha */
+template <int VEC>
 __global__ void td_scale_kernel(float *x, int64_t n, float alpha) {
-  TD_GRID_STRIDE(i, n) x[i] *= alpha;
+  td_grid_vec<VEC>(n, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float v[W];
+    td_ld_raw<W>(v, x + i);
+#pragma unroll
+    for (int k = 0; k < W; k++) v[k] *= alpha;
+    td_st_raw<W>(x + i, v);
+  });
 }
 
 static void cu_add(td_device *d, float *out, const float *a, const float *b, int64_t n) {
   td_cuda *c = td_cuda_enter(d);
   if (n <= 0) return;
-  td_add_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(out, a, b, n);
-  TD_CUDA_LAUNCHED();
+  td_cuda_launch_vec<EW_VEC>(c, n, td_aligned16(out, a, b), [&](auto vec, unsigned grid) {
+    td_add_kernel<decltype(vec)::value><<<grid, TD_CUDA_THREADS, 0, c->stream>>>(out, a, b, n);
+  });
 }
 
 static void cu_scale(td_device *d, float *x, int64_t n, float alpha) {
   td_cuda *c = td_cuda_enter(d);
   if (n <= 0) return;
-  td_scale_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(x, n, alpha);
-  TD_CUDA_LAUNCHED();
+  td_cuda_launch_vec<EW_VEC>(c, n, td_aligned16(x), [&](auto vec, unsigned grid) {
+    td_scale_kernel<decltype(vec)::value><<<grid, TD_CUDA_THREADS, 0, c->stream>>>(x, n, alpha);
+  });
 }
 
 /* x[k] = unit(td_rng_u32(seed, stream, first + k)) >= p ? x[k] * s : 0, k < n,
  * s = 1 / (1 - p) (computed by the host as the CPU does). One thread per Philox
- * block j (counters 4j .. 4j+3), j from first / 4 to (first + n - 1) / 4. */
+ * block j (counters 4j .. 4j+3), j from first / 4 to (first + n - 1) / 4. VEC4:
+ * first % 4 == 0 and x 16-byte aligned, so a block whose four elements all lie
+ * in x is one float4 (x + 4j - first); the blocks at the ends go element by element. */
+template <bool VEC4>
 __global__ void td_dropout_kernel(float *x, int64_t n, float p, float s, uint64_t seed,
                                   uint64_t stream, uint64_t first) {
   const uint64_t j0 = first / 4, nblocks = (first + (uint64_t)n - 1) / 4 - j0 + 1;
   TD_GRID_STRIDE(t, (int64_t)nblocks) {
     const uint64_t j = j0 + (uint64_t)t;
     td_hd_u32x4 w = td_hd_rng_block(seed, stream, j);
+    if (VEC4 && 4 * j >= first && (int64_t)(4 * j - first) + 4 <= n) {
+      float v[4];
+      td_ld_raw<4>(v, x + (4 * j - first));
+#pragma unroll
+      for (int q = 0; q < 4; q++) v[q] = td_hd_bits_to_unit(w.w[q]) >= p ? v[q] * s : 0.0f;
+      td_st_raw<4>(x + (4 * j - first), v);
+      continue;
+    }
 #pragma unroll
     for (int q = 0; q < 4; q++) {
       int64_t k = (int64_t)(4 * j + (uint64_t)q - first); /* element index */
@@ -267,31 +390,27 @@ static void cu_dropout(td_device *d, float *x, int64_t n, float p, uint64_t seed
   if (p == 0.0f || n <= 0) return;
   const float s = 1.0f / (1.0f - p);
   int64_t nblocks = (int64_t)((first + (uint64_t)n - 1) / 4 - first / 4 + 1);
-  td_dropout_kernel<<<td_cuda_grid(c, nblocks, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(
-      x, n, p, s, seed, stream, first);
+  unsigned grid = td_cuda_grid(c, nblocks, TD_CUDA_THREADS);
+  if (first % 4 == 0 && td_aligned16(x))
+    td_dropout_kernel<true><<<grid, TD_CUDA_THREADS, 0, c->stream>>>(x, n, p, s, seed, stream, first);
+  else
+    td_dropout_kernel<false><<<grid, TD_CUDA_THREADS, 0, c->stream>>>(x, n, p, s, seed, stream, first);
   TD_CUDA_LAUNCHED();
 }
 
 /* ---------------------------------------------------------------------- cast */
 
-/* dst[i] = (dst type) src[i]; types 0 fp32, 1 bf16, 2 fp16 (td_dtype's values),
- * through fp32 with hostdev.h's rounding (== dtype.h's). */
-__global__ void td_cast_kernel(void *dst, int dst_t, const void *src, int src_t, int64_t n) {
-  TD_GRID_STRIDE(i, n) {
-    float v;
-    if (src_t == TD_F32)
-      v = ((const float *)src)[i];
-    else if (src_t == TD_BF16)
-      v = td_hd_bf16_to_f32(((const uint16_t *)src)[i]);
-    else
-      v = td_hd_f16_to_f32(((const uint16_t *)src)[i]);
-    if (dst_t == TD_F32)
-      ((float *)dst)[i] = v;
-    else if (dst_t == TD_BF16)
-      ((uint16_t *)dst)[i] = td_hd_f32_to_bf16(v);
-    else
-      ((uint16_t *)dst)[i] = td_hd_f32_to_f16(v);
-  }
+/* dst[i] = (DST) src[i] through fp32 with hostdev.h's rounding (== dtype.h's);
+ * DST, SRC: td_dt of fp32, bf16, fp16. In place (equal sizes): each thread reads
+ * its elements before it writes them. */
+template <int VEC, typename DST, typename SRC>
+__global__ void td_cast_kernel(void *dst, const void *src, int64_t n) {
+  td_grid_vec<VEC>(n, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float v[W];
+    td_ld_dt_vec<W, SRC>(v, src, i);
+    td_st_dt_vec<W, DST>(dst, i, v);
+  });
 }
 
 static int is_float_dtype(td_dtype dt) { return dt == TD_F32 || dt == TD_BF16 || dt == TD_F16; }
@@ -309,9 +428,15 @@ static void cu_cast(td_device *d, void *dst, td_dtype dst_dtype, const void *src
     if (dst != src) d->ops->copy_d2d(d, dst, src, (size_t)n * td_dtype_size(dst_dtype));
     return;
   }
-  td_cast_kernel<<<td_cuda_grid(c, n, TD_CUDA_THREADS), TD_CUDA_THREADS, 0, c->stream>>>(
-      dst, (int)dst_dtype, src, (int)src_dtype, n);
-  TD_CUDA_LAUNCHED();
+  td_with_dtype<TD_F32, TD_BF16, TD_F16>(dst_dtype, [&](auto dd) {
+    td_with_dtype<TD_F32, TD_BF16, TD_F16>(src_dtype, [&](auto sd) {
+      if constexpr (!std::is_same_v<decltype(dd), decltype(sd)>) /* a copy, above */
+        td_cuda_launch_vec<EW_VEC>(c, n, td_aligned16(dst, src), [&](auto vec, unsigned grid) {
+          td_cast_kernel<decltype(vec)::value, decltype(dd), decltype(sd)>
+              <<<grid, TD_CUDA_THREADS, 0, c->stream>>>(dst, src, n);
+        });
+    });
+  });
 }
 
 void td_cuda_register_elementwise(td_device_ops *ops) {

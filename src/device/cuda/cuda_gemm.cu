@@ -25,7 +25,15 @@
  * n-element cast per call into scratch; what PyTorch's autocast and Megatron's
  * bf16 parameters add), and last an fp32 product into scratch plus
  * td_bias_round_kernel (the CPU's numerics again, at the cost of the product's
- * extra round trip through memory). */
+ * extra round trip through memory).
+ *
+ * Fused forms (matmul_fuses; device.h): c_in is cuBLASLt's C where D is our C;
+ * TD_EPILOGUE_GELU_AUX is GELU_AUX(_BIAS), TD_EPILOGUE_DGELU is DGELU, the aux
+ * matrix (the pre-activation, C's dtype) laid out as our C. cuBLASLt's GELU is
+ * the tanh form, so only TD_GELU_TANH fuses. A fused plan must have a cuBLASLt
+ * algorithm with the bias as given or cast to bf16 (not the split path), else
+ * matmul_fuses says 0 and the caller runs the separate ops. TRIDENT_CUDA_FUSE=0
+ * turns the fused forms off (for timing them against the separate ops). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,9 +41,9 @@
 
 /* Everything that determines a plan; compared bytewise (zero-initialised). */
 typedef struct {
-  int64_t m, n, k, batch, lda, ldb, ldc, stride_a, stride_b, stride_c;
-  int32_t trans_a, trans_b, ab_dtype, c_dtype, has_bias, tf32;
-  uint32_t align_a, align_b, align_c, align_bias;
+  int64_t m, n, k, batch, lda, ldb, ldc, stride_a, stride_b, stride_c, ldaux;
+  int32_t trans_a, trans_b, ab_dtype, c_dtype, has_bias, tf32, has_c_in, epilogue;
+  uint32_t align_a, align_b, align_c, align_bias, align_c_in, align_aux;
 } gemm_key;
 
 typedef struct {
@@ -162,8 +170,8 @@ static int first_algorithm(td_cuda *c, gemm_plan *p, const gemm_key *k, uint32_t
   uint64_t ws = TD_CUDA_WORKSPACE_BYTES;
   TD_LT_OK(td_lt.cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-  /* its A is our B, its B our A */
-  uint32_t al[4] = {k->align_b, k->align_a, k->align_c, k->align_c};
+  /* its A is our B, its B our A; its C our c_in where there is one */
+  uint32_t al[4] = {k->align_b, k->align_a, k->has_c_in ? k->align_c_in : k->align_c, k->align_c};
   const cublasLtMatmulPreferenceAttributes_t which[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -172,6 +180,11 @@ static int first_algorithm(td_cuda *c, gemm_plan *p, const gemm_key *k, uint32_t
   if (k->has_bias) { /* the heuristic reads the bias pointer's alignment from its value */
     const void *fake = (const char *)td_cuda_workspace(c) + (align_bias & 255u);
     TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                  &fake, sizeof fake));
+  }
+  if (k->epilogue != TD_EPILOGUE_NONE) { /* and the aux pointer's likewise */
+    const void *fake = (const char *)td_cuda_workspace(c) + (k->align_aux & 255u);
+    TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                   &fake, sizeof fake));
   }
   cublasLtMatmulHeuristicResult_t r;
@@ -183,6 +196,15 @@ static int first_algorithm(td_cuda *c, gemm_plan *p, const gemm_key *k, uint32_t
   if (s != CUBLAS_STATUS_SUCCESS || found < 1 || r.state != CUBLAS_STATUS_SUCCESS) return 0;
   p->algo = r.algo;
   return 1;
+}
+
+/* cuBLASLt's epilogue for the key: the bias, GELU with its input kept, or
+ * GELU's gradient (matmul_fuses has ruled out a bias there). */
+static cublasLtEpilogue_t lt_epilogue(const gemm_key *k) {
+  if (k->epilogue == TD_EPILOGUE_GELU_AUX)
+    return k->has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (k->epilogue == TD_EPILOGUE_DGELU) return CUBLASLT_EPILOGUE_DGELU;
+  return k->has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
 static void plan_create(td_cuda *c, gemm_plan *p, const gemm_key *k) {
@@ -203,10 +225,13 @@ static void plan_create(td_cuda *c, gemm_plan *p, const gemm_key *k) {
   p->lb = k->trans_a ? layout(ab, k->m, k->k, k->lda, k->batch, k->stride_a)
                      : layout(ab, k->k, k->m, k->lda, k->batch, k->stride_a);
   p->lc = layout(ct, k->n, k->m, k->ldc, k->batch, k->stride_c);
+  cublasLtEpilogue_t epi = lt_epilogue(k);
+  TD_LT_OK(
+      td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  if (k->epilogue != TD_EPILOGUE_NONE) /* aux: our m x n row-major, its n x m with ld ldaux */
+    TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                  &k->ldaux, sizeof k->ldaux));
   if (k->has_bias) {
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                  sizeof epi));
     int64_t bias_stride = 0; /* the same bias for every batch item */
     TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE,
                                                   &bias_stride, sizeof bias_stride));
@@ -294,14 +319,8 @@ static void check_desc(const td_matmul_desc *g) {
             (long long)g->n, (long long)g->k, (long long)g->batch);
 }
 
-static void cu_matmul(td_device *d, const td_matmul_desc *g) {
-  td_cuda *c = td_cuda_enter(d);
-  check_desc(g);
-  if (g->m == 0 || g->n == 0 || g->batch == 0) return;
-  if (g->k == 0) { /* C = beta C + bias: cuBLASLt wants k >= 1 */
-    gemm_naive(c, g);
-    return;
-  }
+/* The plan key of a call (shapes, dtypes, fused forms, pointer alignments). */
+static gemm_key key_of(const td_cuda *c, const td_matmul_desc *g) {
   size_t ab = td_dtype_size(g->ab_dtype), cs = td_dtype_size(g->c_dtype);
   gemm_key k;
   memset(&k, 0, sizeof k);
@@ -315,7 +334,45 @@ static void cu_matmul(td_device *d, const td_matmul_desc *g) {
   k.align_b = alignment(g->b, g->batch, g->stride_b, ab);
   k.align_c = alignment(g->c, g->batch, g->stride_c, cs);
   k.align_bias = g->bias ? alignment(g->bias, 1, 0, 4) : 0;
+  k.has_c_in = g->c_in != NULL, k.epilogue = g->epilogue;
+  k.align_c_in = g->c_in ? alignment(g->c_in, g->batch, g->stride_c, cs) : 0;
+  if (g->epilogue != TD_EPILOGUE_NONE) k.ldaux = g->ldaux, k.align_aux = alignment(g->aux, 1, 0, cs);
+  return k;
+}
+
+/* A plan cuBLASLt runs with the bias as given or as bf16 (not the fallbacks). */
+static int plan_fuses(const gemm_plan *p) { return !p->naive && !p->split_bias; }
+
+static int fused_form(const td_matmul_desc *g) {
+  return g->c_in || g->epilogue != TD_EPILOGUE_NONE;
+}
+
+static int cu_matmul_fuses(td_device *d, const td_matmul_desc *g) {
+  td_cuda *c = td_cuda_enter(d);
+  check_desc(g);
+  if (!c->fuse || g->batch != 1 || g->m <= 0 || g->n <= 0 || g->k <= 0) return 0;
+  if (g->c_in && (g->beta == 0.0f || g->c_dtype != TD_F32)) return 0;
+  if (g->epilogue != TD_EPILOGUE_NONE &&
+      (g->gelu_kind != TD_GELU_TANH || !g->aux || g->ldaux < g->n || g->ldaux % 8 ||
+       (g->epilogue == TD_EPILOGUE_DGELU && g->bias)))
+    return 0;
+  gemm_key k = key_of(c, g);
+  return plan_fuses(plan_for(c, &k));
+}
+
+static void cu_matmul(td_device *d, const td_matmul_desc *g) {
+  td_cuda *c = td_cuda_enter(d);
+  check_desc(g);
+  if (g->m == 0 || g->n == 0 || g->batch == 0) return;
+  if (g->k == 0 && !fused_form(g)) { /* C = beta C + bias: cuBLASLt wants k >= 1 */
+    gemm_naive(c, g);
+    return;
+  }
+  gemm_key k = key_of(c, g);
   gemm_plan *p = plan_for(c, &k);
+  if (fused_form(g) && (!c->fuse || !plan_fuses(p)))
+    td_fail("cuda:%d: matmul m=%lld n=%lld k=%lld with c_in or an epilogue that matmul_fuses did "
+            "not offer", c->index, (long long)g->m, (long long)g->n, (long long)g->k);
   if (p->naive) {
     gemm_naive(c, g);
     return;
@@ -336,10 +393,17 @@ static void cu_matmul(td_device *d, const td_matmul_desc *g) {
     TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                   &bias, sizeof bias));
   }
+  if (g->epilogue != TD_EPILOGUE_NONE)
+    TD_LT_OK(td_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                  &g->aux, sizeof g->aux));
   float alpha = g->alpha, beta = g->beta;
-  TD_LT_OK(td_lt.cublasLtMatmul(c->lt, p->op, &alpha, g->b, p->la, g->a, p->lb, &beta, g->c,
-                                p->lc, g->c, p->lc, &p->algo, td_cuda_workspace(c),
+  const void *cin = g->c_in ? g->c_in : g->c;
+  TD_LT_OK(td_lt.cublasLtMatmul(c->lt, p->op, &alpha, g->b, p->la, g->a, p->lb, &beta, cin, p->lc,
+                                g->c, p->lc, &p->algo, td_cuda_workspace(c),
                                 TD_CUDA_WORKSPACE_BYTES, c->stream));
 }
 
-void td_cuda_register_gemm(td_device_ops *ops) { ops->matmul = cu_matmul; }
+void td_cuda_register_gemm(td_device_ops *ops) {
+  ops->matmul = cu_matmul;
+  ops->matmul_fuses = cu_matmul_fuses;
+}

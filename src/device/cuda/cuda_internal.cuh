@@ -14,6 +14,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 extern "C" {
 #include "base/log.h"
 #include "base/mem.h"
@@ -44,6 +46,7 @@ typedef struct td_cuda {
   struct td_cudnn *cudnn;    /* cuDNN handle and attention graphs (cuda_cudnn_attention.cu) */
   struct td_cuda_adam *adam; /* adamw_runs' chunk table on the device (cuda_optim.cu) */
   int tf32;                  /* TRIDENT_CUDA_TF32=1: fp32 GEMMs on TF32 tensor cores */
+  int fuse;                  /* matmul_fuses may say 1 (TRIDENT_CUDA_FUSE=0: never) */
   int pools;                 /* alloc/free from the stream-ordered pool (cudaMallocAsync) */
   uint64_t uuid_key;         /* a hash of the GPU's UUID (device_key) */
   int sm_count, cc_major, cc_minor;
@@ -190,6 +193,12 @@ static inline int td_vec_ok(int64_t cols, const void *a, const void *b = NULL, c
   return 1;
 }
 
+/* Whether every buffer is 16-byte aligned (NULL passes): td_grid_vec may then
+ * move 16 bytes at a time (its tail goes element by element, so n is free). */
+static inline int td_aligned16(const void *a, const void *b = NULL, const void *c = NULL) {
+  return td_vec_ok(0, a, b, c);
+}
+
 /* Sum over a warp by a xor butterfly: every lane gets the same bits (each step
  * adds the same two values, only commuted). */
 template <typename T>
@@ -241,5 +250,60 @@ __device__ __forceinline__ float td_block_max(float v, float *red) {
 #define TD_GRID_STRIDE(i, n)                                                          \
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);           \
        i += (int64_t)gridDim.x * blockDim.x)
+
+/* ------------------------------------------------- vectorised elementwise loops */
+
+template <int N>
+using td_int = std::integral_constant<int, N>;
+
+/* VEC elements at p, bits unchanged: one element for VEC 1, else whole 16-byte
+ * words (p 16-byte aligned, VEC * sizeof(T) a multiple of 16). */
+template <int VEC, typename T>
+__device__ __forceinline__ void td_ld_raw(T *v, const T *p) {
+  if constexpr (VEC == 1) {
+    v[0] = *p;
+  } else {
+    static_assert(VEC * sizeof(T) % 16 == 0, "td_ld_raw moves whole 16-byte words");
+    uint4 w[VEC * sizeof(T) / 16];
+#pragma unroll
+    for (int k = 0; k < (int)(VEC * sizeof(T) / 16); k++) w[k] = reinterpret_cast<const uint4 *>(p)[k];
+    memcpy(v, w, sizeof w); /* register moves, no local memory */
+  }
+}
+template <int VEC, typename T>
+__device__ __forceinline__ void td_st_raw(T *p, const T *v) {
+  if constexpr (VEC == 1) {
+    *p = v[0];
+  } else {
+    static_assert(VEC * sizeof(T) % 16 == 0, "td_st_raw moves whole 16-byte words");
+    uint4 w[VEC * sizeof(T) / 16];
+    memcpy(w, v, sizeof w);
+#pragma unroll
+    for (int k = 0; k < (int)(VEC * sizeof(T) / 16); k++) reinterpret_cast<uint4 *>(p)[k] = w[k];
+  }
+}
+
+/* A grid-stride loop over n elements, VEC at a time: f(i, td_int<VEC>()) for
+ * i = 0, VEC, 2 VEC, ... below n - n % VEC, then f(i, td_int<1>()) for each of
+ * the n % VEC elements left (threads of block 0). One thread per element, which
+ * it reads before it writes: in-place use works as in a scalar loop. */
+template <int VEC, typename F>
+__device__ __forceinline__ void td_grid_vec(int64_t n, F f) {
+  const int64_t nv = n / VEC, tail = nv * VEC + (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  TD_GRID_STRIDE(v, nv) f(v * VEC, td_int<VEC>());
+  if (VEC > 1 && tail < n) f(tail, td_int<1>());
+}
+
+/* Launches a td_grid_vec kernel: launch(td_int<VEC>(), grid) when the buffers
+ * are 16-byte aligned (td_aligned16), else launch(td_int<1>(), grid); the grid
+ * covers n / VEC vectors. */
+template <int VEC, typename F>
+static inline void td_cuda_launch_vec(const td_cuda *c, int64_t n, int aligned, F launch) {
+  if (aligned)
+    launch(td_int<VEC>(), td_cuda_grid(c, n / VEC, TD_CUDA_THREADS));
+  else
+    launch(td_int<1>(), td_cuda_grid(c, n, TD_CUDA_THREADS));
+  TD_CUDA_LAUNCHED();
+}
 
 #endif

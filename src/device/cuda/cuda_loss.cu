@@ -1,5 +1,6 @@
 /* Softmax cross-entropy on the CUDA backend: forward, the vocabulary-parallel
- * slice, backward (device.h).
+ * slice, backward (device.h), over fp32 or bf16 logits (a template per storage
+ * type: float, or bf16 as uint16_t).
  *
  * Row log-sum-exp: one block per row; each thread keeps an online (max, sum) over
  * its strided elements (sum in double of expf terms, as the CPU sums), the
@@ -11,21 +12,47 @@
  * reason. */
 #include "device/cuda/cuda_internal.cuh"
 
-#define XENT_COLS_PER_BLOCK 2048 /* backward: columns per block (8 per thread) */
+#define XENT_COLS_PER_BLOCK 2048 /* backward: columns per block (8 per thread; a multiple of 16 bytes) */
 
-/* logsumexp of row[0 .. vocab), returned to every thread of the block */
-__device__ float td_row_logsumexp(const float *row, int64_t vocab, float *redf, double *redd) {
+/* Elements of p[0 .. len) before the first 16-byte boundary (all when fewer). */
+template <typename L>
+__device__ __forceinline__ int64_t td_head_elems(const L *p, int64_t len) {
+  const int64_t h = (int64_t)(((16 - ((uintptr_t)p & 15)) & 15) / sizeof(L));
+  return h < len ? h : len;
+}
+
+/* f(j, p[j] as fp32) for the elements j of p[0 .. len) that this thread owns: an
+ * unaligned head and the tail one element per thread, the body between them
+ * from 16-byte loads (4 fp32 or 8 bf16 a thread). Which thread owns an element
+ * depends on len and on p's offset from a 16-byte boundary only. */
+template <typename L, typename F>
+__device__ __forceinline__ void td_for_each_elem(const L *p, int64_t len, F f) {
+  constexpr int VEC = 16 / sizeof(L);
+  const int64_t head = td_head_elems(p, len), body = head + (len - head) / VEC * VEC;
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x) f(j, td_ld(p, j));
+  for (int64_t j = head + (int64_t)threadIdx.x * VEC; j < body; j += (int64_t)blockDim.x * VEC) {
+    const uint4 q = *reinterpret_cast<const uint4 *>(p + j);
+    const L *e = reinterpret_cast<const L *>(&q);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) f(j + k, td_ld(e, k));
+  }
+  for (int64_t j = body + threadIdx.x; j < len; j += blockDim.x) f(j, td_ld(p, j));
+}
+
+/* logsumexp of row[0 .. vocab) (fp32, or bf16 as uint16_t), returned to every
+ * thread of the block */
+template <typename L>
+__device__ float td_row_logsumexp(const L *row, int64_t vocab, float *redf, double *redd) {
   float m = -INFINITY;
   double s = 0.0;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-    float x = row[j];
-    if (x == -INFINITY) continue; /* adds exp(-inf) = 0 (all -inf: M is -inf, lse NaN as on the CPU) */
+  td_for_each_elem(row, vocab, [&](int64_t, float x) {
+    if (x == -INFINITY) return; /* adds exp(-inf) = 0 (all -inf: M is -inf, lse NaN as on the CPU) */
     if (x > m) {
       s = s * (double)expf(m - x); /* 0 while m is -inf */
       m = x;
     }
     s += (double)expf(x - m); /* NaN stays NaN */
-  }
+  });
   const float M = td_block_max(m, redf);
   const double part = s * (double)expf(m - M); /* a thread without terms: 0 * 0 */
   const double S = td_block_sum(part, redd);
@@ -34,19 +61,20 @@ __device__ float td_row_logsumexp(const float *row, int64_t vocab, float *redf, 
 
 /* Per row r of logits (n x vocab): lse[r] = logsumexp, losses[r] = lse - logits[r, t]
  * (t = targets[r]; outside [0, vocab): NaN and the error flag). One block per row. */
-__global__ void td_xent_forward_kernel(float *losses, float *lse, const float *logits,
+template <typename L>
+__global__ void td_xent_forward_kernel(float *losses, float *lse, const L *logits,
                                        const int32_t *targets, int64_t n, int64_t vocab,
                                        int *err) {
   __shared__ float redf[33];
   __shared__ double redd[33];
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
-    const float *row = logits + r * vocab;
+    const L *row = logits + r * vocab;
     const float l = td_row_logsumexp(row, vocab, redf, redd);
     if (threadIdx.x == 0) {
       const int32_t t = targets[r];
       lse[r] = l;
       if (t >= 0 && t < vocab) {
-        losses[r] = l - row[t];
+        losses[r] = l - td_ld(row, t);
       } else {
         losses[r] = NAN;
         *(volatile int *)err = TD_CUDA_ERR_TARGET; /* mapped host memory: a plain store */
@@ -57,83 +85,130 @@ __global__ void td_xent_forward_kernel(float *losses, float *lse, const float *l
 
 /* The vocabulary slice's pieces: lse[r] over the slice; target_logit[r] =
  * logits[r, targets[r] - vocab_start] when that is in [0, vocab), else 0. */
-__global__ void td_xent_slice_kernel(float *lse, float *target_logit, const float *logits,
+template <typename L>
+__global__ void td_xent_slice_kernel(float *lse, float *target_logit, const L *logits,
                                      const int32_t *targets, int64_t n, int64_t vocab,
                                      int64_t vocab_start) {
   __shared__ float redf[33];
   __shared__ double redd[33];
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
-    const float *row = logits + r * vocab;
+    const L *row = logits + r * vocab;
     const float l = td_row_logsumexp(row, vocab, redf, redd);
     if (threadIdx.x == 0) {
       const int64_t t = (int64_t)targets[r] - vocab_start;
       lse[r] = l;
-      target_logit[r] = t >= 0 && t < vocab ? row[t] : 0.0f;
+      target_logit[r] = t >= 0 && t < vocab ? td_ld(row, t) : 0.0f;
     }
   }
 }
 
 /* dlogits[r, j] = exp(logits[r, j] - lse[r]) dloss[r] - (j == t ? dloss[r] : 0),
- * t = targets[r] - vocab_start; dlogits may alias logits (each element is read,
- * then written, by one thread). grid (rows, ceil(vocab / XENT_COLS_PER_BLOCK)).
- * The product is rounded before the target's subtraction, as the CPU does. */
-template <typename T>
-__global__ void td_xent_backward_kernel(T *dlogits, const float *logits, const float *lse,
+ * t = targets[r] - vocab_start; dlogits may alias logits of its type (each
+ * element is read, then written, by one thread). grid (rows, ceil(vocab /
+ * XENT_COLS_PER_BLOCK)). The product is rounded before the target's subtraction,
+ * as the CPU does. Logits are read 16 bytes a thread (td_for_each_elem); where
+ * dlogits has their type and offset the stores are as wide, else one element. */
+template <typename T, typename L>
+__global__ void td_xent_backward_kernel(T *dlogits, const L *logits, const float *lse,
                                         const int32_t *targets, const float *dloss, int64_t n,
                                         int64_t vocab, int64_t vocab_start) {
+  constexpr int VEC = 16 / sizeof(L);
   const int64_t j0 = (int64_t)blockIdx.y * XENT_COLS_PER_BLOCK;
-  const int64_t j1 = min(vocab, j0 + XENT_COLS_PER_BLOCK);
+  const int64_t w = min(vocab, j0 + XENT_COLS_PER_BLOCK) - j0;
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
     const float l = lse[r], g = dloss[r];
-    const int64_t t = (int64_t)targets[r] - vocab_start;
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-      const int64_t i = r * vocab + j;
-      float v = __fmul_rn(expf(logits[i] - l), g);
-      if (j == t) v = v - g;
-      td_st(dlogits, i, v);
+    const int64_t t = (int64_t)targets[r] - vocab_start - j0;
+    const L *in = logits + r * vocab + j0;
+    T *out = dlogits + r * vocab + j0;
+    auto grad = [&](int64_t j, float x) {
+      float v = __fmul_rn(expf(x - l), g);
+      return j == t ? v - g : v;
+    };
+    if (sizeof(T) == sizeof(L) && ((uintptr_t)in & 15) == ((uintptr_t)out & 15)) {
+      const int64_t head = td_head_elems(in, w), body = head + (w - head) / VEC * VEC;
+      for (int64_t j = threadIdx.x; j < head; j += blockDim.x) td_st(out, j, grad(j, td_ld(in, j)));
+      for (int64_t j = head + (int64_t)threadIdx.x * VEC; j < body; j += (int64_t)blockDim.x * VEC) {
+        uint4 q = *reinterpret_cast<const uint4 *>(in + j);
+        T *e = reinterpret_cast<T *>(&q); /* the same storage type: stored over the loaded */
+#pragma unroll
+        for (int k = 0; k < VEC; k++) td_st(e, k, grad(j + k, td_ld(reinterpret_cast<const L *>(e), k)));
+        *reinterpret_cast<uint4 *>(out + j) = q;
+      }
+      for (int64_t j = body + threadIdx.x; j < w; j += blockDim.x) td_st(out, j, grad(j, td_ld(in, j)));
+    } else {
+      td_for_each_elem(in, w, [&](int64_t j, float x) { td_st(out, j, grad(j, x)); });
     }
   }
 }
 
 static unsigned row_grid(int64_t n) { return (unsigned)(n < 65536 * 16 ? n : 65536 * 16); }
 
-static void cu_cross_entropy_forward(td_device *d, float *losses, float *lse, const float *logits,
-                                     const int32_t *targets, int64_t n, int64_t vocab) {
+static void check_logits_dtype(const char *op, td_dtype dt) {
+  if (dt != TD_F32 && dt != TD_BF16)
+    td_fail("%s: logits are fp32 or bf16, not %s", op, td_dtype_name(dt));
+}
+
+static void cu_cross_entropy_forward(td_device *d, float *losses, float *lse, const void *logits,
+                                     td_dtype logits_dtype, const int32_t *targets, int64_t n,
+                                     int64_t vocab) {
   td_cuda *c = td_cuda_enter(d);
+  check_logits_dtype("cross_entropy_forward", logits_dtype);
   if (n <= 0) return;
-  td_xent_forward_kernel<<<row_grid(n), TD_CUDA_THREADS, 0, c->stream>>>(losses, lse, logits,
-                                                                         targets, n, vocab, c->err_dev);
+  if (logits_dtype == TD_BF16)
+    td_xent_forward_kernel<<<row_grid(n), TD_CUDA_THREADS, 0, c->stream>>>(
+        losses, lse, (const uint16_t *)logits, targets, n, vocab, c->err_dev);
+  else
+    td_xent_forward_kernel<<<row_grid(n), TD_CUDA_THREADS, 0, c->stream>>>(
+        losses, lse, (const float *)logits, targets, n, vocab, c->err_dev);
   TD_CUDA_LAUNCHED();
 }
 
 static void cu_cross_entropy_slice(td_device *d, float *lse, float *target_logit,
-                                   const float *logits, const int32_t *targets, int64_t n,
-                                   int64_t vocab, int64_t vocab_start) {
+                                   const void *logits, td_dtype logits_dtype,
+                                   const int32_t *targets, int64_t n, int64_t vocab,
+                                   int64_t vocab_start) {
   td_cuda *c = td_cuda_enter(d);
+  check_logits_dtype("cross_entropy_slice", logits_dtype);
   if (n <= 0) return;
-  td_xent_slice_kernel<<<row_grid(n), TD_CUDA_THREADS, 0, c->stream>>>(lse, target_logit, logits,
-                                                                       targets, n, vocab, vocab_start);
+  if (logits_dtype == TD_BF16)
+    td_xent_slice_kernel<<<row_grid(n), TD_CUDA_THREADS, 0, c->stream>>>(
+        lse, target_logit, (const uint16_t *)logits, targets, n, vocab, vocab_start);
+  else
+    td_xent_slice_kernel<<<row_grid(n), TD_CUDA_THREADS, 0, c->stream>>>(
+        lse, target_logit, (const float *)logits, targets, n, vocab, vocab_start);
   TD_CUDA_LAUNCHED();
 }
 
+template <typename T, typename L>
+static void xent_backward(td_cuda *c, dim3 grid, void *dlogits, const void *logits,
+                          const float *lse, const int32_t *targets, const float *dloss, int64_t n,
+                          int64_t vocab, int64_t vocab_start) {
+  td_xent_backward_kernel<<<grid, TD_CUDA_THREADS, 0, c->stream>>>(
+      (T *)dlogits, (const L *)logits, lse, targets, dloss, n, vocab, vocab_start);
+}
+
 static void cu_cross_entropy_backward(td_device *d, void *dlogits, td_dtype dlogits_dtype,
-                                      const float *logits, const float *lse,
+                                      const void *logits, td_dtype logits_dtype, const float *lse,
                                       const int32_t *targets, const float *dloss, int64_t n,
                                       int64_t vocab, int64_t vocab_start) {
   td_cuda *c = td_cuda_enter(d);
   if (dlogits_dtype != TD_F32 && dlogits_dtype != TD_BF16)
     td_fail("cross_entropy_backward: dlogits are fp32 or bf16, not %s",
             td_dtype_name(dlogits_dtype));
+  check_logits_dtype("cross_entropy_backward", logits_dtype);
   if (n <= 0 || vocab <= 0) return;
   int64_t chunks = (vocab + XENT_COLS_PER_BLOCK - 1) / XENT_COLS_PER_BLOCK;
   if (chunks > 65535) td_fail("cross_entropy_backward: vocabulary slice of %lld", (long long)vocab);
   dim3 grid(row_grid(n), (unsigned)chunks);
-  if (dlogits_dtype == TD_BF16)
-    td_xent_backward_kernel<<<grid, TD_CUDA_THREADS, 0, c->stream>>>(
-        (uint16_t *)dlogits, logits, lse, targets, dloss, n, vocab, vocab_start);
+  const int out16 = dlogits_dtype == TD_BF16, in16 = logits_dtype == TD_BF16;
+  if (out16 && in16)
+    xent_backward<uint16_t, uint16_t>(c, grid, dlogits, logits, lse, targets, dloss, n, vocab, vocab_start);
+  else if (out16)
+    xent_backward<uint16_t, float>(c, grid, dlogits, logits, lse, targets, dloss, n, vocab, vocab_start);
+  else if (in16)
+    xent_backward<float, uint16_t>(c, grid, dlogits, logits, lse, targets, dloss, n, vocab, vocab_start);
   else
-    td_xent_backward_kernel<<<grid, TD_CUDA_THREADS, 0, c->stream>>>(
-        (float *)dlogits, logits, lse, targets, dloss, n, vocab, vocab_start);
+    xent_backward<float, float>(c, grid, dlogits, logits, lse, targets, dloss, n, vocab, vocab_start);
   TD_CUDA_LAUNCHED();
 }
 
