@@ -16,7 +16,8 @@
 #   3. benchmarks: `trident bench kernels --device cuda` next to PyTorch's
 #      matmul and SDPA at the same shapes (bench/gpu/peer_torch_kernels.py,
 #      compare_kernels.py), and `trident bench train --device cuda` on GPT-2
-#      124M, seq 1024, micro-batch 16, bf16, next to PyTorch on the same GPU
+#      124M, seq 1024, micro-batch 16, bf16 (also with TRIDENT_CUDA_FUSE=0: the
+#      step without cuBLASLt's epilogues), next to PyTorch on the same GPU
 #      (bench/gpu/peer_torch_gpu.py), when a CUDA PyTorch is importable.
 # JOBS=N runs N tests at a time (default 4; the GPU tests share the card);
 # PEERS="1 0" names the PyTorch peers to run (torch.compile on, off; compiling
@@ -90,6 +91,12 @@ if [ -n "$t_ms" ]; then
 else
   note "trident bench train FAILED: $(tail -3 "$out/bench_train.err")"
 fi
+# the same step with the GEMM epilogues off (the separate elementwise ops): what the
+# fused forms are worth
+TRIDENT_CUDA_FUSE=0 "$bin" bench train --device cuda --dtype bf16 --seq-len 1024 --micro-batch 16 \
+  --steps 10 --warmup 3 --json >"$out/bench_train_unfused.jsonl" 2>"$out/bench_train_unfused.err"
+u_ms=$(sed -n 's/.*"event": "summary".*"median_step_ms": \([0-9.]*\),.*/\1/p' "$out/bench_train_unfused.jsonl")
+note "the same with TRIDENT_CUDA_FUSE=0 (no GEMM epilogues): ${u_ms:-FAILED} ms/step"
 # PyTorch with the loader's own path: trident's unpacked libraries (offline-deps.sh's
 # env.sh puts Debian's on LD_LIBRARY_PATH) are not for it
 peer_python() { env -u LD_LIBRARY_PATH python3 "$@"; }
