@@ -17,7 +17,8 @@
 #      matmul and SDPA at the same shapes (bench/gpu/peer_torch_kernels.py,
 #      compare_kernels.py), and `trident bench train --device cuda` on GPT-2
 #      124M, seq 1024, micro-batch 16, bf16 (also with TRIDENT_CUDA_FUSE=0: the
-#      step without cuBLASLt's epilogues), next to PyTorch on the same GPU
+#      step without cuBLASLt's epilogues; and GPT-2 350M and 760M, Megatron's
+#      GPT-3 Medium and Large shapes), next to PyTorch on the same GPU
 #      (bench/gpu/peer_torch_gpu.py), when a CUDA PyTorch is importable.
 # JOBS=N runs N tests at a time (default 4; the GPU tests share the card);
 # PEERS="1 0" names the PyTorch peers to run (torch.compile on, off; compiling
@@ -97,6 +98,14 @@ TRIDENT_CUDA_FUSE=0 "$bin" bench train --device cuda --dtype bf16 --seq-len 1024
   --steps 10 --warmup 3 --json >"$out/bench_train_unfused.jsonl" 2>"$out/bench_train_unfused.err"
 u_ms=$(sed -n 's/.*"event": "summary".*"median_step_ms": \([0-9.]*\),.*/\1/p' "$out/bench_train_unfused.jsonl")
 note "the same with TRIDENT_CUDA_FUSE=0 (no GEMM epilogues): ${u_ms:-FAILED} ms/step"
+# Megatron's GPT-3 Medium and Large shapes (GPT-2 350M and 760M): ms/step and MFU
+for size in "350M 24 1024 16" "760M 24 1536 16"; do
+  read -r name layers hidden heads <<<"$size"
+  "$bin" bench train --device cuda --dtype bf16 --seq-len 1024 --micro-batch 8 --steps 6 \
+    --warmup 2 --num-layers "$layers" --hidden-size "$hidden" --num-heads "$heads" \
+    >"$out/bench_train_$name.txt" 2>&1
+  note "GPT-2 $name bf16 seq 1024 mbs 8: $(grep -E '^RESULT' "$out/bench_train_$name.txt" | sed 's/^RESULT //' | cut -c1-160)"
+done
 # PyTorch with the loader's own path: trident's unpacked libraries (offline-deps.sh's
 # env.sh puts Debian's on LD_LIBRARY_PATH) are not for it
 peer_python() { env -u LD_LIBRARY_PATH python3 "$@"; }
