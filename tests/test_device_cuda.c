@@ -570,16 +570,19 @@ static void test_dropout(void) {
     for (int f = 0; f < 5; f++) {
       int64_t n = ns[i];
       float p = ps[(i + f) % 5];
-      float *ones = alloc_host(n * 4), *x = randf(n, -1, 1), *o[3], *ox[3];
+      float *ones = alloc_host(n * 4), *x = randf(n, -1, 1), *res = randf(n, -2, 2);
+      float *o[3], *ox[3], *oa[3];
       for (int64_t e = 0; e < n; e++) ones[e] = 1.0f;
-      for (int r = 0; r < 3; r++) {
-        o[r] = alloc_host(n * 4), ox[r] = alloc_host(n * 4);
+      for (int r = 0; r < 3; r++) { /* in place; and out = resid + dropout(x) */
+        o[r] = alloc_host(n * 4), ox[r] = alloc_host(n * 4), oa[r] = alloc_host(n * 4);
         bufs b = {.d = r ? g_gpu : g_cpu};
-        float *d1 = put(&b, ones, n * 4), *dx = put(&b, x, n * 4);
-        b.d->ops->dropout(b.d, d1, n, p, 0xfeedbeefcafeull + (uint64_t)i, 7 + (uint64_t)f,
-                          firsts[f]);
-        b.d->ops->dropout(b.d, dx, n, p, 99, 3, firsts[f]);
-        get(&b, o[r], d1, n * 4), get(&b, ox[r], dx, n * 4);
+        float *d1 = put(&b, ones, n * 4), *dx = put(&b, x, n * 4), *dr = put(&b, res, n * 4);
+        float *da = put(&b, NULL, n * 4);
+        b.d->ops->dropout(b.d, d1, NULL, d1, n, p, 0xfeedbeefcafeull + (uint64_t)i,
+                          7 + (uint64_t)f, firsts[f]);
+        b.d->ops->dropout(b.d, da, dr, dx, n, p, 99, 3, firsts[f]);
+        b.d->ops->dropout(b.d, dx, NULL, dx, n, p, 99, 3, firsts[f]);
+        get(&b, o[r], d1, n * 4), get(&b, ox[r], dx, n * 4), get(&b, oa[r], da, n * 4);
         release(&b);
       }
       /* the mask itself against td_rng_u32 */
@@ -590,13 +593,13 @@ static void test_dropout(void) {
                                                   firsts[f] + (uint64_t)e)) >= p;
         wrong += (o[1][e] != 0.0f) != keep;
       }
-      CHECK(same_bits(o[1], o[0], n * 4) && same_bits(ox[1], ox[0], n * 4) && wrong == 0 &&
-                same_bits(o[1], o[2], n * 4),
-            "dropout n=%lld p=%g first=%llu: mask of ones and values bit-identical to the CPU, "
-            "%lld mask bits off td_rng_u32",
+      CHECK(same_bits(o[1], o[0], n * 4) && same_bits(ox[1], ox[0], n * 4) &&
+                same_bits(oa[1], oa[0], n * 4) && wrong == 0 && same_bits(o[1], o[2], n * 4),
+            "dropout n=%lld p=%g first=%llu: mask of ones, values and resid + dropout(x) "
+            "bit-identical to the CPU, %lld mask bits off td_rng_u32",
             (long long)n, (double)p, (unsigned long long)firsts[f], (long long)wrong);
-      for (int r = 0; r < 3; r++) td_free(o[r]), td_free(ox[r]);
-      td_free(ones), td_free(x);
+      for (int r = 0; r < 3; r++) td_free(o[r]), td_free(ox[r]), td_free(oa[r]);
+      td_free(ones), td_free(x), td_free(res);
     }
 }
 

@@ -579,35 +579,52 @@ static void test_add_scale(int64_t n, uint64_t s) {
 
 /* ------------------------------------------------------------------- dropout */
 
+/* In place, out of place, and onto a residual (out = resid + dropout(x), out
+ * aliasing resid as the model's bias-dropout-add may): each element against the
+ * Philox decision, the sum against resid + the masked value in fp32. */
 static void test_dropout(int64_t n, float p, uint64_t seed, uint64_t stream, uint64_t first) {
-  float *x = falloc(n), *y = falloc(n);
+  float *x = falloc(n), *y = falloc(n), *r = falloc(n), *o = falloc(n), *a = falloc(n);
   tst_fill_uniform(x, n, 300, 1.0f, 2.0f); /* never 0, so a zero means dropped */
-  float *y_d = tst_putf(x, n);
-  OPS->dropout(DEV, y_d, n, p, seed, stream, first);
-  tst_getf(y, y_d, n);
-  tst_release(y_d);
+  tst_fill_normal(r, n, 301, 1.0f);
+  float *y_d = tst_putf(x, n), *x_d = tst_putf(x, n), *o_d = tst_putf(NULL, n);
+  float *a_d = tst_putf(r, n);
+  OPS->dropout(DEV, y_d, NULL, y_d, n, p, seed, stream, first);
+  OPS->dropout(DEV, o_d, NULL, x_d, n, p, seed, stream, first);
+  OPS->dropout(DEV, a_d, a_d, x_d, n, p, seed, stream, first);
+  tst_getf(y, y_d, n), tst_getf(o, o_d, n), tst_getf(a, a_d, n);
+  tst_release(y_d), tst_release(x_d), tst_release(o_d), tst_release(a_d);
   int64_t kept = 0, wrong = 0;
   float s = 1.0f / (1.0f - p);
   for (int64_t i = 0; i < n; i++) {
     int keep = td_rng_bits_to_unit(td_rng_u32(seed, stream, first + (uint64_t)i)) >= p;
+    float v = keep ? x[i] * s : 0.0f;
     kept += keep;
-    if (keep ? y[i] != x[i] * s : y[i] != 0.0f) wrong++;
+    wrong += y[i] != v || o[i] != v || a[i] != r[i] + v;
   }
   double frac = (double)kept / (double)n, sd = sqrt(p * (1.0 - p) / (double)n);
   CHECK(wrong == 0 && fabs(frac - (1.0 - p)) <= 5 * sd && fabs(s * (1.0 - p) - 1) < 1e-7,
-        "dropout n=%lld p=%g first=%llu: kept %.5f (expect %.5f), %lld differ from the Philox decision",
+        "dropout n=%lld p=%g first=%llu: kept %.5f (expect %.5f), %lld differ from the Philox "
+        "decision (in place, out of place, onto a residual)",
         (long long)n, (double)p, (unsigned long long)first, frac, 1.0 - p, (long long)wrong);
-  td_free(x), td_free(y);
+  td_free(x), td_free(y), td_free(r), td_free(o), td_free(a);
 }
 
+/* p = 0: in place nothing changes, out of place a copy, onto a residual add's bits. */
 static void test_dropout_identity(void) {
-  float x[37], y[37];
+  float x[37], y[37], r[37], c[37], a[37], want[37];
   tst_fill_normal(x, 37, 310, 1.0f);
-  float *y_d = tst_putf(x, 37);
-  OPS->dropout(DEV, y_d, 37, 0.0f, 1, 2, 0);
-  tst_getf(y, y_d, 37);
-  tst_release(y_d);
-  CHECK(memcmp(x, y, sizeof x) == 0, "dropout p=0 is the identity");
+  tst_fill_normal(r, 37, 311, 1.0f);
+  float *y_d = tst_putf(x, 37), *c_d = tst_putf(NULL, 37), *a_d = tst_putf(r, 37);
+  float *w_d = tst_putf(r, 37);
+  OPS->dropout(DEV, y_d, NULL, y_d, 37, 0.0f, 1, 2, 0);
+  OPS->dropout(DEV, c_d, NULL, y_d, 37, 0.0f, 1, 2, 0);
+  OPS->dropout(DEV, a_d, a_d, y_d, 37, 0.0f, 1, 2, 0);
+  OPS->add(DEV, w_d, w_d, y_d, 37);
+  tst_getf(y, y_d, 37), tst_getf(c, c_d, 37), tst_getf(a, a_d, 37), tst_getf(want, w_d, 37);
+  tst_release(y_d), tst_release(c_d), tst_release(a_d), tst_release(w_d);
+  CHECK(memcmp(x, y, sizeof x) == 0 && memcmp(x, c, sizeof x) == 0 &&
+            memcmp(a, want, sizeof a) == 0,
+        "dropout p=0: the identity in place, a copy out of place, add's bits onto a residual");
 }
 
 /* --------------------------------------------------------------- sum_squares */
@@ -684,7 +701,7 @@ static void test_threads(void) {
     tst_release(db_d);
     ss[t] = td_device_reduce_now(DEV, OPS->sum_squares, x_d, n);
     float *drop_d = tst_putf(x, n);
-    OPS->dropout(DEV, drop_d, n, 0.25f, 7, 9, 0);
+    OPS->dropout(DEV, drop_d, NULL, drop_d, n, 0.25f, 7, 9, 0);
     tst_getf(drop[t], drop_d, n);
     tst_release(drop_d);
   }

@@ -256,9 +256,9 @@ static void k_add(void *p) {
   kargs *a = p;
   a->dev->ops->add(a->dev, a->z, a->x, a->y, a->rows * a->cols);
 }
-static void k_dropout(void *p) {
+static void k_dropout_add(void *p) { /* z = y + dropout(x): the bias-dropout-add */
   kargs *a = p;
-  a->dev->ops->dropout(a->dev, a->z, a->rows * a->cols, 0.1f, 1, 2, 0);
+  a->dev->ops->dropout(a->dev, a->z, a->y, a->x, a->rows * a->cols, 0.1f, 1, 2, 0);
 }
 static void k_bias_bwd(void *p) {
   kargs *a = p;
@@ -357,7 +357,7 @@ static void bench_memory_kernels(bench_ctx *c, kargs *a, td_dtype dt) {
       {"gelu_forward", k_gelu_fwd, N, F, 8, 6},
       {"gelu_backward", k_gelu_bwd, N, F, 12, 8},
       {"add", k_add, N, C, 12, 0},
-      {"dropout", k_dropout, N, C, 8, 0},
+      {"dropout_add", k_dropout_add, N, C, 12, 0},
       {"bias_backward", k_bias_bwd, N, F, 4, 2},
       {"embedding_forward", k_emb_fwd, N, C, 8, 0},
       {"embedding_backward", k_emb_bwd, N, C, 12, 0},

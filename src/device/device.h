@@ -226,12 +226,15 @@ typedef struct td_device_ops {
                         int64_t cols, td_gelu_kind kind);
   /* out = a + b (out may alias a or b) */
   void (*add)(td_device *d, float *out, const float *a, const float *b, int64_t n);
-  /* x = dropout(x) in place with keep prob 1 - p, kept values scaled by 1/(1-p);
-   * element k uses td_rng_u32(seed, stream, first + k) (first: where x starts in
-   * a larger tensor whose masks must not depend on how it is split, e.g. a
-   * sequence-parallel rank's tokens). p == 0 is the identity. */
-  void (*dropout)(td_device *d, float *x, int64_t n, float p, uint64_t seed, uint64_t stream,
-                  uint64_t first);
+  /* out = resid + dropout(x), or dropout(x) where resid is NULL: element k of x
+   * kept with prob 1 - p, kept values scaled by 1/(1-p), as td_rng_u32(seed,
+   * stream, first + k) decides (first: where x starts in a larger tensor whose
+   * masks must not depend on how it is split, e.g. a sequence-parallel rank's
+   * tokens); the sum is resid[k] + the masked value, in fp32 (add's bits). out
+   * may alias x or resid. p == 0 masks nothing. Megatron's bias-dropout-add in
+   * one pass, and the backward's mask on a copy of the gradient. */
+  void (*dropout)(td_device *d, float *out, const float *resid, const float *x, int64_t n,
+                  float p, uint64_t seed, uint64_t stream, uint64_t first);
 
   /* ---- attention ---- */
   void (*attention_forward)(td_device *d, const td_attention_desc *desc);

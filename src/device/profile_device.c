@@ -170,11 +170,11 @@ static void p_add(td_device *d, float *out, const float *a, const float *b, int6
   IN(d)->ops->add(IN(d), out, a, b, n);
   kernel_done(d, t0, "add");
 }
-static void p_dropout(td_device *d, float *x, int64_t n, float p, uint64_t seed, uint64_t stream,
-                      uint64_t first) {
+static void p_dropout(td_device *d, float *out, const float *resid, const float *x, int64_t n,
+                      float p, uint64_t seed, uint64_t stream, uint64_t first) {
   double t0 = td_now_seconds();
-  IN(d)->ops->dropout(IN(d), x, n, p, seed, stream, first);
-  kernel_done(d, t0, "dropout");
+  IN(d)->ops->dropout(IN(d), out, resid, x, n, p, seed, stream, first);
+  kernel_done(d, t0, resid ? "dropout+add" : "dropout");
 }
 
 /* --------------------------------------------------------------- attention */

@@ -656,10 +656,10 @@ static void s_add(td_device *d, float *out, const float *a, const float *b, int6
   FWD(add, out, a, b, n);
   leave();
 }
-static void s_dropout(td_device *d, float *x, int64_t n, float p, uint64_t seed, uint64_t stream,
-                      uint64_t first) {
-  ENTER(d, "dropout", x);
-  FWD(dropout, x, n, p, seed, stream, first);
+static void s_dropout(td_device *d, float *out, const float *resid, const float *x, int64_t n,
+                      float p, uint64_t seed, uint64_t stream, uint64_t first) {
+  ENTER(d, "dropout", out, resid, x);
+  FWD(dropout, out, resid, x, n, p, seed, stream, first);
   leave();
 }
 static void s_attention_forward(td_device *d, const td_attention_desc *a) {

@@ -183,24 +183,20 @@ static const float *gather_grad(td_gpt *m, const float *dy) {
   return m->full;
 }
 
-/* Hidden dropout on this rank's NS tokens: element counters from their place in
- * the micro-batch (ns0 x C), so the masks do not depend on sequence parallelism. */
-static void hidden_dropout(td_gpt *m, float *x, uint64_t stream) {
-  OPS(m)->dropout(m->dev, x, m->NS * m->C, m->p_hidden, m->seed, stream,
+/* Hidden dropout on this rank's NS tokens, out = (resid +) dropout(x): element
+ * counters from their place in the micro-batch (ns0 x C), so the masks do not
+ * depend on sequence parallelism. */
+static void hidden_dropout(td_gpt *m, float *out, const float *resid, const float *x,
+                           uint64_t stream) {
+  OPS(m)->dropout(m->dev, out, resid, x, m->NS * m->C, m->p_hidden, m->seed, stream,
                   (uint64_t)(m->ns0 * m->C));
 }
 
-/* Hidden dropout forward: y = x + dropout(h); h (scratch) is overwritten. [NS, C] */
-static void dropout_residual(td_gpt *m, float *y, const float *x, float *h, uint64_t stream) {
-  hidden_dropout(m, h, stream);
-  OPS(m)->add(m->dev, y, x, h, m->NS * m->C);
-}
-
-/* Hidden dropout backward: the forward's mask applied to dy (dy itself when p = 0). */
+/* Hidden dropout backward: the forward's mask applied to dy, into scratch (dy
+ * itself when p = 0). */
 static const float *dropout_grad(td_gpt *m, const float *dy, float *scratch, uint64_t stream) {
   if (m->p_hidden == 0.0f) return dy;
-  OPS(m)->copy_d2d(m->dev, scratch, dy, (size_t)(m->NS * m->C) * sizeof(float));
-  hidden_dropout(m, scratch, stream);
+  hidden_dropout(m, scratch, NULL, dy, stream);
   return scratch;
 }
 
@@ -225,7 +221,7 @@ static void row_parallel_output_forward(td_gpt *m, int64_t l, int site, int w, i
   }
   td_linear_forward(m->dev, m->hidden, TD_F32, x, W(m, w), row_parallel_bias(m, b), m->N, K, m->C,
                     m->md);
-  dropout_residual(m, y, resid, reduce_rows(m, m->hidden, m->hs), dropout_stream(m, l, site));
+  hidden_dropout(m, y, resid, reduce_rows(m, m->hidden, m->hs), dropout_stream(m, l, site));
 }
 
 /* Its backward from m->dres = d y: accumulates the weight and bias gradients and
@@ -263,7 +259,7 @@ static void embedding_forward(td_gpt *m) {
   reduce_rows(m, lookup, m->emb);
   ops->embedding_forward(m->dev, m->emb, m->positions + m->ns0, m->NS, P(m, m->wpe), 0,
                          m->cfg.max_positions, C, 1);
-  hidden_dropout(m, m->emb, dropout_stream(m, -1, SITE_EMBEDDING));
+  hidden_dropout(m, m->emb, NULL, m->emb, dropout_stream(m, -1, SITE_EMBEDDING));
 }
 
 /* demb = dropout'(dres) (in place), dwpe[positions] += demb (this rank's tokens),
@@ -271,7 +267,7 @@ static void embedding_forward(td_gpt *m) {
 static void embedding_backward(td_gpt *m) {
   const td_device_ops *ops = OPS(m);
   int64_t N = m->N, C = m->C;
-  hidden_dropout(m, m->dres, dropout_stream(m, -1, SITE_EMBEDDING));
+  hidden_dropout(m, m->dres, NULL, m->dres, dropout_stream(m, -1, SITE_EMBEDDING));
   ops->embedding_backward(m->dev, G(m, m->wpe), m->dres, m->positions + m->ns0, m->NS, 0,
                           m->cfg.max_positions, C);
   ops->embedding_backward(m->dev, G(m, m->wte), gather_grad(m, m->dres), m->tokens, N,

@@ -90,14 +90,18 @@ static const char *const k_data_impls[] = {"mmap", "infer", "lazy", "cached", NU
 #define NOTE .k = K_NOTE
 #define REFUSED .k = K_REFUSED, .g = G_REFUSED
 #define NOTE_GPT2 "trident's GPT is GPT-2 (learned absolute positions, LayerNorm, GELU MLP, biases, multi-head attention)"
-#define NOTE_FUSION "switches a fused CUDA kernel; the CPU kernels are unaffected"
+#define NOTE_FUSION                                                                       \
+  "trident fuses where the device can, with the separate ops' results (bit for bit, or "   \
+  "within a rounding for a GPU's GEMM epilogues); TRIDENT_CUDA_FUSE=0 turns the epilogues off"
 #define NOTE_QK_SCALING "the attention scores and softmax are always fp32; the scaling would change nothing"
 #define NOTE_TB_DEFAULT "written by default with --tensorboard-dir"
 #define NOTE_SCHEDULER "the schedule comes from the command line; the checkpoint gives its step count"
 #define NOTE_WANDB "Weights & Biases is not built in; the scalars go to stdout and to --tensorboard-dir"
 #define NOTE_ONE_EXPERT "with one expert, Megatron-DeepSpeed's MoE layer is the dense MLP; trident's dense MLP runs"
 #define WHY_MOE "mixture of experts is not built: trident's MLP is dense (one expert, the dense model, is accepted)"
-#define NOTE_FLASH "trident's own attention kernel runs (flash-style: exact softmax, O(seq) memory per head)"
+#define NOTE_FLASH                                                                        \
+  "attention is flash-style on every device (exact softmax, O(seq) memory per head): "     \
+  "trident's kernels, and cuDNN's fused ones on a GPU where they take the call"
 #define NOTE_DS_CKPT "a DeepSpeed activation-checkpointing option; trident's own recomputation (--checkpoint-activations) runs, with the same results"
 #define NOTE_NAN "on by default, as in Megatron: a NaN or Inf loss (or, in fp32 and bf16, gradient norm) stops the run"
 
@@ -394,7 +398,7 @@ static const flag k_flags[] = {
     {.name = "ckpt-format", NOTE, .choices = k_ckpt_formats, .g = G_COMPAT, .meta = "FMT",
      .note = "checkpoints use Megatron's directory layout with safetensors tensors and JSON metadata, whatever the format named"},
     {.name = "use-flash-attn", NOTE, .g = G_COMPAT,
-     .note = "attention runs trident's CPU kernel; there is no FlashAttention"},
+     .note = NOTE_FLASH},
     {.name = "use-mcore-models", NOTE, .g = G_COMPAT,
      .note = "trident has one GPT implementation, with Megatron-core's parameter layout"},
     {.name = "use-legacy-models", NOTE, .g = G_COMPAT,

@@ -303,15 +303,20 @@ static void cpu_scale(td_device *d, float *x, int64_t n, float alpha) {
 
 /* x[k] = unit(td_rng_u32(seed, stream, first + k)) >= p ? x[k] / (1 - p) : 0, with
  * unit() = td_rng_bits_to_unit, so P(keep) = 1 - p; p == 0 is the identity. */
-static void cpu_dropout(td_device *d, float *x, int64_t n, float p, uint64_t seed,
-                        uint64_t stream, uint64_t first) {
-  (void)d;
+static void cpu_dropout(td_device *d, float *out, const float *resid, const float *x, int64_t n,
+                        float p, uint64_t seed, uint64_t stream, uint64_t first) {
   TD_CHECK(p >= 0.0f && p <= 1.0f, "dropout probability %g outside [0, 1]", (double)p);
-  if (p == 0.0f) return;
+  if (p == 0.0f) { /* nothing masked: the sum, or a copy */
+    if (resid)
+      cpu_add(d, out, resid, x, n);
+    else if (out != x)
+      memmove(out, x, (size_t)n * sizeof(float));
+    return;
+  }
   const td_ew_isa *isa = ew_isa();
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
   for (int64_t i = 0; i < n; i += EW_CHUNK)
-    isa->dropout(x, i, min64(i + EW_CHUNK, n), p, seed, stream, first);
+    isa->dropout(out, resid, x, i, min64(i + EW_CHUNK, n), p, seed, stream, first);
 }
 
 /* ----------------------------------------------------------------- embedding */

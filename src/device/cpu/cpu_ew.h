@@ -36,9 +36,10 @@ typedef struct td_ew_isa {
                         td_gelu_kind kind);
   void (*add)(float *out, const float *a, const float *b, int64_t n); /* out = a + b */
   void (*scale)(float *x, int64_t n, float alpha);                    /* x *= alpha */
-  /* Elements [i0, i1) of x; element i draws counter first + i. */
-  void (*dropout)(float *x, int64_t i0, int64_t i1, float p, uint64_t seed, uint64_t stream,
-                  uint64_t first);
+  /* out = (resid +) dropout(x) over elements [i0, i1) (resid may be NULL; out
+   * may alias x or resid); element i draws counter first + i. */
+  void (*dropout)(float *out, const float *resid, const float *x, int64_t i0, int64_t i1, float p,
+                  uint64_t seed, uint64_t stream, uint64_t first);
   /* logsumexp of one row of vocab logits (logits_dtype: TD_F32 or TD_BF16) */
   float (*logsumexp_row)(const void *logits, td_dtype logits_dtype, int64_t vocab);
   /* dlogits[j] = exp(logits[j] - lse) dloss, minus dloss at j == target (after the

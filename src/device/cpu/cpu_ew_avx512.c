@@ -256,25 +256,27 @@ static uint64_t keep_bits64(int64_t group, __m512 p, uint64_t seed, uint64_t str
 /* Element i draws counter first + i: counters go in groups of 64 (one keep_bits64);
  * a group wholly inside [first + i0, first + i1) is done 16 lanes at a time, the
  * partial groups at the ends element by element. */
-static void dropout(float *x, int64_t i0, int64_t i1, float p, uint64_t seed, uint64_t stream,
-                    uint64_t first) {
+static void dropout(float *out, const float *resid, const float *x, int64_t i0, int64_t i1,
+                    float p, uint64_t seed, uint64_t stream, uint64_t first) {
   const float scale = 1.0f / (1.0f - p);
   const __m512 vp = V1(p), s = V1(scale);
   const int64_t c0 = (int64_t)first + i0, c1 = (int64_t)first + i1, base = (int64_t)first;
   for (int64_t g = c0 & ~(int64_t)63; g < c1; g += 64) {
     uint64_t keep = keep_bits64(g / 64, vp, seed, stream);
     if (g >= c0 && g + 64 <= c1) {
-      float *xg = x + (g - base);
+      const int64_t o = g - base;
       for (int q = 0; q < 64; q += 16) {
-        __m512 v = _mm512_maskz_mul_ps((__mmask16)(keep >> q), _mm512_loadu_ps(xg + q), s);
-        _mm512_storeu_ps(xg + q, v);
+        __m512 v = _mm512_maskz_mul_ps((__mmask16)(keep >> q), _mm512_loadu_ps(x + o + q), s);
+        if (resid) v = _mm512_add_ps(_mm512_loadu_ps(resid + o + q), v);
+        _mm512_storeu_ps(out + o + q, v);
       }
       continue;
     }
     int64_t lo = g > c0 ? g : c0, hi = g + 64 < c1 ? g + 64 : c1;
     for (int64_t c = lo; c < hi; c++) {
-      float *e = x + (c - base);
-      *e = (keep >> (c - g)) & 1 ? *e * scale : 0.0f;
+      const int64_t e = c - base;
+      float v = (keep >> (c - g)) & 1 ? x[e] * scale : 0.0f;
+      out[e] = resid ? resid[e] + v : v;
     }
   }
 }

@@ -124,8 +124,8 @@ static void scale(float *x, int64_t n, float alpha) {
 
 /* Element i is kept iff unit(td_rng_u32(seed, stream, first + i)) >= p; one Philox
  * block (rng.h's counter layout) gives the bits of counters 4j .. 4j+3. */
-static void dropout(float *x, int64_t i0, int64_t i1, float p, uint64_t seed, uint64_t stream,
-                    uint64_t first) {
+static void dropout(float *out, const float *resid, const float *x, int64_t i0, int64_t i1,
+                    float p, uint64_t seed, uint64_t stream, uint64_t first) {
   const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
   const float s = 1.0f / (1.0f - p);
   uint32_t bits[4];
@@ -138,7 +138,8 @@ static void dropout(float *x, int64_t i0, int64_t i1, float p, uint64_t seed, ui
       td_philox4x32_10(ctr, key, bits);
       have = j;
     }
-    x[i] = td_rng_bits_to_unit(bits[k % 4]) >= p ? x[i] * s : 0.0f;
+    float v = td_rng_bits_to_unit(bits[k % 4]) >= p ? x[i] * s : 0.0f;
+    out[i] = resid ? resid[i] + v : v;
   }
 }
 
