@@ -754,26 +754,31 @@ static int within_bf16_ulp(uint16_t a, uint16_t b) {
 /* bf16 logits, as the bf16 step keeps them: the loss and lse from them, then the
  * bf16 gradient in place over them; the GPU against the CPU (the same bf16
  * inputs: lse within fp32 rounding, each gradient element within a bf16 ulp of
- * the CPU's, as their fp32 values may round apart) and against itself. */
+ * the CPU's, as their fp32 values may round apart), against itself, and its
+ * cross_entropy_fused against its two ops (bit for bit). */
 static void test_cross_entropy_bf16_logits(void) {
   static const int64_t ns[] = {3, 17}, vocabs[] = {129, 50257};
   for (int i = 0; i < 2; i++)
     for (int j = 0; j < 2; j++) {
       int64_t n = ns[i], V = vocabs[j], nv = n * V;
       float *logits = randf(nv, -8, 8), *dloss = randf(n, 0, 1);
-      uint16_t *l16 = alloc_host(nv * 2), *g16[3];
+      uint16_t *l16 = alloc_host(nv * 2), *g16[4];
       for (int64_t q = 0; q < nv; q++) l16[q] = td_f32_to_bf16(logits[q]);
       int32_t *t = alloc_host(n * 4);
       for (int64_t r = 0; r < n; r++) t[r] = (int32_t)(td_rng_u32(8, 10, (uint64_t)r) % (uint64_t)V);
-      float *loss[3], *lse[3];
-      for (int r = 0; r < 3; r++) {
+      float *loss[4], *lse[4];
+      for (int r = 0; r < 4; r++) { /* CPU, GPU twice, the GPU's cross_entropy_fused */
         loss[r] = alloc_host(n * 4), lse[r] = alloc_host(n * 4), g16[r] = alloc_host(nv * 2);
         bufs b = {.d = r ? g_gpu : g_cpu};
         uint16_t *dlg = put(&b, l16, nv * 2);
         float *dls = put(&b, NULL, n * 4), *dlse = put(&b, NULL, n * 4), *dd = put(&b, dloss, n * 4);
         int32_t *dt = put(&b, t, n * 4);
-        b.d->ops->cross_entropy_forward(b.d, dls, dlse, dlg, TD_BF16, dt, n, V);
-        b.d->ops->cross_entropy_backward(b.d, dlg, TD_BF16, dlg, TD_BF16, dlse, dt, dd, n, V, 0);
+        if (r == 3) {
+          b.d->ops->cross_entropy_fused(b.d, dls, dlse, dlg, TD_BF16, dlg, TD_BF16, dt, dd, n, V);
+        } else {
+          b.d->ops->cross_entropy_forward(b.d, dls, dlse, dlg, TD_BF16, dt, n, V);
+          b.d->ops->cross_entropy_backward(b.d, dlg, TD_BF16, dlg, TD_BF16, dlse, dt, dd, n, V, 0);
+        }
         get(&b, loss[r], dls, n * 4), get(&b, lse[r], dlse, n * 4), get(&b, g16[r], dlg, nv * 2);
         release(&b);
       }
@@ -782,11 +787,14 @@ static void test_cross_entropy_bf16_logits(void) {
       double e_lse = relerr(lse[1], lse[0], n), e_loss = relerr(loss[1], loss[0], n);
       int det = same_bits(loss[1], loss[2], n * 4) && same_bits(lse[1], lse[2], n * 4) &&
                 same_bits(g16[1], g16[2], nv * 2);
-      CHECK(e_lse < 1e-6 && e_loss < 2e-5 && far == 0 && det,
+      int fused = same_bits(loss[1], loss[3], n * 4) && same_bits(lse[1], lse[3], n * 4) &&
+                  same_bits(g16[1], g16[3], nv * 2);
+      CHECK(e_lse < 1e-6 && e_loss < 2e-5 && far == 0 && det && fused,
             "cross-entropy of bf16 logits n=%lld vocab=%lld: lse %.2g loss %.2g, in-place bf16 "
-            "dlogits more than an ulp from the CPU's %lld, deterministic %d",
-            (long long)n, (long long)V, e_lse, e_loss, (long long)far, det);
-      for (int r = 0; r < 3; r++) td_free(loss[r]), td_free(lse[r]), td_free(g16[r]);
+            "dlogits more than an ulp from the CPU's %lld, deterministic %d, cross_entropy_fused "
+            "== forward then backward %d",
+            (long long)n, (long long)V, e_lse, e_loss, (long long)far, det, fused);
+      for (int r = 0; r < 4; r++) td_free(loss[r]), td_free(lse[r]), td_free(g16[r]);
       td_free(logits), td_free(dloss), td_free(t), td_free(l16);
     }
 }

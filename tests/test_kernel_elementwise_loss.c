@@ -194,6 +194,43 @@ static void test_xent_bf16(int64_t N, int64_t V, int64_t v0, uint64_t s) {
   td_free(x), td_free(g), td_free(g2), td_free(dloss), td_free(x16), td_free(g16), td_free(t);
 }
 
+/* cross_entropy_fused (in place over the logits, as the training step runs it)
+ * gives cross_entropy_forward's losses and lse and cross_entropy_backward's
+ * dlogits bit for bit, for fp32 and bf16 logits. */
+static void test_xent_fused(int64_t N, int64_t V, td_dtype dt, uint64_t s) {
+  const int64_t n = N * V;
+  const size_t es = td_dtype_size(dt);
+  float *x = falloc(n), *dloss = falloc(N), *o[4];
+  for (int i = 0; i < 4; i++) o[i] = falloc(N);
+  char *g[2] = {td_malloc((size_t)n * es), td_malloc((size_t)n * es)};
+  int32_t *t = random_ids(N, V, s);
+  tst_fill_normal(x, n, s + 1, 3.0f);
+  tst_fill_uniform(dloss, N, s + 2, 0.0f, 1.0f);
+  void *host = x;
+  uint16_t *x16 = NULL;
+  if (dt == TD_BF16) {
+    x16 = td_malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) x16[i] = td_f32_to_bf16(x[i]);
+    host = x16;
+  }
+  int32_t *t_d = iput(t, N);
+  float *dloss_d = tst_putf(dloss, N), *od[4];
+  for (int i = 0; i < 4; i++) od[i] = tst_putf(NULL, N);
+  void *a_d = tst_put(host, (size_t)n * es), *b_d = tst_put(host, (size_t)n * es);
+  OPS->cross_entropy_forward(DEV, od[0], od[1], a_d, dt, t_d, N, V);
+  OPS->cross_entropy_backward(DEV, a_d, dt, a_d, dt, od[1], t_d, dloss_d, N, V, 0);
+  OPS->cross_entropy_fused(DEV, od[2], od[3], b_d, dt, b_d, dt, t_d, dloss_d, N, V);
+  for (int i = 0; i < 4; i++) tst_getf(o[i], od[i], N);
+  tst_get(g[0], a_d, (size_t)n * es), tst_get(g[1], b_d, (size_t)n * es);
+  CHECK(!memcmp(o[0], o[2], (size_t)N * 4) && !memcmp(o[1], o[3], (size_t)N * 4) &&
+            !memcmp(g[0], g[1], (size_t)n * es),
+        "cross_entropy_fused %lldx%lld %s == forward then backward, bit for bit (in place)",
+        (long long)N, (long long)V, td_dtype_name(dt));
+  for (int i = 0; i < 4; i++) tst_release(od[i]), td_free(o[i]);
+  tst_release(a_d), tst_release(b_d), tst_release(t_d), tst_release(dloss_d);
+  td_free(x), td_free(dloss), td_free(g[0]), td_free(g[1]), td_free(t), td_free(x16);
+}
+
 /* Vocabulary-parallel cross-entropy: the vocabulary in `parts` slices (the last
  * one shorter when parts does not divide V); the slices' lse and target logits
  * combine (logsumexp of the lse's, sum of the target logits) into the loss of the
@@ -484,6 +521,9 @@ int main(void) {
   static const int64_t xs[][2] = {{1, 1}, {7, 5}, {33, 17}, {5, 771}, {70, 1000}, {3, 50304}};
   for (size_t i = 0; i < sizeof xs / sizeof *xs; i++) test_xent(xs[i][0], xs[i][1], 600 + 10 * i);
   test_xent_bf16(3, 1001, 0, 690);
+  test_xent_fused(5, 50257, TD_BF16, 680);
+  test_xent_fused(7, 333, TD_F32, 682);
+  test_xent_fused(1, 1, TD_F32, 684);
   test_xent_bf16(2, 50257, 0, 692);
   test_xent_bf16(6, 333, 17, 694);
   test_xent_slices(7, 203, 2, 700);

@@ -88,6 +88,20 @@ uint64_t td_device_key(const td_device *d) {
   return d->ops->device_key ? d->ops->device_key(d) : (uint64_t)d->index;
 }
 
+void td_device_cross_entropy_fused(td_device *d, float *losses, float *lse, void *dlogits,
+                                   td_dtype dlogits_dtype, const void *logits,
+                                   td_dtype logits_dtype, const int32_t *targets,
+                                   const float *dloss, int64_t n, int64_t vocab) {
+  if (d->ops->cross_entropy_fused) {
+    d->ops->cross_entropy_fused(d, losses, lse, dlogits, dlogits_dtype, logits, logits_dtype,
+                                targets, dloss, n, vocab);
+    return;
+  }
+  d->ops->cross_entropy_forward(d, losses, lse, logits, logits_dtype, targets, n, vocab);
+  d->ops->cross_entropy_backward(d, dlogits, dlogits_dtype, logits, logits_dtype, lse, targets,
+                                 dloss, n, vocab, 0);
+}
+
 int td_device_matmul_fuses(td_device *d, const td_matmul_desc *desc) {
   if (!desc->c_in && desc->epilogue == TD_EPILOGUE_NONE) return 0;
   return d->ops->matmul_fuses ? d->ops->matmul_fuses(d, desc) : 0;

@@ -290,6 +290,15 @@ typedef struct td_device_ops {
                                  const void *logits, td_dtype logits_dtype, const float *lse,
                                  const int32_t *targets, const float *dloss, int64_t n,
                                  int64_t vocab, int64_t vocab_start);
+  /* cross_entropy_forward, then cross_entropy_backward with its lse (vocab_start
+   * 0), in one pass over each row where the backend has it (NULL:
+   * td_device_cross_entropy_fused calls the two): the same bits, the row read
+   * once from memory. A training step's loss and dlogits when this rank holds
+   * the whole vocabulary. */
+  void (*cross_entropy_fused)(td_device *d, float *losses, float *lse, void *dlogits,
+                              td_dtype dlogits_dtype, const void *logits, td_dtype logits_dtype,
+                              const int32_t *targets, const float *dloss, int64_t n,
+                              int64_t vocab);
 
   /* ---- optimizer and utilities ---- */
   /* AdamW (PyTorch's, decoupled weight decay) on flat fp32 buffers, step t >= 1:
@@ -342,6 +351,11 @@ static inline int td_device_has(const td_device *d, td_device_cap cap) {
 
 /* AdamW over runs of flat buffers (ops->adamw_runs where the backend has it, else
  * ops->adamw per run: the same values). */
+/* d's cross_entropy_fused, or its forward and backward where it has none. */
+void td_device_cross_entropy_fused(td_device *d, float *losses, float *lse, void *dlogits,
+                                   td_dtype dlogits_dtype, const void *logits,
+                                   td_dtype logits_dtype, const int32_t *targets,
+                                   const float *dloss, int64_t n, int64_t vocab);
 /* d's matmul_fuses(desc), 0 where the backend has none or desc asks nothing of it. */
 int td_device_matmul_fuses(td_device *d, const td_matmul_desc *desc);
 void td_device_adamw_runs(td_device *d, float *params, const float *grads, float *m, float *v,

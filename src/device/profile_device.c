@@ -260,6 +260,15 @@ static void p_cross_entropy_backward(td_device *d, void *dlogits, td_dtype dlogi
                                      targets, dloss, n, vocab, vocab_start);
   kernel_done(d, t0, "cross_entropy_backward");
 }
+static void p_cross_entropy_fused(td_device *d, float *losses, float *lse, void *dlogits,
+                                  td_dtype dlogits_dtype, const void *logits,
+                                  td_dtype logits_dtype, const int32_t *targets,
+                                  const float *dloss, int64_t n, int64_t vocab) {
+  double t0 = td_now_seconds();
+  IN(d)->ops->cross_entropy_fused(IN(d), losses, lse, dlogits, dlogits_dtype, logits,
+                                  logits_dtype, targets, dloss, n, vocab);
+  kernel_done(d, t0, "cross_entropy_fused");
+}
 
 /* --------------------------------------------------------------- optimizer */
 
@@ -336,6 +345,7 @@ td_device *td_profile_device_open(td_device *inner) {
   o->cross_entropy_slice = p_cross_entropy_slice;
   o->cross_entropy_combine = p_cross_entropy_combine, o->masked_sum = p_masked_sum;
   o->cross_entropy_backward = p_cross_entropy_backward;
+  o->cross_entropy_fused = inner->ops->cross_entropy_fused ? p_cross_entropy_fused : NULL;
   o->adamw_runs = inner->ops->adamw_runs ? p_adamw_runs : NULL;
   o->adamw = p_adamw, o->cast = p_cast, o->scale = p_scale, o->sum_squares = p_sum_squares;
   o->count_zeros = p_count_zeros;

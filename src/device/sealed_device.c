@@ -724,6 +724,15 @@ static void s_cross_entropy_backward(td_device *d, void *dlogits, td_dtype dlogi
       n, vocab, vocab_start);
   leave();
 }
+static void s_cross_entropy_fused(td_device *d, float *losses, float *lse, void *dlogits,
+                                  td_dtype dlogits_dtype, const void *logits,
+                                  td_dtype logits_dtype, const int32_t *targets,
+                                  const float *dloss, int64_t n, int64_t vocab) {
+  ENTER(d, "cross_entropy_fused", losses, lse, dlogits, logits, targets, dloss);
+  FWD(cross_entropy_fused, losses, lse, dlogits, dlogits_dtype, logits, logits_dtype, targets,
+      dloss, n, vocab);
+  leave();
+}
 static void s_adamw(td_device *d, float *param, const float *grad, float *m, float *v, int64_t n,
                     float lr, float beta1, float beta2, float eps, float weight_decay,
                     float grad_scale, int64_t step, void *copy, td_dtype copy_dtype) {
@@ -796,6 +805,7 @@ static const td_device_ops k_ops = {
     .cross_entropy_combine = s_cross_entropy_combine,
     .masked_sum = s_masked_sum,
     .cross_entropy_backward = s_cross_entropy_backward,
+    .cross_entropy_fused = s_cross_entropy_fused,
     .adamw = s_adamw,
     .cast = s_cast,
     .scale = s_scale,

@@ -436,17 +436,37 @@ static void chunk_forward(td_gpt *m, const void *x, int64_t r0, int64_t n) {
                                   m->targets + r0, n, m->V);
 }
 
-/* The chunk's backward from its logits: dlogits in place in the compute dtype
- * (the GEMMs' input), dWhead += dlogits^T x, dln[r0 : r0 + n] = dlogits Whead
- * (this vocabulary slice's share). */
-static void chunk_backward(td_gpt *m, const void *x, int64_t r0, int64_t n) {
+/* From the chunk's dlogits (in m->logits, the compute dtype: the GEMMs' input):
+ * dWhead += dlogits^T x, dln[r0 : r0 + n] = dlogits Whead (this vocabulary
+ * slice's share). */
+static void chunk_output_grads(td_gpt *m, const void *x, int64_t r0, int64_t n) {
   int64_t C = m->C, V = m->V;
-  OPS(m)->cross_entropy_backward(m->dev, m->logits, m->md, m->logits, m->md, m->ce_lse + r0,
-                                 m->targets + r0, m->dloss + r0, n, V, m->vocab_start);
   matmul_input(m, m->logits, n * V); /* fp16: dlogits are not needed unrounded */
   td_linear_backward_weight(m->dev, G(m, m->head_w), m->logits, md_rows(m, x, r0), n, C, V, m->md);
   td_linear_backward_input(m->dev, m->dln + r0 * C, TD_F32, m->logits, W(m, m->head_w), n, C, V,
                            m->md);
+}
+
+/* The chunk's backward from its logits: dlogits in place, then the GEMMs. */
+static void chunk_backward(td_gpt *m, const void *x, int64_t r0, int64_t n) {
+  OPS(m)->cross_entropy_backward(m->dev, m->logits, m->md, m->logits, m->md, m->ce_lse + r0,
+                                 m->targets + r0, m->dloss + r0, n, m->V, m->vocab_start);
+  chunk_output_grads(m, x, r0, n);
+}
+
+/* A training chunk: forward and backward, the loss and its gradient in one pass
+ * over the logits where this rank holds the whole vocabulary (the two ops' bits). */
+static void chunk_train(td_gpt *m, const void *x, int64_t r0, int64_t n) {
+  if (m->lay.tp_size > 1) {
+    chunk_forward(m, x, r0, n);
+    chunk_backward(m, x, r0, n);
+    return;
+  }
+  td_linear_forward(m->dev, m->logits, m->md, md_rows(m, x, r0), W(m, m->head_w), NULL, n, m->C,
+                    m->V, m->md);
+  td_device_cross_entropy_fused(m->dev, m->losses + r0, m->ce_lse + r0, m->logits, m->md,
+                                m->logits, m->md, m->targets + r0, m->dloss + r0, n, m->V);
+  chunk_output_grads(m, x, r0, n);
 }
 
 /* dloss = mask * dloss_scale: each token's weight in the loss gradient */
@@ -474,8 +494,7 @@ static void head_forward(td_gpt *m, int with_grad) {
   const void *x = gather_input(m, m->lnf);
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     int64_t n = N - r0 < R ? N - r0 : R;
-    chunk_forward(m, x, r0, n);
-    if (with_grad) chunk_backward(m, x, r0, n);
+    (with_grad ? chunk_train : chunk_forward)(m, x, r0, n);
   }
   m->logits_whole = !with_grad && R == N;
   if (with_grad) final_layernorm_backward(m);

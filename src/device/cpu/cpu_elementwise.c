@@ -468,6 +468,30 @@ static void cpu_cross_entropy_backward(td_device *d, void *dlogits, td_dtype dlo
                           dloss[r], (int64_t)targets[r] - vocab_start, vocab);
 }
 
+/* forward then backward per row while the row is in cache: the target's logit is
+ * read before the gradient may overwrite it (in place). */
+static void cpu_cross_entropy_fused(td_device *d, float *losses, float *lse, void *dlogits,
+                                    td_dtype dlogits_dtype, const void *logits,
+                                    td_dtype logits_dtype, const int32_t *targets,
+                                    const float *dloss, int64_t n, int64_t vocab) {
+  (void)d;
+  TD_CHECK(dlogits_dtype == TD_F32 || dlogits_dtype == TD_BF16,
+           "cross_entropy_fused: dlogits are fp32 or bf16, not %s", td_dtype_name(dlogits_dtype));
+  check_logits_dtype("cross_entropy_fused", logits_dtype);
+  const td_ew_isa *isa = ew_isa();
+  const size_t es = td_dtype_size(dlogits_dtype), ls = td_dtype_size(logits_dtype);
+#pragma omp parallel for schedule(static) if (n * vocab > EW_PAR_MIN)
+  for (int64_t r = 0; r < n; r++) {
+    const void *row = (const char *)logits + (size_t)(r * vocab) * ls;
+    const int32_t t = checked_target(targets, r, vocab);
+    const float l = isa->logsumexp_row(row, logits_dtype, vocab);
+    lse[r] = l;
+    losses[r] = l - logit_at(row, logits_dtype, t);
+    isa->softmax_grad_row((char *)dlogits + (size_t)(r * vocab) * es, dlogits_dtype, row,
+                          logits_dtype, l, dloss[r], t, vocab);
+  }
+}
+
 /* --------------------------------------------------------- optimizer, utils */
 
 /* AdamW as device.h writes it; the bias corrections 1 / (1 - beta^t) in double.
@@ -556,6 +580,7 @@ void td_cpu_register_elementwise(td_device_ops *ops) {
   ops->cross_entropy_combine = cpu_cross_entropy_combine;
   ops->masked_sum = cpu_masked_sum;
   ops->cross_entropy_backward = cpu_cross_entropy_backward;
+  ops->cross_entropy_fused = cpu_cross_entropy_fused;
   ops->adamw = cpu_adamw;
   ops->cast = cpu_cast;
   ops->scale = cpu_scale;

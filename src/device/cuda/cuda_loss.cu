@@ -1,6 +1,6 @@
 /* Softmax cross-entropy on the CUDA backend: forward, the vocabulary-parallel
- * slice, backward (device.h), over fp32 or bf16 logits (a template per storage
- * type: float, or bf16 as uint16_t).
+ * slice, backward, and forward + backward in one pass (device.h), over fp32 or
+ * bf16 logits (a template per storage type: float, or bf16 as uint16_t).
  *
  * Row log-sum-exp: one block per row; each thread keeps an online (max, sum) over
  * its strided elements (sum in double of expf terms, as the CPU sums), the
@@ -108,36 +108,74 @@ __global__ void td_xent_slice_kernel(float *lse, float *target_logit, const L *l
  * XENT_COLS_PER_BLOCK)). The product is rounded before the target's subtraction,
  * as the CPU does. Logits are read 16 bytes a thread (td_for_each_elem); where
  * dlogits has their type and offset the stores are as wide, else one element. */
+/* out[j] = exp(in[j] - l) g - (j == t ? g : 0) for j < w, over the block's
+ * threads: in read 16 bytes a thread (td_for_each_elem), and where out has in's
+ * type and offset the stores are as wide, else one element. */
+template <typename T, typename L>
+__device__ __forceinline__ void td_xent_grad_span(T *out, const L *in, int64_t w, float l, float g,
+                                                  int64_t t) {
+  constexpr int VEC = 16 / sizeof(L);
+  auto grad = [&](int64_t j, float x) {
+    float v = __fmul_rn(expf(x - l), g);
+    return j == t ? v - g : v;
+  };
+  if (sizeof(T) == sizeof(L) && ((uintptr_t)in & 15) == ((uintptr_t)out & 15)) {
+    const int64_t head = td_head_elems(in, w), body = head + (w - head) / VEC * VEC;
+    for (int64_t j = threadIdx.x; j < head; j += blockDim.x) td_st(out, j, grad(j, td_ld(in, j)));
+    for (int64_t j = head + (int64_t)threadIdx.x * VEC; j < body; j += (int64_t)blockDim.x * VEC) {
+      uint4 q = *reinterpret_cast<const uint4 *>(in + j);
+      T *e = reinterpret_cast<T *>(&q); /* the same storage type: stored over the loaded */
+#pragma unroll
+      for (int k = 0; k < VEC; k++) td_st(e, k, grad(j + k, td_ld(reinterpret_cast<const L *>(e), k)));
+      *reinterpret_cast<uint4 *>(out + j) = q;
+    }
+    for (int64_t j = body + threadIdx.x; j < w; j += blockDim.x) td_st(out, j, grad(j, td_ld(in, j)));
+  } else {
+    td_for_each_elem(in, w, [&](int64_t j, float x) { td_st(out, j, grad(j, x)); });
+  }
+}
+
+/* dlogits[r, j] = exp(logits[r, j] - lse[r]) dloss[r] - (j == t ? dloss[r] : 0),
+ * t = targets[r] - vocab_start; dlogits may alias logits of its type (each
+ * element is read, then written, by one thread). grid (rows, ceil(vocab /
+ * XENT_COLS_PER_BLOCK)). The product is rounded before the target's subtraction,
+ * as the CPU does. */
 template <typename T, typename L>
 __global__ void td_xent_backward_kernel(T *dlogits, const L *logits, const float *lse,
                                         const int32_t *targets, const float *dloss, int64_t n,
                                         int64_t vocab, int64_t vocab_start) {
-  constexpr int VEC = 16 / sizeof(L);
   const int64_t j0 = (int64_t)blockIdx.y * XENT_COLS_PER_BLOCK;
   const int64_t w = min(vocab, j0 + XENT_COLS_PER_BLOCK) - j0;
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x)
+    td_xent_grad_span(dlogits + r * vocab + j0, logits + r * vocab + j0, w, lse[r], dloss[r],
+                      (int64_t)targets[r] - vocab_start - j0);
+}
+
+/* The forward kernel's row, then the backward's over the same row while it is
+ * in L2 (one block per row): the two kernels' bits. Thread 0 reads the target's
+ * logit before the block may overwrite it (dlogits aliasing logits). */
+template <typename T, typename L>
+__global__ void td_xent_fused_kernel(float *losses, float *lse, T *dlogits, const L *logits,
+                                     const int32_t *targets, const float *dloss, int64_t n,
+                                     int64_t vocab, int *err) {
+  __shared__ float redf[33];
+  __shared__ double redd[33];
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
-    const float l = lse[r], g = dloss[r];
-    const int64_t t = (int64_t)targets[r] - vocab_start - j0;
-    const L *in = logits + r * vocab + j0;
-    T *out = dlogits + r * vocab + j0;
-    auto grad = [&](int64_t j, float x) {
-      float v = __fmul_rn(expf(x - l), g);
-      return j == t ? v - g : v;
-    };
-    if (sizeof(T) == sizeof(L) && ((uintptr_t)in & 15) == ((uintptr_t)out & 15)) {
-      const int64_t head = td_head_elems(in, w), body = head + (w - head) / VEC * VEC;
-      for (int64_t j = threadIdx.x; j < head; j += blockDim.x) td_st(out, j, grad(j, td_ld(in, j)));
-      for (int64_t j = head + (int64_t)threadIdx.x * VEC; j < body; j += (int64_t)blockDim.x * VEC) {
-        uint4 q = *reinterpret_cast<const uint4 *>(in + j);
-        T *e = reinterpret_cast<T *>(&q); /* the same storage type: stored over the loaded */
-#pragma unroll
-        for (int k = 0; k < VEC; k++) td_st(e, k, grad(j + k, td_ld(reinterpret_cast<const L *>(e), k)));
-        *reinterpret_cast<uint4 *>(out + j) = q;
+    const L *row = logits + r * vocab;
+    const float l = td_row_logsumexp(row, vocab, redf, redd);
+    const int32_t t = targets[r];
+    if (threadIdx.x == 0) {
+      lse[r] = l;
+      if (t >= 0 && t < vocab) {
+        losses[r] = l - td_ld(row, t);
+      } else {
+        losses[r] = NAN;
+        *(volatile int *)err = TD_CUDA_ERR_TARGET; /* mapped host memory: a plain store */
       }
-      for (int64_t j = body + threadIdx.x; j < w; j += blockDim.x) td_st(out, j, grad(j, td_ld(in, j)));
-    } else {
-      td_for_each_elem(in, w, [&](int64_t j, float x) { td_st(out, j, grad(j, x)); });
     }
+    __syncthreads();
+    td_xent_grad_span(dlogits + r * vocab, row, vocab, l, dloss[r], (int64_t)t);
+    __syncthreads(); /* the row's gradient written before the next row's reductions reuse redf */
   }
 }
 
@@ -212,6 +250,34 @@ static void cu_cross_entropy_backward(td_device *d, void *dlogits, td_dtype dlog
   TD_CUDA_LAUNCHED();
 }
 
+template <typename T, typename L>
+static void xent_fused(td_cuda *c, float *losses, float *lse, void *dlogits, const void *logits,
+                       const int32_t *targets, const float *dloss, int64_t n, int64_t vocab) {
+  td_xent_fused_kernel<<<row_grid(n), TD_CUDA_THREADS, 0, c->stream>>>(
+      losses, lse, (T *)dlogits, (const L *)logits, targets, dloss, n, vocab, c->err_dev);
+}
+
+static void cu_cross_entropy_fused(td_device *d, float *losses, float *lse, void *dlogits,
+                                   td_dtype dlogits_dtype, const void *logits,
+                                   td_dtype logits_dtype, const int32_t *targets,
+                                   const float *dloss, int64_t n, int64_t vocab) {
+  td_cuda *c = td_cuda_enter(d);
+  if (dlogits_dtype != TD_F32 && dlogits_dtype != TD_BF16)
+    td_fail("cross_entropy_fused: dlogits are fp32 or bf16, not %s", td_dtype_name(dlogits_dtype));
+  check_logits_dtype("cross_entropy_fused", logits_dtype);
+  if (n <= 0 || vocab <= 0) return;
+  const int out16 = dlogits_dtype == TD_BF16, in16 = logits_dtype == TD_BF16;
+  if (out16 && in16)
+    xent_fused<uint16_t, uint16_t>(c, losses, lse, dlogits, logits, targets, dloss, n, vocab);
+  else if (out16)
+    xent_fused<uint16_t, float>(c, losses, lse, dlogits, logits, targets, dloss, n, vocab);
+  else if (in16)
+    xent_fused<float, uint16_t>(c, losses, lse, dlogits, logits, targets, dloss, n, vocab);
+  else
+    xent_fused<float, float>(c, losses, lse, dlogits, logits, targets, dloss, n, vocab);
+  TD_CUDA_LAUNCHED();
+}
+
 /* The vocabulary-parallel combine (device.h): a thread per row, in double. */
 __global__ void td_xent_combine_kernel(float *lse, float *losses, const float *parts,
                                        const float *target_logit, int64_t n, int64_t nparts) {
@@ -259,4 +325,5 @@ void td_cuda_register_loss(td_device_ops *ops) {
   ops->cross_entropy_forward = cu_cross_entropy_forward;
   ops->cross_entropy_slice = cu_cross_entropy_slice;
   ops->cross_entropy_backward = cu_cross_entropy_backward;
+  ops->cross_entropy_fused = cu_cross_entropy_fused;
 }
