@@ -347,15 +347,21 @@ static int fused_form(const td_matmul_desc *g) {
   return g->c_in || g->epilogue != TD_EPILOGUE_NONE;
 }
 
+/* The fused forms cuBLASLt can express at all: one matrix, k >= 1, c_in with a
+ * beta and an fp32 C, the tanh GELU, an aux matrix whose ld is a multiple of 8,
+ * no bias with DGELU (the bias belongs to the layer before). */
+static int expressible(const td_cuda *c, const td_matmul_desc *g) {
+  if (!c->fuse || g->batch != 1 || g->m <= 0 || g->n <= 0 || g->k <= 0) return 0;
+  if (g->c_in && (g->beta == 0.0f || g->c_dtype != TD_F32)) return 0;
+  return g->epilogue == TD_EPILOGUE_NONE ||
+         (g->gelu_kind == TD_GELU_TANH && g->aux && g->ldaux >= g->n && g->ldaux % 8 == 0 &&
+          !(g->epilogue == TD_EPILOGUE_DGELU && g->bias));
+}
+
 static int cu_matmul_fuses(td_device *d, const td_matmul_desc *g) {
   td_cuda *c = td_cuda_enter(d);
   check_desc(g);
-  if (!c->fuse || g->batch != 1 || g->m <= 0 || g->n <= 0 || g->k <= 0) return 0;
-  if (g->c_in && (g->beta == 0.0f || g->c_dtype != TD_F32)) return 0;
-  if (g->epilogue != TD_EPILOGUE_NONE &&
-      (g->gelu_kind != TD_GELU_TANH || !g->aux || g->ldaux < g->n || g->ldaux % 8 ||
-       (g->epilogue == TD_EPILOGUE_DGELU && g->bias)))
-    return 0;
+  if (!fused_form(g) || !expressible(c, g)) return 0;
   gemm_key k = key_of(c, g);
   return plan_fuses(plan_for(c, &k));
 }
@@ -364,13 +370,16 @@ static void cu_matmul(td_device *d, const td_matmul_desc *g) {
   td_cuda *c = td_cuda_enter(d);
   check_desc(g);
   if (g->m == 0 || g->n == 0 || g->batch == 0) return;
-  if (g->k == 0 && !fused_form(g)) { /* C = beta C + bias: cuBLASLt wants k >= 1 */
+  if (fused_form(g) && !expressible(c, g))
+    td_fail("cuda:%d: matmul m=%lld n=%lld k=%lld with c_in or an epilogue that matmul_fuses did "
+            "not offer", c->index, (long long)g->m, (long long)g->n, (long long)g->k);
+  if (g->k == 0) { /* C = beta C + bias: cuBLASLt wants k >= 1 */
     gemm_naive(c, g);
     return;
   }
   gemm_key k = key_of(c, g);
   gemm_plan *p = plan_for(c, &k);
-  if (fused_form(g) && (!c->fuse || !plan_fuses(p)))
+  if (fused_form(g) && !plan_fuses(p))
     td_fail("cuda:%d: matmul m=%lld n=%lld k=%lld with c_in or an epilogue that matmul_fuses did "
             "not offer", c->index, (long long)g->m, (long long)g->n, (long long)g->k);
   if (p->naive) {
