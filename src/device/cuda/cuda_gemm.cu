@@ -52,6 +52,7 @@ typedef struct {
   int naive;      /* no cuBLASLt algorithm: the fallback kernel */
   int bias_bf16;  /* bf16 output, no algorithm with an fp32 bias: the bias cast to bf16 first */
   int split_bias; /* ... nor with a bf16 bias: fp32 product + td_bias_round_kernel */
+  int refused;    /* a fused form cublasLtMatmul refused at run time: composed since */
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;
@@ -341,21 +342,47 @@ static gemm_key key_of(const td_cuda *c, const td_matmul_desc *g) {
 }
 
 /* A plan cuBLASLt runs with the bias as given or as bf16 (not the fallbacks). */
-static int plan_fuses(const gemm_plan *p) { return !p->naive && !p->split_bias; }
+static int plan_fuses(const gemm_plan *p) { return !p->naive && !p->split_bias && !p->refused; }
 
 static int fused_form(const td_matmul_desc *g) {
   return g->c_in || g->epilogue != TD_EPILOGUE_NONE;
 }
 
-/* The fused forms cuBLASLt can express at all: one matrix, k >= 1, c_in with a
- * beta and an fp32 C, the tanh GELU, an aux matrix whose ld is a multiple of 8,
- * no bias with DGELU (the bias belongs to the layer before). */
+/* The fused forms taken: one dense matrix (ldc = n, so matmul_composed can
+ * stand in), k >= 1, c_in with beta 1 and an fp32 C, the tanh GELU (cuBLASLt's),
+ * a dense aux whose ld is a multiple of 8 (cuBLASLt's), no bias with DGELU (the
+ * bias belongs to the layer before). */
 static int expressible(const td_cuda *c, const td_matmul_desc *g) {
-  if (!c->fuse || g->batch != 1 || g->m <= 0 || g->n <= 0 || g->k <= 0) return 0;
-  if (g->c_in && (g->beta == 0.0f || g->c_dtype != TD_F32)) return 0;
+  if (!c->fuse || g->batch != 1 || g->m <= 0 || g->n <= 0 || g->k <= 0 || g->ldc != g->n)
+    return 0;
+  if (g->c_in && (g->beta != 1.0f || g->c_dtype != TD_F32)) return 0;
   return g->epilogue == TD_EPILOGUE_NONE ||
-         (g->gelu_kind == TD_GELU_TANH && g->aux && g->ldaux >= g->n && g->ldaux % 8 == 0 &&
+         (g->gelu_kind == TD_GELU_TANH && g->aux && g->ldaux == g->n && g->n % 8 == 0 &&
           !(g->epilogue == TD_EPILOGUE_DGELU && g->bias));
+}
+
+/* A fused form cuBLASLt refused at run time although its heuristic offered it:
+ * the plain product, then the backend's elementwise ops (what the callers of a
+ * backend without the fused forms run), from scratch for DGELU's fp32 product. */
+static void matmul_composed(td_device *d, td_cuda *c, const td_matmul_desc *g) {
+  td_matmul_desc p = *g;
+  p.c_in = NULL, p.epilogue = TD_EPILOGUE_NONE, p.aux = NULL;
+  const int64_t len = g->m * g->n;
+  if (g->c_in) {
+    p.beta = 0.0f;
+    cu_matmul(d, &p);
+    d->ops->add(d, (float *)g->c, (const float *)g->c_in, (const float *)g->c, len);
+  } else if (g->epilogue == TD_EPILOGUE_GELU_AUX) {
+    p.c = g->aux;
+    cu_matmul(d, &p);
+    d->ops->gelu_forward(d, g->c, g->c_dtype, g->aux, g->c_dtype, len, g->gelu_kind);
+  } else { /* DGELU (no bias, so the plain product uses no scratch of its own) */
+    float *prod = (float *)td_cuda_scratch(c, (size_t)len * sizeof(float));
+    p.c = prod, p.c_dtype = TD_F32;
+    cu_matmul(d, &p);
+    d->ops->gelu_backward(d, g->c, g->c_dtype, NULL, prod, g->aux, g->c_dtype, g->m, g->n,
+                          g->gelu_kind);
+  }
 }
 
 static int cu_matmul_fuses(td_device *d, const td_matmul_desc *g) {
@@ -407,9 +434,18 @@ static void cu_matmul(td_device *d, const td_matmul_desc *g) {
                                                   &g->aux, sizeof g->aux));
   float alpha = g->alpha, beta = g->beta;
   const void *cin = g->c_in ? g->c_in : g->c;
-  TD_LT_OK(td_lt.cublasLtMatmul(c->lt, p->op, &alpha, g->b, p->la, g->a, p->lb, &beta, cin, p->lc,
-                                g->c, p->lc, &p->algo, td_cuda_workspace(c),
-                                TD_CUDA_WORKSPACE_BYTES, c->stream));
+  cublasStatus_t st = td_lt.cublasLtMatmul(c->lt, p->op, &alpha, g->b, p->la, g->a, p->lb, &beta,
+                                           cin, p->lc, g->c, p->lc, &p->algo,
+                                           td_cuda_workspace(c), TD_CUDA_WORKSPACE_BYTES, c->stream);
+  if (st != CUBLAS_STATUS_SUCCESS && fused_form(g)) {
+    td_warn("cuda:%d: cuBLASLt refused the fused matmul m=%lld n=%lld k=%lld (status %d) its "
+            "heuristic offered; that shape runs the product and separate ops from now on",
+            c->index, (long long)g->m, (long long)g->n, (long long)g->k, (int)st);
+    p->refused = 1;
+    matmul_composed(d, c, g);
+    return;
+  }
+  TD_LT_OK(st);
 }
 
 void td_cuda_register_gemm(td_device_ops *ops) {
