@@ -17,8 +17,9 @@
 #      matmul and SDPA at the same shapes (bench/gpu/peer_torch_kernels.py,
 #      compare_kernels.py), and `trident bench train --device cuda` on GPT-2
 #      124M, seq 1024, micro-batch 16, bf16 (also with TRIDENT_CUDA_FUSE=0: the
-#      step without cuBLASLt's epilogues; and GPT-2 350M and 760M, Megatron's
-#      GPT-3 Medium and Large shapes), next to PyTorch on the same GPU
+#      step without cuBLASLt's epilogues; GPT-2 350M and 760M, Megatron's GPT-3
+#      Medium and Large shapes; with 2+ GPUs, bench/gpu/scaling.sh's DP
+#      equality and scaling), next to PyTorch on the same GPU
 #      (bench/gpu/peer_torch_gpu.py), when a CUDA PyTorch is importable.
 # JOBS=N runs N tests at a time (default 4; the GPU tests share the card);
 # PEERS="1 0" names the PyTorch peers to run (torch.compile on, off; compiling
@@ -98,6 +99,13 @@ TRIDENT_CUDA_FUSE=0 "$bin" bench train --device cuda --dtype bf16 --seq-len 1024
   --steps 10 --warmup 3 --json >"$out/bench_train_unfused.jsonl" 2>"$out/bench_train_unfused.err"
 u_ms=$(sed -n 's/.*"event": "summary".*"median_step_ms": \([0-9.]*\),.*/\1/p' "$out/bench_train_unfused.jsonl")
 note "the same with TRIDENT_CUDA_FUSE=0 (no GEMM epilogues): ${u_ms:-FAILED} ms/step"
+# two or more GPUs: data-parallel equality and scaling over them (issue #12 item 5)
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "${ngpu:-0}" -ge 2 ]; then
+  bench/gpu/scaling.sh --trident "$bin" --dtype bf16 >"$out/scaling.txt" 2>&1 ||
+    note "bench/gpu/scaling.sh FAILED (see $out/scaling.txt)"
+  note "$ngpu GPUs: $(grep -E '^DP=' "$out/scaling.txt"); $(grep -E '^(dpN|tp2|pp2) ' "$out/scaling.txt" | awk '{ printf "%s %s ms %s, ", $1, $3, $5 }')"
+fi
 # Megatron's GPT-3 Medium and Large shapes (GPT-2 350M and 760M): ms/step and MFU
 for size in "350M 24 1024 16" "760M 24 1536 16"; do
   read -r name layers hidden heads <<<"$size"
