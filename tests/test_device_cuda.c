@@ -1134,11 +1134,15 @@ static void test_attention_cudnn(void) {
         auto_is_cudnn, native_differs);
   att_free(&forced), att_free(&autor), att_free(&native);
   td_free(qkv), td_free(dout);
-  att_case drop = {.B = 1, .T = 65, .H = 2, .D = 64, .dt = TD_BF16, .p = 0.1f};
+  /* dropout: cuDNN with trident's masks (its custom-mask input), against the CPU's
+   * attention with the same masks; a tensor-parallel rank's heads [1, 3) of 4 too */
+  att_case drops[] = {{.B = 2, .T = 65, .H = 2, .D = 64, .dt = TD_BF16, .p = 0.1f},
+                      {.B = 1, .T = 130, .H = 2, .D = 64, .Ht = 4, .h0 = 1, .dt = TD_BF16,
+                       .p = 0.3f}};
   int64_t before = td_cudnn_attention_calls();
-  att_case_run_on(&drop, "auto");
+  for (int i = 0; i < 2; i++) att_case_run_on(&drops[i], "cudnn");
   int64_t ran = td_cudnn_attention_calls() - before;
-  CHECK(ran == 0, "attention with dropout: trident's kernels run it (cuDNN ran %lld calls)",
+  CHECK(ran == 8, "attention with dropout: cuDNN ran %lld of the 8 calls, with trident's masks",
         (long long)ran);
   /* odd lengths and head sizes through auto, each against the CPU; cuDNN must
    * have taken all four calls (two runs, forward and backward) of every shape but

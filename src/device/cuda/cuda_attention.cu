@@ -418,8 +418,7 @@ static attn_args attn_setup(const td_cuda *c, const td_attention_desc *ad, int *
   a.B = ad->batch, a.T = ad->seq, a.H = ad->heads, a.D = ad->head_dim;
   a.nt = (a.T + *bt - 1) / *bt;
   a.scale = ad->scale;
-  double thr = nearbyint((double)ad->dropout_p * 4294967296.0);
-  a.thr = thr > 4294967295.0 ? 4294967295u : (uint32_t)thr;
+  a.thr = td_attn_dropout_threshold(ad->dropout_p);
   a.keep_scale = 1.0f / (1.0f - ad->dropout_p);
   a.seed = ad->seed, a.stream = ad->stream;
   a.heads_total = ad->heads_total, a.head_start = ad->head_start;

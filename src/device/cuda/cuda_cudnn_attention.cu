@@ -2,10 +2,17 @@
  * the CUDA backend's attention ops, through the cuDNN frontend's graph API
  * (header-only C++, scripts/fetch-cudnn-frontend.py puts it in third_party/).
  *
- * Which calls it takes: bf16, no attention dropout (cuDNN draws its own masks, not
- * td_rng_u32's, and trident's masks are part of its CPU parity), head_dim a
- * multiple of 8 (cuDNN's alignment), T > 1; every other call runs trident's kernels
- * (cuda_attention.cu). TRIDENT_CUDA_ATTENTION picks: auto (the default: cuDNN
+ * Which calls it takes: bf16, head_dim a multiple of 8 (cuDNN's alignment), T > 1,
+ * a dropout mask (below) of at most 4 GiB; every other call runs trident's
+ * kernels (cuda_attention.cu).
+ *
+ * Dropout: cuDNN would draw its own masks; trident's are td_rng_u32's, the CPU's
+ * (part of its parity, and of tensor parallelism's: a rank draws the unsplit
+ * model's masks for its heads). So the graphs take a dropout mask as an input
+ * (cuDNN's custom-mask dropout): td_attn_dropout_mask_kernel writes it, bf16
+ * [B, H, T, T], 1 where cuda_attention.cu's rule keeps a probability and 0 where
+ * it drops it or causality masks it, before each call, into a buffer kept with
+ * the handle (B H T^2 x 2 bytes: 400 MB at B16 H12 T1024). TRIDENT_CUDA_ATTENTION picks: auto (the default: cuDNN
  * where it takes the call and loads), cudnn (fail instead of falling back: tests
  * and benchmarks that must know which ran), native (never cuDNN).
  *
@@ -39,12 +46,18 @@ static attn_mode mode_from_env(void) {
 }
 
 /* Why cuDNN does not take this call (NULL: it may). */
+#define TD_CUDNN_MASK_MAX ((uint64_t)4 << 30) /* bytes of a dropout mask cuDNN is given */
+
+static uint64_t mask_bytes(const td_attention_desc *ad) {
+  return (uint64_t)ad->batch * (uint64_t)ad->heads * (uint64_t)ad->seq * (uint64_t)ad->seq * 2;
+}
+
 static const char *refusal(const td_attention_desc *ad) {
   if (ad->dtype != TD_BF16) return "cuDNN's fused attention is bf16 here (fp32 runs trident's)";
-  if (ad->dropout_p != 0.0f)
-    return "attention dropout > 0 (trident's masks are td_rng_u32's; cuDNN draws its own)";
   if (ad->head_dim % 8 != 0) return "head_dim not a multiple of 8";
   if (ad->seq == 1) return "seq 1 (cuDNN 9.14 refuses s_q = s_kv = 1)";
+  if (ad->dropout_p != 0.0f && mask_bytes(ad) > TD_CUDNN_MASK_MAX)
+    return "attention dropout whose mask (batch x heads x seq^2 bf16) exceeds 4 GiB";
   return NULL;
 }
 
@@ -142,8 +155,8 @@ extern "C" void td_cuda_describe_kernels(char *buf, size_t n) {
     snprintf(buf, n, "attention on trident's kernels (cuDNN: %s)", why);
   else
     snprintf(buf, n,
-             "attention on %s's fused kernels for bf16 without dropout, trident's kernels "
-             "otherwise",
+             "attention on %s's fused kernels for bf16 (dropout with trident's masks), "
+             "trident's kernels otherwise",
              td_cudnn_describe());
 }
 
@@ -152,11 +165,11 @@ static int64_t g_calls; /* attention ops cuDNN ran (td_cudnn_attention_calls) */
 extern "C" int64_t td_cudnn_attention_calls(void) { return __atomic_load_n(&g_calls, __ATOMIC_RELAXED); }
 
 /* Tensor uids of the graphs' variant packs. */
-enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV };
+enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV, UID_MASK };
 
 typedef struct {
   int64_t B, T, H, D;
-  uint32_t scale_bits;
+  uint32_t scale_bits, dropout_bits; /* the dropout probability's bits (0: none) */
   int backward;
 } graph_key;
 
@@ -169,11 +182,13 @@ typedef struct {
 struct td_cudnn {
   cudnnHandle_t handle;
   std::vector<graph_entry> graphs;
+  void *mask; /* the dropout mask of the latest call with dropout */
+  size_t mask_cap;
 };
 
 static bool same_key(const graph_key &a, const graph_key &b) {
   return a.B == b.B && a.T == b.T && a.H == b.H && a.D == b.D && a.scale_bits == b.scale_bits &&
-         a.backward == b.backward;
+         a.dropout_bits == b.dropout_bits && a.backward == b.backward;
 }
 
 /* A frontend call's error as an exception (caught in build_graph). */
@@ -197,7 +212,7 @@ static std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph &g, 
 }
 
 static std::shared_ptr<fe::graph::Graph> build_graph(cudnnHandle_t h, const graph_key &k,
-                                                     float scale) {
+                                                     float scale, float dropout_p) {
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
@@ -207,12 +222,18 @@ static std::shared_ptr<fe::graph::Graph> build_graph(cudnnHandle_t h, const grap
   auto q = input(*g, "Q", UID_Q, dim, qkv_stride(k));
   auto kk = input(*g, "K", UID_K, dim, qkv_stride(k));
   auto v = input(*g, "V", UID_V, dim, qkv_stride(k));
+  std::shared_ptr<fe::graph::Tensor_attributes> mask; /* trident's dropout mask, bf16 */
+  if (dropout_p != 0.0f)
+    mask = input(*g, "DropoutMask", UID_MASK, {k.B, k.H, k.T, k.T},
+                 {k.H * k.T * k.T, k.T * k.T, k.T, 1});
+  const float keep_scale = 1.0f / (1.0f - dropout_p); /* cuda_attention.cu's */
   if (!k.backward) {
     auto opts = fe::graph::SDPA_attributes()
                     .set_name("attention_forward")
                     .set_generate_stats(true)
                     .set_causal_mask(true)
                     .set_attn_scale(scale);
+    if (mask) opts.set_dropout(mask, std::make_shared<fe::graph::Tensor_attributes>(keep_scale));
     auto [o, stats] = g->sdpa(q, kk, v, opts);
     o->set_output(true).set_uid(UID_O).set_dim(dim).set_stride(o_stride(k));
     stats->set_output(true).set_uid(UID_STATS).set_data_type(fe::DataType_t::FLOAT);
@@ -227,6 +248,9 @@ static std::shared_ptr<fe::graph::Graph> build_graph(cudnnHandle_t h, const grap
                     .set_causal_mask(true)
                     .set_attn_scale(scale)
                     .set_deterministic_algorithm(true);
+    if (mask)
+      opts.set_dropout(mask, std::make_shared<fe::graph::Tensor_attributes>(keep_scale),
+                       std::make_shared<fe::graph::Tensor_attributes>(1.0f - dropout_p));
     auto [dq, dk, dv] = g->sdpa_backward(q, kk, v, o, dout, stats, opts);
     dq->set_output(true).set_uid(UID_DQ).set_dim(dim).set_stride(qkv_stride(k));
     dk->set_output(true).set_uid(UID_DK).set_dim(dim).set_stride(qkv_stride(k));
@@ -250,13 +274,14 @@ static graph_entry *entry_for(td_cuda *c, const td_attention_desc *ad, int backw
     if (fe::detail::set_stream(c->cudnn->handle, c->stream) != CUDNN_STATUS_SUCCESS)
       td_fail("cuDNN: cudnnSetStream failed on %s", c->name);
   }
-  graph_key k = {ad->batch, ad->seq, ad->heads, ad->head_dim, 0, backward};
+  graph_key k = {ad->batch, ad->seq, ad->heads, ad->head_dim, 0, 0, backward};
   memcpy(&k.scale_bits, &ad->scale, 4);
+  memcpy(&k.dropout_bits, &ad->dropout_p, 4);
   for (auto &e : c->cudnn->graphs)
     if (same_key(e.key, k)) return &e;
   graph_entry e = {k, nullptr, 0};
   try {
-    e.graph = build_graph(c->cudnn->handle, k, ad->scale);
+    e.graph = build_graph(c->cudnn->handle, k, ad->scale, ad->dropout_p);
     fe_ok(e.graph->get_workspace_size(e.workspace), "get_workspace_size");
   } catch (const std::exception &ex) {
     if (m == ATTN_CUDNN)
@@ -264,35 +289,64 @@ static graph_entry *entry_for(td_cuda *c, const td_attention_desc *ad, int backw
               "D=%lld: %s",
               backward ? "backward" : "forward", (long long)k.B, (long long)k.T, (long long)k.H,
               (long long)k.D, ex.what());
-    td_warn("cuDNN's attention %s refuses B=%lld T=%lld H=%lld D=%lld (%s): trident's kernels "
-            "run it",
+    td_warn("cuDNN's attention %s refuses B=%lld T=%lld H=%lld D=%lld dropout %g (%s): "
+            "trident's kernels run it",
             backward ? "backward" : "forward", (long long)k.B, (long long)k.T, (long long)k.H,
-            (long long)k.D, ex.what());
+            (long long)k.D, (double)ad->dropout_p, ex.what());
     e.graph = nullptr;
   }
   c->cudnn->graphs.push_back(e);
   return &c->cudnn->graphs.back();
 }
 
-/* Once per process: bf16 attention with dropout could have run on cuDNN but for
- * the dropout (Megatron's default --attention-dropout is 0.1): say what it costs. */
-static void note_dropout(const td_attention_desc *ad) {
-  static int said;
-  if (said || ad->dtype != TD_BF16 || ad->dropout_p == 0.0f || ad->head_dim % 8 || ad->seq == 1)
-    return;
-  if (load()) return; /* no cuDNN: nothing to gain */
-  said = 1;
-  td_warn("attention dropout %g runs on trident's own attention kernels: cuDNN's fused "
-          "attention (~25x faster on an H100) cannot draw trident's CPU-identical dropout masks; "
-          "--attention-dropout 0 runs it on cuDNN's",
-          (double)ad->dropout_p);
+/* mask[b, h, i, j] (bf16 [B, H, T, T]) = 1 where trident's attention keeps
+ * probability (b, h, i, j), 0 where it drops it (the counter
+ * ((b Ht + h0 + h) T + i) T + j's word below thr: cuda_attention.cu's rule) or
+ * j > i. One block per row (b, h, i), each thread a Philox block (4 counters)
+ * at a time. */
+__global__ void td_attn_dropout_mask_kernel(uint16_t *mask, int64_t B, int64_t H, int64_t T,
+                                            int64_t Ht, int64_t h0, uint64_t seed,
+                                            uint64_t stream, uint32_t thr) {
+  for (int64_t row = blockIdx.x; row < B * H * T; row += gridDim.x) {
+    const int64_t i = row % T, h = row / T % H, b = row / (T * H);
+    const uint64_t c0 = (uint64_t)(((b * Ht + h0 + h) * T + i) * T); /* counter of (i, 0) */
+    uint16_t *out = mask + row * T;
+    for (uint64_t blk = c0 / 4 + threadIdx.x; 4 * blk < c0 + (uint64_t)T; blk += blockDim.x) {
+      const td_hd_u32x4 w = td_hd_rng_block(seed, stream, blk);
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const uint64_t cc = 4 * blk + (uint64_t)e;
+        if (cc < c0 || cc >= c0 + (uint64_t)T) continue;
+        const int64_t j = (int64_t)(cc - c0);
+        out[j] = j <= i && w.w[e] >= thr ? 0x3F80 : 0; /* bf16 1.0 : 0 */
+      }
+    }
+  }
+}
+
+/* The call's dropout mask, written on the handle's stream into the kept buffer
+ * (grown, never shrunk, when a call needs more). */
+static void *dropout_mask(td_cuda *c, const td_attention_desc *ad) {
+  const size_t bytes = (size_t)mask_bytes(ad);
+  td_cudnn *n = c->cudnn;
+  if (bytes > n->mask_cap) {
+    if (n->mask) TD_CUDA_OK(cudaFree(n->mask));
+    TD_CUDA_OK(cudaMalloc(&n->mask, bytes));
+    n->mask_cap = bytes;
+  }
+  const int64_t rows = ad->batch * ad->heads * ad->seq;
+  td_attn_dropout_mask_kernel<<<(unsigned)(rows < 1048576 ? rows : 1048576), 128, 0, c->stream>>>(
+      (uint16_t *)n->mask, ad->batch, ad->heads, ad->seq,
+      ad->heads_total ? ad->heads_total : ad->heads, ad->head_start, ad->seed, ad->stream,
+      td_attn_dropout_threshold(ad->dropout_p));
+  TD_CUDA_LAUNCHED();
+  return n->mask;
 }
 
 int td_cudnn_attention(td_cuda *c, const td_attention_desc *ad, int backward) {
   attn_mode m = mode_from_env();
   if (m == ATTN_NATIVE) return 0;
   const char *why = refusal(ad);
-  if (why && m == ATTN_AUTO) note_dropout(ad);
   if (!why) why = load();
   if (why) {
     if (m == ATTN_CUDNN) td_fail("TRIDENT_CUDA_ATTENTION=cudnn: %s", why);
@@ -309,6 +363,7 @@ int td_cudnn_attention(td_cuda *c, const td_attention_desc *ad, int backward) {
     pack[UID_DO] = (void *)ad->dout;
     pack[UID_DQ] = dqkv, pack[UID_DK] = dqkv + D, pack[UID_DV] = dqkv + 2 * D;
   }
+  if (ad->dropout_p != 0.0f) pack[UID_MASK] = dropout_mask(c, ad);
   void *ws = e->workspace > 0 ? td_cuda_scratch(c, (size_t)e->workspace) : NULL;
   fe::error_t r = e->graph->execute(c->cudnn->handle, pack, ws);
   if (r.is_bad())
@@ -320,6 +375,7 @@ int td_cudnn_attention(td_cuda *c, const td_attention_desc *ad, int backward) {
 
 void td_cudnn_release(td_cuda *c) {
   if (!c->cudnn) return;
+  if (c->cudnn->mask) TD_CUDA_OK(cudaFree(c->cudnn->mask));
   c->cudnn->graphs.clear();
   fe::detail::destroy_handle(c->cudnn->handle);
   delete c->cudnn;

@@ -251,6 +251,14 @@ __device__ __forceinline__ float td_block_max(float v, float *red) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);           \
        i += (int64_t)gridDim.x * blockDim.x)
 
+/* Attention dropout drops a probability whose counter's word is below this:
+ * round(p 2^32), 0 for no dropout (cpu_attention.h's rule; cuda_attention.cu and
+ * the cuDNN path's mask share it). */
+static inline uint32_t td_attn_dropout_threshold(float p) {
+  const double thr = nearbyint((double)p * 4294967296.0);
+  return thr > 4294967295.0 ? 4294967295u : (uint32_t)thr;
+}
+
 /* ------------------------------------------------- vectorised elementwise loops */
 
 template <int N>
