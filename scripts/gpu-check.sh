@@ -16,11 +16,11 @@
 #   3. benchmarks: `trident bench kernels --device cuda` next to PyTorch's
 #      matmul and SDPA at the same shapes (bench/gpu/peer_torch_kernels.py,
 #      compare_kernels.py), and `trident bench train --device cuda` on GPT-2
-#      124M, seq 1024, micro-batch 16, bf16 (also with TRIDENT_CUDA_FUSE=0: the
-#      step without cuBLASLt's epilogues; GPT-2 350M and 760M, Megatron's GPT-3
-#      Medium and Large shapes; with 2+ GPUs, bench/gpu/scaling.sh's DP
-#      equality and scaling), next to PyTorch on the same GPU
-#      (bench/gpu/peer_torch_gpu.py), when a CUDA PyTorch is importable.
+#      124M, seq 1024, micro-batch 16, bf16 (also with TRIDENT_CUDA_FUSE=0, the
+#      step without cuBLASLt's epilogues; with dropout 0.1; GPT-2 350M and
+#      760M, Megatron's GPT-3 Medium and Large shapes; with 2+ GPUs,
+#      bench/gpu/scaling.sh's DP equality and scaling), next to PyTorch on the
+#      same GPU (bench/gpu/peer_torch_gpu.py), when a CUDA PyTorch is importable.
 # JOBS=N runs N tests at a time (default 4; the GPU tests share the card);
 # PEERS="1 0" names the PyTorch peers to run (torch.compile on, off; compiling
 # costs about a minute).
@@ -99,6 +99,12 @@ TRIDENT_CUDA_FUSE=0 "$bin" bench train --device cuda --dtype bf16 --seq-len 1024
   --steps 10 --warmup 3 --json >"$out/bench_train_unfused.jsonl" 2>"$out/bench_train_unfused.err"
 u_ms=$(sed -n 's/.*"event": "summary".*"median_step_ms": \([0-9.]*\),.*/\1/p' "$out/bench_train_unfused.jsonl")
 note "the same with TRIDENT_CUDA_FUSE=0 (no GEMM epilogues): ${u_ms:-FAILED} ms/step"
+# with Megatron's default dropout (0.1, attention and hidden): attention on cuDNN with
+# trident's masks
+"$bin" bench train --device cuda --dtype bf16 --seq-len 1024 --micro-batch 16 --steps 10 \
+  --warmup 3 --dropout 0.1 --json >"$out/bench_train_dropout.jsonl" 2>"$out/bench_train_dropout.err"
+d_ms=$(sed -n 's/.*"event": "summary".*"median_step_ms": \([0-9.]*\),.*/\1/p' "$out/bench_train_dropout.jsonl")
+note "the same with dropout 0.1 (attention and hidden): ${d_ms:-FAILED} ms/step"
 # two or more GPUs: data-parallel equality and scaling over them (issue #12 item 5)
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${ngpu:-0}" -ge 2 ]; then

@@ -30,6 +30,7 @@ typedef struct {
   td_dtype dtype;
   int steps, warmup, threads, json, top;
   int erf_gelu;
+  float dropout; /* hidden and attention dropout (0: none, the peer's) */
   int64_t logits_chunk; /* -1: td_gpt_auto_logits_chunk, as trident train */
   const char *device; /* cpu, cuda, auto, sealed */
   int breakdown;      /* time every op (-1: where the device's ops are synchronous) */
@@ -60,6 +61,8 @@ static void usage(FILE *f) {
       "                     train's, all while a micro-batch's fp32 logits fit 256 MiB on\n"
       "                     a CPU, 4 GiB on a GPU)\n"
       "  --erf-gelu         exact GELU (Megatron's default) instead of tanh (GPT-2's, the peer's)\n"
+      "  --dropout P        hidden and attention dropout (default 0, the peer's; Megatron's\n"
+      "                     default is 0.1)\n"
       "  --top K            kernels listed in the breakdown (default 12)\n"
       "  --device D         cpu, cuda or auto (default: $TRIDENT_DEVICE, else auto: cuda\n"
       "                     when this trident has the CUDA backend and a GPU is visible)\n"
@@ -125,6 +128,12 @@ static opts parse(int argc, char **argv) {
       o.vocab = parse_int(a, v, 2), i++;
     } else if (!strcmp(a, "--logits-chunk-tokens")) {
       o.logits_chunk = parse_int(a, v, 0), i++;
+    } else if (!strcmp(a, "--dropout")) {
+      char *end;
+      double p = strtod(v, &end);
+      if (*v == '\0' || *end || !(p >= 0.0 && p < 1.0))
+        td_fail("--dropout '%s': expected a probability in [0, 1)", v);
+      o.dropout = (float)p, i++;
     } else if (!strcmp(a, "--top")) {
       o.top = (int)parse_int(a, v, 0), i++;
     } else if (!strcmp(a, "--device")) {
@@ -432,23 +441,28 @@ int td_bench_train(int argc, char **argv) {
                        .vocab_size = td_gpt_padded_vocab(o.vocab, 128, 1),
                        .init_std = 0.02f,
                        .layernorm_eps = 1e-5f,
-                       .openai_gelu = !o.erf_gelu};
+                       .openai_gelu = !o.erf_gelu,
+                       .hidden_dropout = o.dropout,
+                       .attention_dropout = o.dropout};
   const int64_t N = o.micro_batch * o.seq;
   if (o.json)
     printf(
         "{\"event\": \"config\", \"layers\": %lld, \"hidden\": %lld, \"heads\": %lld, "
         "\"seq_len\": %lld, \"micro_batch\": %lld, \"vocab\": %lld, \"padded_vocab\": %lld, "
-        "\"dtype\": \"%s\", \"threads\": %d, \"gelu\": \"%s\", \"device\": \"%s\"}\n",
+        "\"dtype\": \"%s\", \"threads\": %d, \"gelu\": \"%s\", \"dropout\": %g, "
+        "\"device\": \"%s\"}\n",
         (long long)o.layers, (long long)o.hidden, (long long)o.heads, (long long)o.seq,
         (long long)o.micro_batch, (long long)o.vocab, (long long)cfg.vocab_size,
-        td_dtype_name(o.dtype), omp_get_max_threads(), o.erf_gelu ? "erf" : "tanh", devname);
+        td_dtype_name(o.dtype), omp_get_max_threads(), o.erf_gelu ? "erf" : "tanh",
+        (double)o.dropout, devname);
   else
     printf(
         "trident bench train: GPT %lld layers, hidden %lld, %lld heads, vocab %lld (padded "
-        "%lld), seq %lld, micro-batch %lld, %s, %d threads, %s GELU, device %s\n",
+        "%lld), seq %lld, micro-batch %lld, %s, %d threads, %s GELU, dropout %g, device %s\n",
         (long long)o.layers, (long long)o.hidden, (long long)o.heads, (long long)o.vocab,
         (long long)cfg.vocab_size, (long long)o.seq, (long long)o.micro_batch,
-        td_dtype_name(o.dtype), omp_get_max_threads(), o.erf_gelu ? "erf" : "tanh", devname);
+        td_dtype_name(o.dtype), omp_get_max_threads(), o.erf_gelu ? "erf" : "tanh",
+        (double)o.dropout, devname);
   char kernels[512];
   if (!o.json && td_device_describe_kernels(raw, kernels, sizeof kernels))
     printf("kernels: %s\n", kernels);
