@@ -32,7 +32,8 @@ __device__ __forceinline__ void td_for_each_elem(const L *p, int64_t len, F f) {
   for (int64_t j = threadIdx.x; j < head; j += blockDim.x) f(j, td_ld(p, j));
   for (int64_t j = head + (int64_t)threadIdx.x * VEC; j < body; j += (int64_t)blockDim.x * VEC) {
     const uint4 q = *reinterpret_cast<const uint4 *>(p + j);
-    const L *e = reinterpret_cast<const L *>(&q);
+    L e[VEC];
+    memcpy(e, &q, sizeof q); /* register moves */
 #pragma unroll
     for (int k = 0; k < VEC; k++) f(j + k, td_ld(e, k));
   }
@@ -102,12 +103,6 @@ __global__ void td_xent_slice_kernel(float *lse, float *target_logit, const L *l
   }
 }
 
-/* dlogits[r, j] = exp(logits[r, j] - lse[r]) dloss[r] - (j == t ? dloss[r] : 0),
- * t = targets[r] - vocab_start; dlogits may alias logits of its type (each
- * element is read, then written, by one thread). grid (rows, ceil(vocab /
- * XENT_COLS_PER_BLOCK)). The product is rounded before the target's subtraction,
- * as the CPU does. Logits are read 16 bytes a thread (td_for_each_elem); where
- * dlogits has their type and offset the stores are as wide, else one element. */
 /* out[j] = exp(in[j] - l) g - (j == t ? g : 0) for j < w, over the block's
  * threads: in read 16 bytes a thread (td_for_each_elem), and where out has in's
  * type and offset the stores are as wide, else one element. */
@@ -119,20 +114,25 @@ __device__ __forceinline__ void td_xent_grad_span(T *out, const L *in, int64_t w
     float v = __fmul_rn(expf(x - l), g);
     return j == t ? v - g : v;
   };
-  if (sizeof(T) == sizeof(L) && ((uintptr_t)in & 15) == ((uintptr_t)out & 15)) {
-    const int64_t head = td_head_elems(in, w), body = head + (w - head) / VEC * VEC;
-    for (int64_t j = threadIdx.x; j < head; j += blockDim.x) td_st(out, j, grad(j, td_ld(in, j)));
-    for (int64_t j = head + (int64_t)threadIdx.x * VEC; j < body; j += (int64_t)blockDim.x * VEC) {
-      uint4 q = *reinterpret_cast<const uint4 *>(in + j);
-      T *e = reinterpret_cast<T *>(&q); /* the same storage type: stored over the loaded */
+  if constexpr (sizeof(T) == sizeof(L)) { /* 16-byte stores where out sits as in does */
+    if (((uintptr_t)in & 15) == ((uintptr_t)out & 15)) {
+      const int64_t head = td_head_elems(in, w), body = head + (w - head) / VEC * VEC;
+      for (int64_t j = threadIdx.x; j < head; j += blockDim.x) td_st(out, j, grad(j, td_ld(in, j)));
+      for (int64_t j = head + (int64_t)threadIdx.x * VEC; j < body; j += (int64_t)blockDim.x * VEC) {
+        uint4 q = *reinterpret_cast<const uint4 *>(in + j);
+        L x[VEC];
+        T d[VEC];
+        memcpy(x, &q, sizeof q); /* register moves */
 #pragma unroll
-      for (int k = 0; k < VEC; k++) td_st(e, k, grad(j + k, td_ld(reinterpret_cast<const L *>(e), k)));
-      *reinterpret_cast<uint4 *>(out + j) = q;
+        for (int k = 0; k < VEC; k++) td_st(d, k, grad(j + k, td_ld(x, k)));
+        memcpy(&q, d, sizeof q);
+        *reinterpret_cast<uint4 *>(out + j) = q;
+      }
+      for (int64_t j = body + threadIdx.x; j < w; j += blockDim.x) td_st(out, j, grad(j, td_ld(in, j)));
+      return;
     }
-    for (int64_t j = body + threadIdx.x; j < w; j += blockDim.x) td_st(out, j, grad(j, td_ld(in, j)));
-  } else {
-    td_for_each_elem(in, w, [&](int64_t j, float x) { td_st(out, j, grad(j, x)); });
   }
+  td_for_each_elem(in, w, [&](int64_t j, float x) { td_st(out, j, grad(j, x)); });
 }
 
 /* dlogits[r, j] = exp(logits[r, j] - lse[r]) dloss[r] - (j == t ? dloss[r] : 0),
