@@ -190,9 +190,10 @@ typedef struct td_device_ops {
 
   /* ---- dense algebra ---- */
   void (*matmul)(td_device *d, const td_matmul_desc *desc);
-  /* 1 when matmul runs desc's c_in and epilogue in the GEMM itself, at these
-   * shapes, dtypes and pointer alignments; 0 (or NULL: none ever) and the caller
-   * runs the plain product and the elementwise ops (model/linear.h does). */
+  /* 1 when matmul runs desc's c_in and epilogue itself (fused into the GEMM where
+   * it can) at these shapes, dtypes and pointer alignments; 0 (or NULL: none
+   * ever) and the caller runs the plain product and the elementwise ops
+   * (model/linear.h does). */
   int (*matmul_fuses)(td_device *d, const td_matmul_desc *desc);
   /* dbias[c] += sum_r dout[r, c]; dout: rows x cols in dout_dtype (TD_F32 or TD_BF16;
    * the sums are fp32: a bf16 dout gives the bits its fp32 cast would).
@@ -232,7 +233,7 @@ typedef struct td_device_ops {
    * masks must not depend on how it is split, e.g. a sequence-parallel rank's
    * tokens); the sum is resid[k] + the masked value, in fp32 (add's bits). out
    * may alias x or resid. p == 0 masks nothing. Megatron's bias-dropout-add in
-   * one pass, and the backward's mask on a copy of the gradient. */
+   * one pass, and the backward's mask applied out of place. */
   void (*dropout)(td_device *d, float *out, const float *resid, const float *x, int64_t n,
                   float p, uint64_t seed, uint64_t stream, uint64_t first);
 
