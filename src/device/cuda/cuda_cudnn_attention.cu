@@ -301,9 +301,11 @@ static graph_entry *entry_for(td_cuda *c, const td_attention_desc *ad, int backw
 
 /* mask[b, h, i, j] (bf16 [B, H, T, T]) = 1 where trident's attention keeps
  * probability (b, h, i, j), 0 where it drops it (the counter
- * ((b Ht + h0 + h) T + i) T + j's word below thr: cuda_attention.cu's rule) or
- * j > i. One block per row (b, h, i), each thread a Philox block (4 counters)
- * at a time. */
+ * ((b Ht + h0 + h) T + i) T + j's word below thr: cuda_attention.cu's rule), for
+ * j <= i only: causality zeroes P above the diagonal, where the buffer holds
+ * the zeros of its allocation or an earlier call's 0s and 1s (never a NaN,
+ * which 0 would not cancel). One block per row (b, h, i), each thread a Philox
+ * block (4 counters) at a time. */
 __global__ void td_attn_dropout_mask_kernel(uint16_t *mask, int64_t B, int64_t H, int64_t T,
                                             int64_t Ht, int64_t h0, uint64_t seed,
                                             uint64_t stream, uint32_t thr) {
@@ -311,14 +313,14 @@ __global__ void td_attn_dropout_mask_kernel(uint16_t *mask, int64_t B, int64_t H
     const int64_t i = row % T, h = row / T % H, b = row / (T * H);
     const uint64_t c0 = (uint64_t)(((b * Ht + h0 + h) * T + i) * T); /* counter of (i, 0) */
     uint16_t *out = mask + row * T;
-    for (uint64_t blk = c0 / 4 + threadIdx.x; 4 * blk < c0 + (uint64_t)T; blk += blockDim.x) {
+    const uint64_t c1 = c0 + (uint64_t)i + 1; /* past (i, i) */
+    for (uint64_t blk = c0 / 4 + threadIdx.x; 4 * blk < c1; blk += blockDim.x) {
       const td_hd_u32x4 w = td_hd_rng_block(seed, stream, blk);
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const uint64_t cc = 4 * blk + (uint64_t)e;
-        if (cc < c0 || cc >= c0 + (uint64_t)T) continue;
-        const int64_t j = (int64_t)(cc - c0);
-        out[j] = j <= i && w.w[e] >= thr ? 0x3F80 : 0; /* bf16 1.0 : 0 */
+        if (cc < c0 || cc >= c1) continue;
+        out[cc - c0] = w.w[e] >= thr ? 0x3F80 : 0; /* bf16 1.0 : 0 */
       }
     }
   }
@@ -332,6 +334,7 @@ static void *dropout_mask(td_cuda *c, const td_attention_desc *ad) {
   if (bytes > n->mask_cap) {
     if (n->mask) TD_CUDA_OK(cudaFree(n->mask));
     TD_CUDA_OK(cudaMalloc(&n->mask, bytes));
+    TD_CUDA_OK(cudaMemsetAsync(n->mask, 0, bytes, c->stream)); /* the upper triangles */
     n->mask_cap = bytes;
   }
   const int64_t rows = ad->batch * ad->heads * ad->seq;
