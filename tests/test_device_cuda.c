@@ -286,10 +286,10 @@ static lin_result linear_on(td_device *d, const lin_case *c, td_dtype dt) {
   float *dbias = put(&b, c->db0, in * 4);
   void *act = put(&b, NULL, n * out * es), *pre = put(&b, NULL, n * out * es);
   void *dpre = put(&b, NULL, n * in * es);
-  td_linear_forward_residual(d, y, resid, x, w, bias, n, in, out, dt);
-  td_linear_forward_gelu(d, act, pre, dt, x, w, bias, n, in, out, dt, TD_GELU_TANH);
+  td_linear_forward_residual(d, y, resid, x, w, bias, n, in, out, dt, 1);
+  td_linear_forward_gelu(d, act, pre, dt, x, w, bias, n, in, out, dt, TD_GELU_TANH, 1);
   td_linear_backward_input_dgelu(d, dpre, dt, dbias, scratch, dy, w, pre_in, n, in, out, dt,
-                                 TD_GELU_TANH);
+                                 TD_GELU_TANH, 1);
   lin_result r = {get_dt(&b, y, n * out, TD_F32), get_dt(&b, act, n * out, dt),
                   get_dt(&b, pre, n * out, dt), get_dt(&b, dpre, n * in, dt),
                   get_dt(&b, dbias, in, TD_F32)};

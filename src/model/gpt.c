@@ -216,7 +216,8 @@ static const float *own_rows(const td_gpt *m, const float *dy_full) {
 static void row_parallel_output_forward(td_gpt *m, int64_t l, int site, int w, int b,
                                         const void *x, int64_t K, float *y, const float *resid) {
   if (m->lay.tp_size == 1 && m->p_hidden == 0.0f) { /* nothing between the GEMM and the add */
-    td_linear_forward_residual(m->dev, y, resid, x, W(m, w), P(m, b), m->N, K, m->C, m->md);
+    td_linear_forward_residual(m->dev, y, resid, x, W(m, w), P(m, b), m->N, K, m->C, m->md,
+                               !m->lay.no_residual_fusion);
     return;
   }
   td_linear_forward(m->dev, m->hidden, TD_F32, x, W(m, w), row_parallel_bias(m, b), m->N, K, m->C,
@@ -352,7 +353,7 @@ static void mlp_block_forward(td_gpt *m, int64_t l) {
   matmul_input(m, a->ln2, m->NS * C);
   td_linear_forward_gelu(m->dev, a->gelu, a->fc1, m->md, gather_input(m, a->ln2),
                          W(m, LT(m, l, TD_FC1_W)), P(m, LT(m, l, TD_FC1_B)), N, C, F, m->md,
-                         gelu_kind(m));
+                         gelu_kind(m), !m->lay.no_gelu_fusion);
   matmul_input(m, a->gelu, N * F);
   row_parallel_output_forward(m, l, SITE_FC2, LT(m, l, TD_FC2_W), LT(m, l, TD_FC2_B), a->gelu, F,
                               a->out, a->mid);
@@ -376,7 +377,7 @@ static void mlp_block_backward(td_gpt *m, int64_t l) {
   } else { /* dY in the GEMMs' dtype with GELU's gradient and fc1's bias gradient */
     void *dfc1 = m->md == TD_BF16 ? m->gh : (void *)m->dff;
     td_linear_backward_input_dgelu(m->dev, dfc1, m->md, dfc1_b, m->dff, dy, w2, a->fc1, N, F, C,
-                                   m->md, gelu_kind(m));
+                                   m->md, gelu_kind(m), !m->lay.no_gelu_fusion);
     dfc1_c = dfc1;
   }
   td_linear_backward_weight(m->dev, G(m, LT(m, l, TD_FC1_W)), dfc1_c, gather_input(m, a->ln2), N,

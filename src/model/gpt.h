@@ -103,6 +103,8 @@ typedef struct td_gpt_layout {
                             unit into equal pieces, one per rank */
   int no_flat_grads;  /* ZeRO-2/3: no flat gradient buffer; td_gpt_bind_grads places them */
   int no_flat_params; /* ZeRO-3: no flat parameter (or weight) buffer; td_gpt_bind_params */
+  int no_gelu_fusion;     /* --no-bias-gelu-fusion: GELU apart from its GEMMs (model/linear.h) */
+  int no_residual_fusion; /* --no-bias-dropout-fusion: the residual apart from its GEMM */
   int64_t logits_chunk; /* tokens whose logits [logits_chunk, V / tp] exist at a time in the
                            output layer and loss; 0 (or >= the micro-batch's tokens): all of
                            them, as td_gpt_logits and a td_gpt_forward_to followed by

@@ -41,10 +41,10 @@ void td_linear_forward(td_device *d, void *y, td_dtype y_dtype, const void *x, c
 
 void td_linear_forward_residual(td_device *d, float *y, const float *resid, const void *x,
                                 const void *w, const float *b, int64_t n, int64_t in, int64_t out,
-                                td_dtype dtype) {
+                                td_dtype dtype, int fuse) {
   td_matmul_desc g = forward_desc(y, TD_F32, x, w, b, n, in, out, dtype);
   g.c_in = resid, g.beta = 1.0f;
-  if (td_device_matmul_fuses(d, &g)) {
+  if (fuse && td_device_matmul_fuses(d, &g)) {
     d->ops->matmul(d, &g);
     return;
   }
@@ -55,10 +55,10 @@ void td_linear_forward_residual(td_device *d, float *y, const float *resid, cons
 
 void td_linear_forward_gelu(td_device *d, void *act, void *pre, td_dtype y_dtype, const void *x,
                             const void *w, const float *b, int64_t n, int64_t in, int64_t out,
-                            td_dtype dtype, td_gelu_kind kind) {
+                            td_dtype dtype, td_gelu_kind kind, int fuse) {
   td_matmul_desc g = forward_desc(act, y_dtype, x, w, b, n, in, out, dtype);
   g.epilogue = TD_EPILOGUE_GELU_AUX, g.aux = pre, g.ldaux = out, g.gelu_kind = kind;
-  if (td_device_matmul_fuses(d, &g)) {
+  if (fuse && td_device_matmul_fuses(d, &g)) {
     d->ops->matmul(d, &g);
     return;
   }
@@ -85,10 +85,10 @@ void td_linear_backward_input(td_device *d, void *dx, td_dtype dx_dtype, const v
 void td_linear_backward_input_dgelu(td_device *d, void *dpre, td_dtype dx_dtype, float *dbias,
                                     float *scratch, const void *dy, const void *w, const void *pre,
                                     int64_t n, int64_t in, int64_t out, td_dtype dtype,
-                                    td_gelu_kind kind) {
+                                    td_gelu_kind kind, int fuse) {
   td_matmul_desc g = backward_input_desc(dpre, dx_dtype, dy, w, n, in, out, dtype);
   g.epilogue = TD_EPILOGUE_DGELU, g.aux = (void *)pre, g.ldaux = in, g.gelu_kind = kind;
-  if (td_device_matmul_fuses(d, &g)) {
+  if (fuse && td_device_matmul_fuses(d, &g)) {
     d->ops->matmul(d, &g);
     d->ops->bias_backward(d, dbias, dpre, dx_dtype, n, in, NULL, TD_F32);
     return;

@@ -4,9 +4,9 @@
  * (tokens).
  *
  * The fused forms (a residual, a GELU or its gradient with the GEMM) run as one
- * GEMM where the device's matmul_fuses offers it (cuBLASLt's epilogues), and as
- * the GEMM followed by the elementwise ops otherwise: the same math, the fused
- * one from the fp32 product before its rounding. */
+ * GEMM where the device's matmul_fuses offers it (cuBLASLt's epilogues) and fuse
+ * is 1, and as the GEMM followed by the elementwise ops otherwise: the same
+ * math, the fused one from the fp32 product before its rounding. */
 #ifndef TD_MODEL_LINEAR_H
 #define TD_MODEL_LINEAR_H
 
@@ -22,13 +22,13 @@ void td_linear_forward(td_device *d, void *y, td_dtype y_dtype, const void *x, c
  * after a layer without dropout. Unfused: y = x w^T + b, then add (add's bits). */
 void td_linear_forward_residual(td_device *d, float *y, const float *resid, const void *x,
                                 const void *w, const float *b, int64_t n, int64_t in, int64_t out,
-                                td_dtype dtype);
+                                td_dtype dtype, int fuse);
 
 /* pre[n, out] = x w^T + b and act = gelu(pre) (kind), both in y_dtype (the MLP's
  * first layer). Unfused: td_linear_forward into pre, then gelu_forward. */
 void td_linear_forward_gelu(td_device *d, void *act, void *pre, td_dtype y_dtype, const void *x,
                             const void *w, const float *b, int64_t n, int64_t in, int64_t out,
-                            td_dtype dtype, td_gelu_kind kind);
+                            td_dtype dtype, td_gelu_kind kind, int fuse);
 
 /* dw[out, in] += dy[n, out]^T @ x[n, in] */
 void td_linear_backward_weight(td_device *d, float *dw, const void *dy, const void *x, int64_t n,
@@ -48,6 +48,6 @@ void td_linear_backward_input(td_device *d, void *dx, td_dtype dx_dtype, const v
 void td_linear_backward_input_dgelu(td_device *d, void *dpre, td_dtype dx_dtype, float *dbias,
                                     float *scratch, const void *dy, const void *w, const void *pre,
                                     int64_t n, int64_t in, int64_t out, td_dtype dtype,
-                                    td_gelu_kind kind);
+                                    td_gelu_kind kind, int fuse);
 
 #endif

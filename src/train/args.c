@@ -406,8 +406,12 @@ static const flag k_flags[] = {
     {.name = "no-gradient-accumulation-fusion", NOTE, .g = G_COMPAT,
      .note = "there is no fused CUDA weight-gradient accumulation; the GEMMs accumulate into fp32 gradients anyway"},
     {.name = "no-masked-softmax-fusion", NOTE, .g = G_COMPAT, .note = NOTE_FUSION},
-    {.name = "no-bias-gelu-fusion", NOTE, .g = G_COMPAT, .note = NOTE_FUSION},
-    {.name = "no-bias-dropout-fusion", NOTE, .g = G_COMPAT, .note = NOTE_FUSION},
+    {.name = "no-bias-gelu-fusion", BOOL(no_bias_gelu_fusion), .g = G_PARALLEL,
+     .help = "the MLP's bias and GELU, and GELU's gradient, as their own passes where a GPU would run them "
+             "in cuBLASLt's epilogues (the tanh GELU); the CPU runs them apart anyway"},
+    {.name = "no-bias-dropout-fusion", BOOL(no_bias_dropout_fusion), .g = G_PARALLEL,
+     .help = "the residual added by its own pass where a GPU's GEMM would add it (no dropout, TP 1); "
+             "dropout and the add stay one pass everywhere (the separate ops' bits)"},
     {.name = "attention-softmax-in-fp32", NOTE, .g = G_COMPAT,
      .note = "the attention softmax is always computed in fp32 here"},
     {.name = "accumulate-allreduce-grads-in-fp32", NOTE, .g = G_COMPAT,

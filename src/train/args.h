@@ -111,6 +111,7 @@ typedef struct {
   int recompute_method;      /* 0 uniform, 1 block, or -1 */
   int64_t recompute_num_layers;
   int64_t logits_chunk_tokens; /* TD_UNSET: td_gpt_auto_logits_chunk */
+  int no_bias_gelu_fusion, no_bias_dropout_fusion; /* the separate ops where a GPU fuses */
   /* Megatron-DeepSpeed: --deepspeed with --deepspeed_config FILE or --deepspeed_config_dict
    * JSON (train/ds_config.h); --checkpoint-activations is its full recomputation */
   const char *deepspeed_config, *deepspeed_config_dict;

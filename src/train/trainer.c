@@ -1281,6 +1281,7 @@ static td_gpt_layout model_layout(const trainer *t) {
   lay.unit_multiple = td_zero_unit_multiple(t->dp_size); /* equal, 64-byte aligned pieces */
   lay.no_flat_grads = t->zero_stage >= 2, lay.no_flat_params = t->zero_stage == 3;
   lay.logits_chunk = logits_chunk(t);
+  lay.no_gelu_fusion = a->no_bias_gelu_fusion, lay.no_residual_fusion = a->no_bias_dropout_fusion;
   return lay;
 }
 
