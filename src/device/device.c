@@ -102,6 +102,27 @@ void td_device_cross_entropy_fused(td_device *d, float *losses, float *lse, void
                                  dloss, n, vocab, 0);
 }
 
+void td_device_matmul_unfused(td_device *d, const td_matmul_desc *g, float *scratch,
+                              float *dbias) {
+  td_matmul_desc p = *g;
+  p.c_in = NULL, p.epilogue = TD_EPILOGUE_NONE, p.aux = NULL;
+  const int64_t len = g->m * g->n;
+  if (g->epilogue == TD_EPILOGUE_GELU_AUX) { /* the pre-activation, then its GELU */
+    p.c = g->aux, p.ldc = g->ldaux;
+    d->ops->matmul(d, &p);
+    d->ops->gelu_forward(d, g->c, g->c_dtype, g->aux, g->c_dtype, len, g->gelu_kind);
+  } else if (g->epilogue == TD_EPILOGUE_DGELU) { /* the fp32 product, then GELU's gradient */
+    p.c = scratch, p.c_dtype = TD_F32, p.ldc = g->n;
+    d->ops->matmul(d, &p);
+    d->ops->gelu_backward(d, g->c, g->c_dtype, dbias, scratch, g->aux, g->c_dtype, g->m, g->n,
+                          g->gelu_kind);
+  } else { /* the product with its bias, then the residual (add's bits) */
+    p.beta = 0.0f;
+    d->ops->matmul(d, &p);
+    if (g->c_in) d->ops->add(d, (float *)g->c, (const float *)g->c_in, (const float *)g->c, len);
+  }
+}
+
 int td_device_matmul_fuses(td_device *d, const td_matmul_desc *desc) {
   if (!desc->c_in && desc->epilogue == TD_EPILOGUE_NONE) return 0;
   return d->ops->matmul_fuses ? d->ops->matmul_fuses(d, desc) : 0;

@@ -357,6 +357,13 @@ void td_device_cross_entropy_fused(td_device *d, float *losses, float *lse, void
                                    td_dtype dlogits_dtype, const void *logits,
                                    td_dtype logits_dtype, const int32_t *targets,
                                    const float *dloss, int64_t n, int64_t vocab);
+/* desc's fused form as the plain product, then d's elementwise ops: what runs
+ * where matmul_fuses says 0 (model/linear.c), and a backend's stand-in for a
+ * form its library refuses. Dense rows (ldc = ldaux = n), c_in with beta 1.
+ * DGELU's fp32 product goes to scratch (m x n floats; may be C when C is fp32),
+ * and dbias (or NULL) += the column sums of the fp32 gradient (gelu_backward's). */
+void td_device_matmul_unfused(td_device *d, const td_matmul_desc *desc, float *scratch,
+                              float *dbias);
 /* d's matmul_fuses(desc), 0 where the backend has none or desc asks nothing of it. */
 int td_device_matmul_fuses(td_device *d, const td_matmul_desc *desc);
 void td_device_adamw_runs(td_device *d, float *params, const float *grads, float *m, float *v,

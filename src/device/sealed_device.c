@@ -588,26 +588,13 @@ static int s_matmul_fuses(td_device *d, const td_matmul_desc *m) {
          (m->aux && m->ldaux == m->n && !(m->epilogue == TD_EPILOGUE_DGELU && m->bias));
 }
 
-/* The fused forms as s_matmul_fuses offered them. */
+/* The fused forms as s_matmul_fuses offered them: the CPU's ops on the opened
+ * memory, DGELU's product in host scratch (the CPU's ops take any memory). */
 static void matmul_composed(const td_matmul_desc *m) {
-  td_matmul_desc p = *m;
-  p.c_in = NULL, p.epilogue = TD_EPILOGUE_NONE, p.aux = NULL;
-  const int64_t len = m->m * m->n;
-  if (m->c_in) { /* the product with its bias, then the residual */
-    p.beta = 0.0f;
-    FWD(matmul, &p);
-    FWD(add, m->c, m->c_in, m->c, len);
-  } else if (m->epilogue == TD_EPILOGUE_GELU_AUX) {
-    p.c = m->aux;
-    FWD(matmul, &p);
-    FWD(gelu_forward, m->c, m->c_dtype, m->aux, m->c_dtype, len, m->gelu_kind);
-  } else { /* DGELU: the fp32 product in host scratch (the CPU's ops take any memory) */
-    float *prod = td_malloc((size_t)len * sizeof(float));
-    p.c = prod, p.c_dtype = TD_F32;
-    FWD(matmul, &p);
-    FWD(gelu_backward, m->c, m->c_dtype, NULL, prod, m->aux, m->c_dtype, m->m, m->n, m->gelu_kind);
-    td_free(prod);
-  }
+  float *prod = m->epilogue == TD_EPILOGUE_DGELU ? td_malloc((size_t)(m->m * m->n) * sizeof(float))
+                                                 : NULL;
+  td_device_matmul_unfused(&g_cpu, m, prod, NULL);
+  td_free(prod);
 }
 
 static void s_matmul(td_device *d, const td_matmul_desc *m) {

@@ -44,13 +44,10 @@ void td_linear_forward_residual(td_device *d, float *y, const float *resid, cons
                                 td_dtype dtype, int fuse) {
   td_matmul_desc g = forward_desc(y, TD_F32, x, w, b, n, in, out, dtype);
   g.c_in = resid, g.beta = 1.0f;
-  if (fuse && td_device_matmul_fuses(d, &g)) {
+  if (fuse && td_device_matmul_fuses(d, &g))
     d->ops->matmul(d, &g);
-    return;
-  }
-  g.c_in = NULL, g.beta = 0.0f;
-  d->ops->matmul(d, &g);
-  d->ops->add(d, y, resid, y, n * out);
+  else
+    td_device_matmul_unfused(d, &g, NULL, NULL);
 }
 
 void td_linear_forward_gelu(td_device *d, void *act, void *pre, td_dtype y_dtype, const void *x,
@@ -58,12 +55,10 @@ void td_linear_forward_gelu(td_device *d, void *act, void *pre, td_dtype y_dtype
                             td_dtype dtype, td_gelu_kind kind, int fuse) {
   td_matmul_desc g = forward_desc(act, y_dtype, x, w, b, n, in, out, dtype);
   g.epilogue = TD_EPILOGUE_GELU_AUX, g.aux = pre, g.ldaux = out, g.gelu_kind = kind;
-  if (fuse && td_device_matmul_fuses(d, &g)) {
+  if (fuse && td_device_matmul_fuses(d, &g))
     d->ops->matmul(d, &g);
-    return;
-  }
-  td_linear_forward(d, pre, y_dtype, x, w, b, n, in, out, dtype);
-  d->ops->gelu_forward(d, act, y_dtype, pre, y_dtype, n * out, kind);
+  else
+    td_device_matmul_unfused(d, &g, NULL, NULL);
 }
 
 void td_linear_backward_weight(td_device *d, float *dw, const void *dy, const void *x, int64_t n,
@@ -91,8 +86,7 @@ void td_linear_backward_input_dgelu(td_device *d, void *dpre, td_dtype dx_dtype,
   if (fuse && td_device_matmul_fuses(d, &g)) {
     d->ops->matmul(d, &g);
     d->ops->bias_backward(d, dbias, dpre, dx_dtype, n, in, NULL, TD_F32);
-    return;
+  } else {
+    td_device_matmul_unfused(d, &g, scratch, dbias);
   }
-  td_linear_backward_input(d, scratch, TD_F32, dy, w, n, in, out, dtype);
-  d->ops->gelu_backward(d, dpre, dx_dtype, dbias, scratch, pre, dx_dtype, n, in, kind);
 }

@@ -348,7 +348,7 @@ static int fused_form(const td_matmul_desc *g) {
   return g->c_in || g->epilogue != TD_EPILOGUE_NONE;
 }
 
-/* The fused forms taken: one dense matrix (ldc = n, so matmul_composed can
+/* The fused forms taken: one dense matrix (ldc = n, so td_device_matmul_unfused can
  * stand in), k >= 1, c_in with beta 1 and an fp32 C, the tanh GELU (cuBLASLt's),
  * a dense aux whose ld is a multiple of 8 (cuBLASLt's), no bias with DGELU (the
  * bias belongs to the layer before). */
@@ -359,30 +359,6 @@ static int expressible(const td_cuda *c, const td_matmul_desc *g) {
   return g->epilogue == TD_EPILOGUE_NONE ||
          (g->gelu_kind == TD_GELU_TANH && g->aux && g->ldaux == g->n && g->n % 8 == 0 &&
           !(g->epilogue == TD_EPILOGUE_DGELU && g->bias));
-}
-
-/* A fused form cuBLASLt refused at run time although its heuristic offered it:
- * the plain product, then the backend's elementwise ops (what the callers of a
- * backend without the fused forms run), from scratch for DGELU's fp32 product. */
-static void matmul_composed(td_device *d, td_cuda *c, const td_matmul_desc *g) {
-  td_matmul_desc p = *g;
-  p.c_in = NULL, p.epilogue = TD_EPILOGUE_NONE, p.aux = NULL;
-  const int64_t len = g->m * g->n;
-  if (g->c_in) {
-    p.beta = 0.0f;
-    cu_matmul(d, &p);
-    d->ops->add(d, (float *)g->c, (const float *)g->c_in, (const float *)g->c, len);
-  } else if (g->epilogue == TD_EPILOGUE_GELU_AUX) {
-    p.c = g->aux;
-    cu_matmul(d, &p);
-    d->ops->gelu_forward(d, g->c, g->c_dtype, g->aux, g->c_dtype, len, g->gelu_kind);
-  } else { /* DGELU (no bias, so the plain product uses no scratch of its own) */
-    float *prod = (float *)td_cuda_scratch(c, (size_t)len * sizeof(float));
-    p.c = prod, p.c_dtype = TD_F32;
-    cu_matmul(d, &p);
-    d->ops->gelu_backward(d, g->c, g->c_dtype, NULL, prod, g->aux, g->c_dtype, g->m, g->n,
-                          g->gelu_kind);
-  }
 }
 
 static int cu_matmul_fuses(td_device *d, const td_matmul_desc *g) {
@@ -442,7 +418,11 @@ static void cu_matmul(td_device *d, const td_matmul_desc *g) {
             "heuristic offered; that shape runs the product and separate ops from now on",
             c->index, (long long)g->m, (long long)g->n, (long long)g->k, (int)st);
     p->refused = 1;
-    matmul_composed(d, c, g);
+    /* the product and separate ops; DGELU's has no bias, so no scratch of its own */
+    float *prod = g->epilogue == TD_EPILOGUE_DGELU
+                      ? (float *)td_cuda_scratch(c, (size_t)(g->m * g->n) * sizeof(float))
+                      : NULL;
+    td_device_matmul_unfused(d, g, prod, NULL);
     return;
   }
   TD_LT_OK(st);

@@ -217,12 +217,20 @@ static void cu_cross_entropy_slice(td_device *d, float *lse, float *target_logit
   TD_CUDA_LAUNCHED();
 }
 
-template <typename T, typename L>
-static void xent_backward(td_cuda *c, dim3 grid, void *dlogits, const void *logits,
-                          const float *lse, const int32_t *targets, const float *dloss, int64_t n,
-                          int64_t vocab, int64_t vocab_start) {
-  td_xent_backward_kernel<<<grid, TD_CUDA_THREADS, 0, c->stream>>>(
-      (T *)dlogits, (const L *)logits, lse, targets, dloss, n, vocab, vocab_start);
+/* f(T(), L()) with the storage types of dlogits' and logits' dtypes (fp32:
+ * float, bf16: uint16_t; checked by the caller). */
+template <typename F>
+static void with_xent_types(td_dtype dlogits_dtype, td_dtype logits_dtype, F f) {
+  auto in = [&](auto t) {
+    if (logits_dtype == TD_BF16)
+      f(t, uint16_t());
+    else
+      f(t, float());
+  };
+  if (dlogits_dtype == TD_BF16)
+    in(uint16_t());
+  else
+    in(float());
 }
 
 static void cu_cross_entropy_backward(td_device *d, void *dlogits, td_dtype dlogits_dtype,
@@ -238,23 +246,12 @@ static void cu_cross_entropy_backward(td_device *d, void *dlogits, td_dtype dlog
   int64_t chunks = (vocab + XENT_COLS_PER_BLOCK - 1) / XENT_COLS_PER_BLOCK;
   if (chunks > 65535) td_fail("cross_entropy_backward: vocabulary slice of %lld", (long long)vocab);
   dim3 grid(row_grid(n), (unsigned)chunks);
-  const int out16 = dlogits_dtype == TD_BF16, in16 = logits_dtype == TD_BF16;
-  if (out16 && in16)
-    xent_backward<uint16_t, uint16_t>(c, grid, dlogits, logits, lse, targets, dloss, n, vocab, vocab_start);
-  else if (out16)
-    xent_backward<uint16_t, float>(c, grid, dlogits, logits, lse, targets, dloss, n, vocab, vocab_start);
-  else if (in16)
-    xent_backward<float, uint16_t>(c, grid, dlogits, logits, lse, targets, dloss, n, vocab, vocab_start);
-  else
-    xent_backward<float, float>(c, grid, dlogits, logits, lse, targets, dloss, n, vocab, vocab_start);
+  with_xent_types(dlogits_dtype, logits_dtype, [&](auto t, auto l) {
+    td_xent_backward_kernel<<<grid, TD_CUDA_THREADS, 0, c->stream>>>(
+        (decltype(t) *)dlogits, (const decltype(l) *)logits, lse, targets, dloss, n, vocab,
+        vocab_start);
+  });
   TD_CUDA_LAUNCHED();
-}
-
-template <typename T, typename L>
-static void xent_fused(td_cuda *c, float *losses, float *lse, void *dlogits, const void *logits,
-                       const int32_t *targets, const float *dloss, int64_t n, int64_t vocab) {
-  td_xent_fused_kernel<<<row_grid(n), TD_CUDA_THREADS, 0, c->stream>>>(
-      losses, lse, (T *)dlogits, (const L *)logits, targets, dloss, n, vocab, c->err_dev);
 }
 
 static void cu_cross_entropy_fused(td_device *d, float *losses, float *lse, void *dlogits,
@@ -266,15 +263,11 @@ static void cu_cross_entropy_fused(td_device *d, float *losses, float *lse, void
     td_fail("cross_entropy_fused: dlogits are fp32 or bf16, not %s", td_dtype_name(dlogits_dtype));
   check_logits_dtype("cross_entropy_fused", logits_dtype);
   if (n <= 0 || vocab <= 0) return;
-  const int out16 = dlogits_dtype == TD_BF16, in16 = logits_dtype == TD_BF16;
-  if (out16 && in16)
-    xent_fused<uint16_t, uint16_t>(c, losses, lse, dlogits, logits, targets, dloss, n, vocab);
-  else if (out16)
-    xent_fused<uint16_t, float>(c, losses, lse, dlogits, logits, targets, dloss, n, vocab);
-  else if (in16)
-    xent_fused<float, uint16_t>(c, losses, lse, dlogits, logits, targets, dloss, n, vocab);
-  else
-    xent_fused<float, float>(c, losses, lse, dlogits, logits, targets, dloss, n, vocab);
+  with_xent_types(dlogits_dtype, logits_dtype, [&](auto t, auto l) {
+    td_xent_fused_kernel<<<row_grid(n), TD_CUDA_THREADS, 0, c->stream>>>(
+        losses, lse, (decltype(t) *)dlogits, (const decltype(l) *)logits, targets, dloss, n, vocab,
+        c->err_dev);
+  });
   TD_CUDA_LAUNCHED();
 }
 
