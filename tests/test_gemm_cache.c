@@ -4,7 +4,8 @@
  * rewritten; a file from another machine is replaced; TRIDENT_GEMM_CACHE=off
  * writes nothing; a forced library, a small product and a call from inside a
  * parallel region measure nothing; a measurement that other load disturbed is not
- * kept. Every file lives in a fresh temporary directory, never in the user's
+ * kept; the default for what is not measured is the library that won most of the
+ * measured classes; OpenBLAS runs kernels this CPU has (cpu_openblas.h). Every file lives in a fresh temporary directory, never in the user's
  * cache. TRIDENT_TEST_GEMM_RUNS=clean makes every timed run count as undisturbed,
  * so the outcome does not depend on this machine's load. */
 #include <cjson/cJSON.h>
@@ -20,6 +21,9 @@
 #include "base/mem.h"
 #include "check.h"
 #include "device/cpu/cpu_gemm.h"
+#include "device/cpu/cpu_gemm_select.h"
+#include "device/cpu/cpu_isa.h"
+#include "device/cpu/cpu_openblas.h"
 
 static char g_dir[256], g_path[300];
 
@@ -245,6 +249,83 @@ static void test_nothing_written(void) {
   unlink(g_path);
 }
 
+/* A cache file of this machine whose fp32 classes (m x 128 x 128, m = 128, 256, ...)
+ * chose the libraries in libs. */
+static void write_choices(const td_gemm_library *libs, int n) {
+  char text[8192];
+  int len = snprintf(text, sizeof text,
+                     "{\"format\": \"trident GEMM choices 1\", \"machine\": \"%s\", "
+                     "\"choices\": [",
+                     td_gemm_machine());
+  for (int i = 0; i < n; i++)
+    len += snprintf(text + len, sizeof text - (size_t)len,
+                    "%s{\"ab\": \"fp32\", \"c\": \"fp32\", \"m\": %d, \"n\": 128, "
+                    "\"k\": 128, \"batch\": 1, \"trans_a\": 0, \"trans_b\": 0, "
+                    "\"bias\": 0, \"beta\": 0, \"threads\": 2, \"library\": \"%s\"}",
+                    i ? ", " : "", 128 * (i + 1), td_gemm_library_name(libs[i]));
+  snprintf(text + len, sizeof text - (size_t)len, "]}");
+  write_text(g_path, text);
+}
+
+/* What is not measured (a small product, a parallel region, and the tie rule's
+ * default) runs the library that won most measured classes of the dtype; a tie,
+ * or no measured class, keeps the built-in default (fp32: OpenBLAS). */
+static void test_learned_default(void) {
+  const td_gemm_library onednn2[] = {TD_GEMM_ONEDNN, TD_GEMM_OPENBLAS, TD_GEMM_ONEDNN};
+  const td_gemm_library openblas2[] = {TD_GEMM_OPENBLAS, TD_GEMM_ONEDNN, TD_GEMM_OPENBLAS};
+  const td_gemm_library tie[] = {TD_GEMM_OPENBLAS, TD_GEMM_ONEDNN};
+  struct { const td_gemm_library *libs; int n; td_gemm_library want; } cases[] = {
+      {onednn2, 3, TD_GEMM_ONEDNN}, {openblas2, 3, TD_GEMM_OPENBLAS},
+      {tie, 2, TD_GEMM_OPENBLAS}, {NULL, 0, TD_GEMM_OPENBLAS}};
+  td_matmul_desc small = desc(64, 64, 64);
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    write_choices(cases[c].libs, cases[c].n);
+    new_run(g_path, NULL);
+    char line[4800];
+    td_cpu_gemm_describe(line, sizeof line); /* reads the file */
+    td_gemm_library dflt = td_cpu_gemm_library(TD_F32), in_small = td_cpu_gemm_choose(&small);
+    char want[64];
+    snprintf(want, sizeof want, "small products %s",
+             cases[c].want == TD_GEMM_ONEDNN ? "oneDNN" : "OpenBLAS");
+    CHECK(dflt == cases[c].want && in_small == cases[c].want && strstr(line, want),
+          "case %zu: default %s, a small product %s, want %s; %s", c, td_gemm_library_name(dflt),
+          td_gemm_library_name(in_small), td_gemm_library_name(cases[c].want), line);
+  }
+  unlink(g_path);
+}
+
+/* OpenBLAS's kernels: trident overrides only OpenBLAS's fallback for a CPU it does
+ * not know (a pre-AVX family on a CPU with AVX or better), with the newest family
+ * the CPU runs; and the library this process loaded runs such kernels. */
+static void test_openblas_kernels(void) {
+  struct { const char *detected; int avx, avx2, avx512, bf16; const char *want; } cases[] = {
+      {"Prescott", 1, 1, 1, 1, "Cooperlake"}, {"prescott", 1, 1, 1, 0, "SkylakeX"},
+      {"Core2", 1, 1, 0, 0, "Haswell"},        {"Nehalem", 1, 0, 0, 0, "Sandybridge"},
+      {"Prescott", 0, 0, 0, 0, NULL},          {"Haswell", 1, 1, 1, 1, NULL},
+      {"Zen", 1, 1, 1, 1, NULL},               {"SkylakeX", 1, 1, 1, 1, NULL},
+      {"Cooperlake", 1, 1, 1, 1, NULL}};
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    const char *got = td_openblas_core_for(cases[c].detected, cases[c].avx, cases[c].avx2,
+                                           cases[c].avx512, cases[c].bf16);
+    CHECK((!got && !cases[c].want) || (got && cases[c].want && !strcmp(got, cases[c].want)),
+          "%s on avx %d avx2 %d avx512 %d bf16 %d: %s, want %s", cases[c].detected, cases[c].avx,
+          cases[c].avx2, cases[c].avx512, cases[c].bf16, got ? got : "OpenBLAS's own",
+          cases[c].want ? cases[c].want : "OpenBLAS's own");
+  }
+  const td_openblas *blas = td_openblas_get();
+  const char *user = getenv("OPENBLAS_CORETYPE");
+  __builtin_cpu_init();
+  const char *better = td_openblas_core_for(
+      blas->core, __builtin_cpu_supports("avx"),
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
+      td_cpu_isa_get() == TD_ISA_AVX512, td_cpu_has_avx512_bf16());
+  CHECK((user && *user) || !better, "OpenBLAS runs its %s kernels where %s ones run (%s)",
+        blas->core, better ? better : "-", blas->config);
+  CHECK(!*blas->note || strstr(blas->note, blas->core), "the note names the kernels: %s",
+        blas->note);
+  printf("OpenBLAS: %s kernels%s%s\n", blas->core, *blas->note ? "; " : "", blas->note);
+}
+
 int main(void) {
   const char *tmp = getenv("TMPDIR");
   snprintf(g_dir, sizeof g_dir, "%s/td_gemm_cache_XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -256,6 +337,8 @@ int main(void) {
   test_other_machine();
   test_disturbed();
   test_nothing_written();
+  test_learned_default();
+  test_openblas_kernels();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
   CHECK(system(cmd) == 0, "%s", cmd);

@@ -1,5 +1,5 @@
 /* GEMM for the CPU backend: oneDNN's matmul primitive (brgemm kernels; bf16 runs
- * on AMX / AVX512-BF16 where the CPU has them), OpenBLAS (cblas_sgemm; Debian's
+ * on AMX / AVX512-BF16 where the CPU has them), OpenBLAS (cblas_sgemm, loaded by cpu_openblas.c; Debian's
  * OpenBLAS is built without its bf16 GEMM) or trident's own bf16 GEMM on AMX tiles
  * or AVX512-BF16 dot products (cpu_gemm_bf16_avx512.c). Which one runs a call is measured per shape class on
  * the machine that runs (cpu_gemm_select.c), because no library is fastest
@@ -15,7 +15,6 @@
  * alpha, beta, bias?) and cached; each thread has its own stream and scratchpad,
  * so td_cpu_gemm may be called concurrently from inside a parallel region (it
  * then runs on the calling thread). */
-#include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -26,6 +25,7 @@
 #include "device/cpu/cpu_gemm.h"
 #include "device/cpu/cpu_gemm_bf16.h"
 #include "device/cpu/cpu_kernels.h"
+#include "device/cpu/cpu_openblas.h"
 
 /* ---------------------------------------------------------------- libraries */
 
@@ -64,9 +64,9 @@ static void openblas_one(const td_matmul_desc *g, const float *a, const float *b
     fold_bias(c, g->m, g->n, ldc, g->bias, beta);
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, ta, tb, (blasint)g->m, (blasint)g->n, (blasint)g->k, g->alpha,
-                a, (blasint)g->lda, b, (blasint)g->ldb, beta, c,
-                (blasint)ldc);
+  td_openblas_get()->sgemm(CblasRowMajor, ta, tb, (blasint)g->m, (blasint)g->n, (blasint)g->k,
+                           g->alpha, a, (blasint)g->lda, b, (blasint)g->ldb, beta, c,
+                           (blasint)ldc);
 }
 
 static void gemm_openblas(const td_matmul_desc *g) {

@@ -9,7 +9,6 @@
  *                 "batch": 1, "trans_a": 0, "trans_b": 1, "bias": 1, "beta": 0,
  *                 "threads": 2, "library": "onednn", "timed": [256, 1152, 768],
  *                 "us": {"onednn": 812.5, "openblas": 955.0}}, ...]} */
-#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <cpuid.h>
 #include <errno.h>
@@ -26,6 +25,7 @@
 #include "base/mem.h"
 #include "device/cpu/cpu_gemm_bf16.h"
 #include "device/cpu/cpu_gemm_select.h"
+#include "device/cpu/cpu_openblas.h"
 
 #define FORMAT "trident GEMM choices 1"
 
@@ -80,7 +80,7 @@ const char *td_gemm_machine(void) {
       len += snprintf(libs + len, sizeof libs - (size_t)len, "%s%s", l ? " " : "",
                       td_gemm_library_name((td_gemm_library)l));
     snprintf(machine, sizeof machine, "%s | oneDNN %d.%d.%d | %s | trident GEMMs %s rev %d", cpu,
-             v->major, v->minor, v->patch, openblas_get_config(), libs, TD_GEMM_BF16_REVISION);
+             v->major, v->minor, v->patch, td_openblas_get()->config, libs, TD_GEMM_BF16_REVISION);
   }
   return machine;
 }

@@ -14,7 +14,8 @@
  * enough runs that no other process disturbed (time_one); the fastest clean run
  * per library counts. A class with a library that had no clean run (a busy
  * machine) runs the default, unsaved, and a later run measures it; so do classes
- * met once a process has spent BUDGET_S measuring. The caller's output is never
+ * met once a process has spent its budget measuring (BUDGET_S, or a tenth of the
+ * time since its first GEMM when that is more). The caller's output is never
  * touched: the real call then runs once, on the chosen library.
  *
  * Why the call's own product and not a small one of the same kind: on the 2-core
@@ -27,8 +28,11 @@
  *
  * The default (td_cpu_gemm_library) runs what is not measured: classes under
  * MIN_FLOPS, calls from inside parallel regions (the attention's blocks), and the
- * budget's overflow. A library wins a class only when it is more than TIE faster
- * than the default, so a near-tie does not flip between runs.
+ * budget's overflow. It is learned too: the library that won the most measured
+ * classes of the dtype on this machine, before any the built-in one (fp32
+ * OpenBLAS, bf16 AMX where usable, else oneDNN). A library wins a class only when
+ * it is more than TIE faster than the default, so a near-tie does not flip
+ * between runs.
  *
  * Choices go to the cache file (cpu_gemm_cache.c) under a lock on its directory,
  * so later runs, and the ranks of one run, repeat them: results are then
@@ -49,6 +53,7 @@
 #include "device/cpu/cpu_gemm.h"
 #include "device/cpu/cpu_gemm_bf16.h"
 #include "device/cpu/cpu_gemm_select.h"
+#include "device/cpu/cpu_openblas.h"
 
 #define MIN_FLOPS 4e6  /* below: call overhead decides, not the kernel; the default runs */
 #define SCRATCH_C_BYTES ((size_t)64 << 20) /* the scratch output of a timed run, at most */
@@ -61,7 +66,8 @@
 #define DROP 3.0       /* a library 3x slower than the best clean run runs no more */
 #define TIE 1.05       /* another library must beat the default by more than 5% */
 #define CLASS_S 0.1    /* seconds of rounds per short class at most (a busy machine) */
-#define BUDGET_S 0.4   /* seconds of measuring per process, crossed by one class at most */
+#define BUDGET_S 0.4   /* seconds of measuring per process, crossed by one class at most, */
+#define BUDGET_SHARE 0.1 /* or this share of the time since the first GEMM, if more */
 
 /* ----------------------------------------------------------------- default */
 
@@ -91,9 +97,17 @@ static int forced_library(td_dtype dt) {
   return g_forced[i];
 }
 
+/* Per input dtype, the library that won the most measured classes on this machine
+ * (learn_default), or -1 before any: read outside the critical section too (calls
+ * from parallel regions), hence atomically. */
+static int g_learned[2] = {-1, -1};
+
 td_gemm_library td_cpu_gemm_library(td_dtype ab_dtype) {
   int forced = forced_library(ab_dtype);
   if (forced >= 0) return (td_gemm_library)forced;
+  int learned = __atomic_load_n(&g_learned[ab_dtype == TD_BF16], __ATOMIC_RELAXED);
+  if (learned >= 0 && td_cpu_gemm_library_serves((td_gemm_library)learned, ab_dtype))
+    return (td_gemm_library)learned;
   if (ab_dtype == TD_BF16) return td_cpu_gemm_amx_usable() ? TD_GEMM_AMX : TD_GEMM_ONEDNN;
   return TD_GEMM_OPENBLAS;
 }
@@ -230,6 +244,16 @@ static int pick(const td_gemm_library *cand, int nc, const double *us) {
 }
 
 static double g_spent; /* seconds this process has spent measuring */
+static double g_first; /* when this process first chose a library (td_now_seconds) */
+
+/* Seconds of measuring this process may have spent by now: BUDGET_S, growing with
+ * the run (a short test measures little; a training run measures every class of
+ * its model within its first steps, at a cost of at most BUDGET_SHARE of them). */
+static double budget(void) {
+  if (g_first == 0) g_first = td_now_seconds();
+  double share = BUDGET_SHARE * (td_now_seconds() - g_first);
+  return share > BUDGET_S ? share : BUDGET_S;
+}
 
 /* Test hook, so tests reach both outcomes on a machine of any load:
  * TRIDENT_TEST_GEMM_RUNS=clean counts every timed run as clean, =disturbed none. */
@@ -253,14 +277,14 @@ static void log_choice(const td_gemm_choice *ch, const td_gemm_library *cand, in
            disturbed ? " (other load disturbed every run: not kept)" : "");
 }
 
-/* Time the candidates on call g's product and choose. Once BUDGET_S is spent, a
+/* Time the candidates on call g's product and choose. Once the budget is spent, a
  * class runs the default, unsaved, and a later run measures it; the class that
  * crosses the budget is measured whole (so every run makes progress, and a large
  * product, a 1024-token lm_head at ~0.8 s for two libraries on 2 cores, gets
  * measured even though it alone exceeds the budget). */
 static void measure(td_gemm_choice *ch, const td_matmul_desc *g, const td_gemm_library *cand,
                     int nc) {
-  if (g_spent > BUDGET_S) {
+  if (g_spent > budget()) {
     ch->library = (int32_t)cand[0], ch->unsaved = 1;
     td_debug("GEMM %s m %lld n %lld k %lld: measuring budget spent, %s (not kept)",
              td_dtype_name((td_dtype)ch->cls.ab_dtype), (long long)ch->cls.m,
@@ -308,6 +332,28 @@ static td_gemm_choice *append(const td_gemm_choice *ch) {
   return &g_choices[g_n++];
 }
 
+/* The default for what is not measured, learned from what is: per dtype, the
+ * library that won the most measured classes (a tie keeps the built-in default).
+ * A fixed default is wrong somewhere: OpenBLAS on a CPU it runs slow kernels on
+ * made every class the first run could not measure 3-4x slower (issue #14). */
+static void learn_default(void) {
+  for (int dt = 0; dt < 2; dt++) {
+    int wins[TD_GEMM_LIBRARIES] = {0}, best = -1, tied = 0;
+    for (int i = 0; i < g_n; i++) {
+      const td_gemm_choice *ch = &g_choices[i];
+      if ((ch->cls.ab_dtype == TD_BF16) == dt && !ch->unsaved && ch->library >= 0 &&
+          ch->library < TD_GEMM_LIBRARIES)
+        wins[ch->library]++;
+    }
+    for (int l = 0; l < TD_GEMM_LIBRARIES; l++)
+      if (wins[l] && (best < 0 || wins[l] >= wins[best])) {
+        tied = best >= 0 && wins[l] == wins[best];
+        best = l;
+      }
+    __atomic_store_n(&g_learned[dt], tied ? -1 : best, __ATOMIC_RELAXED);
+  }
+}
+
 /* Add the file's choices for classes this process has not met (its own stay: the
  * process has already computed with them). */
 static void merge_file(void) {
@@ -317,6 +363,7 @@ static void merge_file(void) {
     if (!find(&c[i].cls)) append(&c[i]);
   td_free(c);
   g_loaded = 1;
+  learn_default();
 }
 
 static int is_candidate(int lib, const td_gemm_library *cand, int nc) {
@@ -343,6 +390,7 @@ static int choose_locked(const td_gemm_class *c, const td_matmul_desc *g,
     else *ch = fresh;
     measure(ch, g, cand, nc);
     if (!ch->unsaved) td_gemm_cache_save(g_choices, g_n);
+    learn_default();
   }
   td_gemm_cache_unlock(fd);
   return ch->library;
@@ -368,7 +416,8 @@ void td_cpu_gemm_select_reset(void) {
 #pragma omp critical(td_gemm_select)
   {
     td_free(g_choices);
-    g_choices = NULL, g_n = g_cap = g_loaded = 0, g_spent = 0, g_rate[0] = g_rate[1] = 0;
+    g_choices = NULL, g_n = g_cap = g_loaded = 0, g_spent = g_first = 0, g_rate[0] = g_rate[1] = 0;
+    g_learned[0] = g_learned[1] = -1;
     g_forced[0] = g_forced[1] = -2;
     td_gemm_cache_reset();
   }
@@ -427,5 +476,6 @@ void td_cpu_gemm_describe(char *buf, size_t n) {
       snprintf(cache, sizeof cache, "; choices not cached (%s): measured again every run",
                env && !strcmp(env, "off") ? "TRIDENT_GEMM_CACHE=off" : "no home directory");
   }
-  snprintf(buf, n, "fp32 %s, bf16 %s%s", f32, bf16, cache);
+  const char *blas_note = td_openblas_get()->note; /* kernels trident chose for OpenBLAS */
+  snprintf(buf, n, "fp32 %s, bf16 %s%s%s%s", f32, bf16, cache, *blas_note ? "; " : "", blas_note);
 }
