@@ -1,4 +1,4 @@
-/* OpenBLAS loaded at first use, its kernels chosen (cpu_openblas.h). */
+/* OpenBLAS loaded at start-up, its kernels chosen (cpu_openblas.h). */
 #include "device/cpu/cpu_openblas.h"
 
 #include <dlfcn.h>
@@ -127,3 +127,11 @@ const td_openblas *td_openblas_get(void) {
   pthread_once(&g_once, load);
   return &g_blas;
 }
+
+/* Loaded when the process starts, as a linked library would be: OpenBLAS takes its
+ * 128 MiB buffer when it loads and, should that allocation fail (a process near its
+ * ulimit -v, after the model's buffers), retries forever instead of failing. At
+ * start-up the buffer fits wherever the library itself does, and trident's own
+ * allocations then meet the limit with their clear refusal. Single-threaded here,
+ * so setenv is safe too. */
+__attribute__((constructor)) static void load_at_start(void) { td_openblas_get(); }

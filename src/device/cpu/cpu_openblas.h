@@ -1,6 +1,6 @@
-/* OpenBLAS, the CPU backend's second fp32 GEMM library, loaded with dlopen at
- * its first use rather than linked, so that trident can pick its kernels before
- * it initialises.
+/* OpenBLAS, the CPU backend's second fp32 GEMM library, loaded with dlopen when
+ * the process starts rather than linked, so that trident can pick its kernels
+ * before it initialises.
  *
  * Why: Debian's OpenBLAS is built with DYNAMIC_ARCH and chooses its kernels from
  * cpuid when it loads (a library constructor), reading OPENBLAS_CORETYPE only
@@ -24,8 +24,8 @@ typedef struct {
   char note[256];     /* why those kernels, when trident chose them; else "" */
 } td_openblas;
 
-/* The loaded library (loaded on the first call, thread-safe); fails with a clear
- * message when libopenblas cannot be opened. */
+/* The loaded library (loaded when the process starts, by a constructor); fails
+ * with a clear message when libopenblas cannot be opened. */
 const td_openblas *td_openblas_get(void);
 
 /* The OPENBLAS_CORETYPE trident sets when OpenBLAS chose `detected` on a CPU with
