@@ -6,7 +6,8 @@
 # figures agree with each other: tokens/s = tokens / median step, model TFLOP/s
 # = the model's FLOPs per step / median step, MFU = TFLOP/s / the ceiling, and
 # the peak device memory (the peer's max_mem_gib) at least the parameters,
-# gradients and Adam state; then phases whose fractions sum to 1. A bad flag
+# gradients and Adam state; then phases whose fractions sum to 1, and the GEMM
+# libraries that ran (the CPU's gemm_choice event). A bad flag
 # exits 1 naming it. Arguments: the trident binary and the source directory.
 set -u
 bin=$1
@@ -42,6 +43,9 @@ if not (s["model_tflops"] > 0 and abs(s["mfu"] * s["gemm_ceiling_gflops"] / 1e3 
 if not s["max_mem_bytes"] >= 16 * params:
     problems.append("peak memory %s < parameters, gradients, Adam m and v (%d bytes)" % (s["max_mem_bytes"], 16 * params))
 if abs(sum(p["fraction"] for p in phases) - 1) > 0.02: problems.append("phase fractions %s" % phases)
+choice = [e["gemm_choice"] for e in ev if e["event"] == "gemm_choice"]
+if len(choice) != 1 or not (choice[0].startswith("fp32 ") and ", bf16 " in choice[0]):
+    problems.append("gemm_choice events %s (want one naming the fp32 and bf16 libraries)" % choice)
 print("; ".join(problems) if problems else
       "%d steps, %.1f ms/step, %.0f tokens/s, MFU %.2f, peak %.2f MiB (>= %.2f MiB of model state)"
       % (len(steps), s["median_step_ms"], s["tokens_per_s"], s["mfu"], s["max_mem_bytes"] / 2**20,

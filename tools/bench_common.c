@@ -1,5 +1,6 @@
 #include "bench_common.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/error.h"
@@ -44,4 +45,8 @@ void *td_bench_alloc_random(td_device *dev, int64_t n, td_dtype dt, uint64_t str
   }
   td_free(host);
   return d;
+}
+
+void td_bench_print_json_text(const char *s) {
+  for (const char *p = s; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
 }

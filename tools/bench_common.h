@@ -19,4 +19,8 @@ double td_bench_time_median(double min_seconds, void (*fn)(void *), void *arg);
  * in (-0.5, 0.5) for bf16, from the counter-based RNG (seed 1234, this stream). */
 void *td_bench_alloc_random(td_device *dev, int64_t n, td_dtype dt, uint64_t stream);
 
+/* Print s as the body of a JSON string (quotes and backslashes escaped; the GEMM
+ * line's cache path may hold either). */
+void td_bench_print_json_text(const char *s);
+
 #endif

@@ -99,8 +99,7 @@ static void matmul_summary(const bench_ctx *c) {
   if (c->json) {
     printf("{\"kernel\": \"matmul_summary\", \"shapes\": %d, \"below_70pct\": %d, "
            "\"gemm_choice\": \"", c->mm_shapes, c->mm_slow);
-    for (const char *p = choice; *p; p++) /* a JSON string: the cache path may hold " or \ */
-      printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+    td_bench_print_json_text(choice);
     printf("\"}\n");
     return;
   }

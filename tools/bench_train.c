@@ -19,6 +19,7 @@
 #include "base/mem.h"
 #include "base/rng.h"
 #include "bench_common.h"
+#include "device/cpu/cpu_gemm.h"
 #include "device/device.h"
 #include "device/profile_device.h"
 #include "model/gpt.h"
@@ -423,6 +424,21 @@ static void print_summary(const bench *b, const summary *s) {
         td_dtype_name(o->dtype), s->gemm_gflops, s->peak_bytes < 0 ? -1.0 : s->peak_bytes / (1 << 30));
 }
 
+/* Which GEMM library ran each product class, on the CPU (after the run, so the
+ * classes it measured count), and the kernels trident chose for OpenBLAS. */
+static void print_gemm_choice(td_device *raw, const opts *o) {
+  if (strcmp(raw->ops->name, "cpu")) return;
+  char gemm[4800];
+  td_cpu_gemm_describe(gemm, sizeof gemm);
+  if (o->json) {
+    printf("{\"event\": \"gemm_choice\", \"gemm_choice\": \"");
+    td_bench_print_json_text(gemm);
+    printf("\"}\n");
+  } else {
+    printf("GEMM: %s\n", gemm);
+  }
+}
+
 /* ------------------------------------------------------------------ entry */
 
 int td_bench_train(int argc, char **argv) {
@@ -520,6 +536,7 @@ int td_bench_train(int argc, char **argv) {
   }
   s.gemm_gflops = gemm_ceiling(raw, &o, N, cfg.hidden, cfg.ffn_hidden, cfg.vocab_size);
   print_summary(&b, &s);
+  print_gemm_choice(raw, &o);
   if (b.prof) {
     print_phases(&b, &s, measured);
     print_top_ops(&b);
