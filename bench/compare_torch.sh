@@ -2,8 +2,9 @@
 # trident vs PyTorch side by side on the same GPT (default GPT-2 124M, seq 256,
 # micro-batch 4): `trident bench train` and bench/run_peer_torch.sh (plain
 # PyTorch GPT-2 in its fastest setting here), alternated for several rounds in one
-# session; prints each run's median step time and tokens/s, then the medians over
-# the rounds and the ratio trident / PyTorch in tokens/s.
+# session; prints each run's median step time and tokens/s and the round's ratio,
+# then the medians over the rounds, the ratio trident / PyTorch in tokens/s, and
+# the median of the rounds' ratios.
 #
 # Usage: bench/compare_torch.sh [--trident BIN] [--rounds R] [--dtype fp32|bf16]
 #          [--seq-len T] [--micro-batch B] [--threads P] [--steps N] [--warmup W]
@@ -76,7 +77,7 @@ tps() { awk -v n="$tokens" -v ms="$1" 'BEGIN {printf "%.1f", n / ms * 1000}'; }
 
 tokens=$((seq * mb))
 echo "GPT-2 124M (12 x 768, 12 heads, vocab 50257), seq $seq, micro-batch $mb, $dtype, $threads threads, $rounds rounds, peer: $peer_kind"
-t_ms=() p_ms=()
+t_ms=() p_ms=() r_x=()
 for r in $(seq 1 "$rounds"); do
   [ $wait_idle = 1 ] && wait_for_idle
   p=$("$peer" "${peer_args[@]}" --n-layer 12 --n-head 12 --n-embd 768 --seq-len "$seq" --micro-batch "$mb" \
@@ -88,10 +89,14 @@ for r in $(seq 1 "$rounds"); do
       sed -n 's/.*"event": "summary".*"median_step_ms": \([0-9.]*\),.*/\1/p')
   [ -n "$p" ] && [ -n "$t" ] || { echo "compare_torch.sh: a run printed no result" >&2; exit 1; }
   p_ms+=("$p") t_ms+=("$t")
-  printf "round %d: PyTorch %8.1f ms/step (%6s tokens/s) | trident %8.1f ms/step (%6s tokens/s)\n" \
-    "$r" "$p" "$(tps "$p")" "$t" "$(tps "$t")"
+  r_x+=("$(awk -v p="$p" -v t="$t" 'BEGIN {printf "%.3f", p / t}')")
+  printf "round %d: PyTorch %8.1f ms/step (%6s tokens/s) | trident %8.1f ms/step (%6s tokens/s) | %sx\n" \
+    "$r" "$p" "$(tps "$p")" "$t" "$(tps "$t")" "${r_x[-1]}"
 done
 pm=$(printf '%s\n' "${p_ms[@]}" | median)
 tm=$(printf '%s\n' "${t_ms[@]}" | median)
 printf "median: PyTorch %.1f ms/step (%s tokens/s) | trident %.1f ms/step (%s tokens/s) | trident / PyTorch = %sx\n" \
   "$pm" "$(tps "$pm")" "$tm" "$(tps "$tm")" "$(awk -v p="$pm" -v t="$tm" 'BEGIN {printf "%.2f", p / t}')"
+# Each round's ratio pairs two runs minutes apart: on a shared machine whose speed
+# drifts, their median is the steadier figure.
+printf "median of the rounds' ratios: %.2fx (rounds: %s)\n" "$(printf '%s\n' "${r_x[@]}" | median)" "${r_x[*]}"
