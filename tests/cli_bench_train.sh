@@ -62,6 +62,13 @@ done
 OMP_NUM_THREADS=1 "$bin" bench train "${small[@]}" --logits-chunk-tokens 24 >"$tmp/chunk.log" 2>"$tmp/chunk.err" ||
   fail "bench train --logits-chunk-tokens 24: exit $?"
 check "$tmp/chunk.log" "bench train, logits 24 tokens at a time"
+# A user's OPENBLAS_CORETYPE is theirs, even a pre-AVX family that trident would
+# otherwise replace (without it, on a CPU OpenBLAS does not know, the line says so).
+OPENBLAS_CORETYPE=Nehalem OMP_NUM_THREADS=1 "$bin" bench train "${small[@]}" --steps 1 --warmup 0 \
+  >"$tmp/coretype.log" 2>&1 || fail "bench train with OPENBLAS_CORETYPE=Nehalem: exit $?"
+grep -q '"gemm_choice"' "$tmp/coretype.log" && ! grep -q "trident set OPENBLAS_CORETYPE" "$tmp/coretype.log" &&
+  ok "OPENBLAS_CORETYPE=Nehalem is left alone" ||
+  fail "OPENBLAS_CORETYPE=Nehalem: $(grep gemm_choice "$tmp/coretype.log")"
 "$bin" bench train --steps 0 >"$tmp/bad.log" 2>&1
 rc=$?
 [ $rc = 1 ] && grep -q "\-\-steps '0': expected an integer >= 1" "$tmp/bad.log" &&
