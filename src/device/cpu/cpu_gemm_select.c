@@ -29,7 +29,8 @@
  * The default (td_cpu_gemm_library) runs what is not measured: classes under
  * MIN_FLOPS, calls from inside parallel regions (the attention's blocks), and the
  * budget's overflow. It is learned too: the library that won the most measured
- * classes of the dtype on this machine, before any the built-in one (fp32
+ * classes of the dtype in the cache when the process starts (so a small product
+ * keeps its library for the whole run), before any the built-in one (fp32
  * OpenBLAS, bf16 AMX where usable, else oneDNN). A library wins a class only when
  * it is more than TIE faster than the default, so a near-tie does not flip
  * between runs.
@@ -97,9 +98,9 @@ static int forced_library(td_dtype dt) {
   return g_forced[i];
 }
 
-/* Per input dtype, the library that won the most measured classes on this machine
- * (learn_default), or -1 before any: read outside the critical section too (calls
- * from parallel regions), hence atomically. */
+/* Per input dtype, the library that won the most measured classes in the cache
+ * file when this process first read it (learn_default), or -1: read outside the
+ * critical section too (calls from parallel regions), hence atomically. */
 static int g_learned[2] = {-1, -1};
 
 td_gemm_library td_cpu_gemm_library(td_dtype ab_dtype) {
@@ -357,13 +358,13 @@ static void learn_default(void) {
 /* Add the file's choices for classes this process has not met (its own stay: the
  * process has already computed with them). */
 static void merge_file(void) {
-  int n;
+  int n, first = !g_loaded;
   td_gemm_choice *c = td_gemm_cache_load(&n);
   for (int i = 0; i < n; i++)
     if (!find(&c[i].cls)) append(&c[i]);
   td_free(c);
   g_loaded = 1;
-  learn_default();
+  if (first) learn_default(); /* once: the default must not change under a running process */
 }
 
 static int is_candidate(int lib, const td_gemm_library *cand, int nc) {
@@ -390,7 +391,6 @@ static int choose_locked(const td_gemm_class *c, const td_matmul_desc *g,
     else *ch = fresh;
     measure(ch, g, cand, nc);
     if (!ch->unsaved) td_gemm_cache_save(g_choices, g_n);
-    learn_default();
   }
   td_gemm_cache_unlock(fd);
   return ch->library;
