@@ -4,7 +4,8 @@
 # back by trident dataset) and the same files with 1 and 2 workers; several
 # --json-keys write one dataset each; bad lines stop the run with their line number
 # and leave no file behind, or are skipped and counted with --skip-bad-lines; flags
-# of preprocess_data.py that are not implemented are refused.
+# of preprocess_data.py that are not implemented are refused (--partitions N:
+# cli_preprocess_partitions.sh).
 # Usage: cli_preprocess.sh TRIDENT_BINARY SOURCE_DIR
 set -u
 bin=$1
@@ -118,8 +119,6 @@ report "--skip-bad-lines: 3 lines skipped, warned with their numbers; the rest a
 # Flags of preprocess_data.py.
 expect_error "--split-sentences is refused" "--split-sentences is not implemented" \
   --input "$tmp/clean.jsonl" --split-sentences
-expect_error "--partitions 2 is refused" "--partitions 2 is not implemented" \
-  --input "$tmp/clean.jsonl" --partitions 2
 expect_error "another tokenizer is refused" "--tokenizer-type BertWordPieceCase is not implemented" \
   --input "$tmp/clean.jsonl" --tokenizer-type BertWordPieceCase
 expect_error "--json-keys twice the same" 'lists "text" twice' --input "$tmp/clean.jsonl" \

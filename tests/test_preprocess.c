@@ -14,6 +14,7 @@
 #include "base/mem.h"
 #include "check.h"
 #include "data/indexed_dataset.h"
+#include "data/partition.h"
 #include "data/preprocess.h"
 
 #define REF_DIR TD_SOURCE_DIR "/tests/data/megatron_ref"
@@ -255,9 +256,25 @@ static void test_line_ends(void) {
           "%s: the same as LF lines %s", k == 1 ? "no final newline" : "CRLF", err);
   }
 }
+/* Partition file names split the input as Python's os.path.splitext does: at the
+ * last dot of the last component, leading dots excluded. */
+static void test_partition_names(void) {
+  static const char *const cases[][2] = {
+      {"data/in.jsonl", "data/in_2.jsonl"}, {"a.tar.gz", "a.tar_2.gz"},
+      {"dir.x/file", "dir.x/file_2"},       {".hidden", ".hidden_2"},
+      {"d/..x", "d/..x_2"},                 {"d/.a.json", "d/.a_2.json"},
+      {"d/*.jsonl", "d/*_2.jsonl"},         {"noext", "noext_2"}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char *got = td_partition_file_name(cases[i][0], 2);
+    CHECK(!strcmp(got, cases[i][1]), "partition 2 of %s: %s, want %s", cases[i][0], got,
+          cases[i][1]);
+    td_free(got);
+  }
+}
 
 int main(void) {
   char err[512];
+  test_partition_names();
   snprintf(g_tmp, sizeof g_tmp, "/tmp/td_test_preprocess_XXXXXX");
   if (!mkdtemp(g_tmp))
     return printf("mkdtemp failed\n"), 1;

@@ -1,7 +1,8 @@
 /* trident preprocess: Megatron's tools/preprocess_data.py under its flags, writing
- * PREFIX_KEY_document.bin / .idx byte for byte as Megatron does (src/data/preprocess.h).
+ * PREFIX_KEY_document.bin / .idx byte for byte as Megatron does (src/data/preprocess.h),
+ * with --partitions N as Megatron splits, processes and merges (src/data/partition.h).
  * Flags of preprocess_data.py that would change the output and are not implemented
- * (--split-sentences, --partitions > 1, other tokenizers) are refused; flags that
+ * (--split-sentences, other tokenizers) are refused; flags that
  * change nothing for GPT2BPETokenizer without --split-sentences are accepted with a
  * note on stderr. */
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include "commands.h"
 #include "data/bpe_tokenizer.h"
 #include "data/indexed_dataset.h"
+#include "data/partition.h"
 #include "data/preprocess.h"
 
 typedef struct {
@@ -22,6 +24,8 @@ typedef struct {
   const char *vocab, *merges, *tokenizer;
   const char **keys;
   int n_keys;
+  int partitions;      /* --partitions: input partition files, 1: none */
+  int keep_sequential; /* --keep-sequential-samples: partitions of consecutive lines */
 } pre_args;
 
 /* preprocess_data.py flags that change nothing here: name, value count (0, 1, or -1
@@ -33,7 +37,6 @@ static const struct {
 } k_inert[] = {
     {"--keep-newlines", 0, "only matters with --split-sentences"},
     {"--lang", 1, "NLTK's sentence-splitter language: only matters with --split-sentences"},
-    {"--keep-sequential-samples", 0, "only matters with --partitions > 1"},
     {"--vocab-extra-ids", 1, "preprocess_data.py resets it to 0"},
     {"--vocab-size", 1, "NullTokenizer's vocabulary; GPT2BPETokenizer's is --vocab-file"},
     {"--tokenizer-model", 1, "for SentencePiece, Hugging Face and tiktoken tokenizers"},
@@ -49,6 +52,7 @@ static void usage(FILE *f) {
       "usage: trident preprocess --input F.jsonl --output-prefix P --vocab-file V --merge-file M\n"
       "                          [--json-keys K ...] [--append-eod] [--workers N]\n"
       "                          [--log-interval N] [--skip-bad-lines]\n"
+      "                          [--partitions N [--keep-sequential-samples]]\n"
       "  Megatron's tools/preprocess_data.py: every line of F.jsonl is one JSON document;\n"
       "  the text of each key K becomes one sequence of GPT-2 BPE ids in P_K_document.bin\n"
       "  and P_K_document.idx (MMapIndexedDataset, the same bytes as Megatron's). Train on\n"
@@ -66,10 +70,17 @@ static void usage(FILE *f) {
       "  --skip-bad-lines      skip lines that are not a JSON object with string keys K (or\n"
       "                        not UTF-8) and count them, instead of stopping at the first\n"
       "                        (trident's own flag; Megatron stops with a traceback)\n"
-      "  --partitions 1        accepted; more partitions are not implemented (use --workers)\n"
+      "  --partitions N        split F (a file or a glob pattern, F = STEM.EXT) into N files\n"
+      "                        STEM_i.EXT by line, round-robin, write each one's P_i_K_document\n"
+      "                        .bin / .idx, then merge them in order into P_K_document (as\n"
+      "                        Megatron; existing partition files are reused; --workers\n"
+      "                        must be a multiple of N). --workers alone is faster: the\n"
+      "                        same bytes for one partition whatever the workers\n"
+      "  --keep-sequential-samples  partitions of consecutive lines (ceil(lines / N) each),\n"
+      "                        so the merged dataset keeps the input's order\n"
       "  --split-sentences     not implemented (needs NLTK's punkt splitter): refused\n"
       "  accepted and ignored, as they change nothing here: --keep-newlines, --lang,\n"
-      "  --keep-sequential-samples, --vocab-extra-ids, --vocab-size, --tokenizer-model,\n"
+      "  --vocab-extra-ids, --vocab-size, --tokenizer-model,\n"
       "  --tiktoken-pattern, --tiktoken-num-special-tokens, --tiktoken-special-tokens\n");
 }
 
@@ -136,10 +147,8 @@ static int take_value_flag(pre_args *a, int argc, char **argv, int *i) {
     a->o.workers = (int)int_value("--workers", v, 1);
   else if ((v = td_cmd_flag_value(argc, argv, i, "--log-interval", "preprocess")))
     a->o.log_interval = int_value("--log-interval", v, 0);
-  else if ((v = td_cmd_flag_value(argc, argv, i, "--partitions", "preprocess")) && int_value("--partitions", v, 1) != 1)
-    td_fail("--partitions %s is not implemented (Megatron splits the input into files and "
-            "merges the outputs); one partition with --workers N is the same data, faster",
-            v);
+  else if ((v = td_cmd_flag_value(argc, argv, i, "--partitions", "preprocess")))
+    a->partitions = (int)int_value("--partitions", v, 1);
   return v != NULL;
 }
 
@@ -150,6 +159,8 @@ static int take_flag(pre_args *a, int argc, char **argv, int *i) {
     return usage(stdout), 1;
   if (!strcmp(f, "--append-eod"))
     a->o.append_eod = 1;
+  else if (!strcmp(f, "--keep-sequential-samples"))
+    a->keep_sequential = 1;
   else if (!strcmp(f, "--skip-bad-lines"))
     a->o.skip_bad_lines = 1;
   else if (!strncmp(f, "--json-keys", 11) && (!f[11] || f[11] == '='))
@@ -168,6 +179,12 @@ static void check_args(const pre_args *a) {
   if (!a->vocab || !a->merges)
     td_fail("GPT2BPETokenizer needs --vocab-file and --merge-file (e.g. data/gpt2/vocab.json "
             "and data/gpt2/merges.txt)");
+  if (a->partitions > 1 && !strcmp(a->o.input, "-"))
+    td_fail("--partitions %d splits --input into files: it needs a file or a glob pattern, "
+            "not stdin", a->partitions);
+  if (a->o.workers % a->partitions)
+    td_fail("--workers %d is not a multiple of --partitions %d (Megatron gives each partition "
+            "workers / partitions processes)", a->o.workers, a->partitions);
 }
 
 /* Returns 1 when --help was asked for. */
@@ -176,6 +193,7 @@ static int parse_args(pre_args *a, int argc, char **argv) {
   a->keys = td_malloc(sizeof *a->keys * (size_t)argc);
   a->o = (td_preprocess_opts){
       .json_keys = default_keys, .n_keys = 1, .workers = 1, .log_interval = 1000, .log = stderr};
+  a->partitions = 1;
   for (int i = 1; i < argc; i++)
     if (take_flag(a, argc, argv, &i))
       return 1;
@@ -203,6 +221,65 @@ static void report(const pre_args *a, const td_preprocess_stats *st) {
   }
 }
 
+/* "PREFIX_i": partition i's output prefix (Megatron's name; td_malloc'ed). */
+static char *partition_prefix(const char *prefix, int i) {
+  size_t n = strlen(prefix) + 16;
+  char *s = td_malloc(n);
+  snprintf(s, n, "%s_%d", prefix, i);
+  return s;
+}
+
+/* Merge the partitions' datasets of each key, in partition order. */
+static void merge_partitions(const pre_args *a, td_idx_dtype dtype) {
+  char err[1024];
+  for (int k = 0; k < a->o.n_keys; k++) {
+    char *out = td_preprocess_output_name(a->o.output_prefix, a->o.json_keys[k]);
+    td_idx_builder *b = td_idx_builder_open(out, dtype, err, sizeof err);
+    if (!b) td_fail("%s", err);
+    for (int i = 0; i < a->partitions; i++) {
+      char *pp = partition_prefix(a->o.output_prefix, i);
+      char *part = td_preprocess_output_name(pp, a->o.json_keys[k]);
+      int rc = td_idx_builder_add_index(b, part, err, sizeof err);
+      td_free(part), td_free(pp);
+      if (rc) {
+        td_idx_builder_abort(b);
+        td_fail("merging the partitions into %s: %s", out, err);
+      }
+    }
+    if (td_idx_builder_finalize(b, err, sizeof err)) td_fail("%s", err);
+    td_free(out);
+  }
+}
+
+/* --partitions N > 1: split, preprocess each partition, merge (data/partition.h). */
+static void run_partitions(pre_args *a, td_preprocess_stats *st) {
+  char err[1024];
+  int n_inputs, reused;
+  char **inputs = td_partition_inputs(a->o.input, &n_inputs, err, sizeof err);
+  if (!inputs) td_fail("%s", err);
+  if (td_partition_split(a->o.input, inputs, n_inputs, a->partitions, a->keep_sequential,
+                         &reused, err, sizeof err))
+    td_fail("%s", err);
+  td_partition_free_names(inputs, n_inputs);
+  char *first = td_partition_file_name(a->o.input, 0);
+  if (reused)
+    fprintf(stderr, "trident: note: the %d partition files %s, ... exist: using them as they "
+            "are (as Megatron does; delete them to split --input again)\n", a->partitions, first);
+  td_free(first);
+  memset(st, 0, sizeof *st);
+  for (int i = 0; i < a->partitions; i++) {
+    td_preprocess_opts o = a->o;
+    char *in = td_partition_file_name(a->o.input, i), *out = partition_prefix(a->o.output_prefix, i);
+    o.input = in, o.output_prefix = out;
+    td_preprocess_stats p;
+    if (td_preprocess(&o, &p, err, sizeof err)) td_fail("%s", err);
+    st->documents += p.documents, st->bad_lines += p.bad_lines, st->tokens += p.tokens;
+    st->bytes += p.bytes, st->seconds += p.seconds;
+    td_free(in), td_free(out);
+  }
+  merge_partitions(a, td_idx_dtype_for_vocab(td_bpe_vocab_size(a->o.bpe)));
+}
+
 int td_cmd_preprocess(int argc, char **argv) {
   pre_args a = {0};
   if (parse_args(&a, argc, argv))
@@ -213,7 +290,9 @@ int td_cmd_preprocess(int argc, char **argv) {
     td_fail("%s", err);
   a.o.bpe = bpe;
   td_preprocess_stats st;
-  if (td_preprocess(&a.o, &st, err, sizeof err))
+  if (a.partitions > 1)
+    run_partitions(&a, &st);
+  else if (td_preprocess(&a.o, &st, err, sizeof err))
     td_fail("%s", err);
   report(&a, &st);
   if (fflush(stdout))

@@ -291,6 +291,31 @@ int td_idx_builder_add_document(td_idx_builder *b, const int32_t *ids, int64_t n
   return 0;
 }
 
+int td_idx_builder_add_index(td_idx_builder *b, const char *prefix, char *err, size_t errlen) {
+  td_indexed_dataset ds;
+  if (td_indexed_dataset_open(&ds, prefix, err, errlen)) return -1;
+  int rc = 0;
+  if (ds.dtype != b->dtype) {
+    rc = td_errorf(err, errlen, "cannot append '%s' (%s tokens) to '%s' (%s tokens)", prefix,
+                   td_idx_dtype_name(ds.dtype), b->prefix, td_idx_dtype_name(b->dtype));
+  } else {
+    size_t bytes = (size_t)ds.n_tokens * ds.itemsize;
+    if (bytes && fwrite(ds.bin, 1, bytes, b->bin) != bytes)
+      rc = td_errorf(err, errlen, "cannot write '%s.bin.tmp': %s", b->prefix, strerror(errno));
+    const int64_t offset = b->n_seq;
+    for (int64_t q = 0; !rc && q < ds.n_sequences; q++) {
+      b->lengths = grow(b->lengths, b->n_seq, &b->cap_seq, sizeof *b->lengths);
+      b->lengths[b->n_seq++] = td_indexed_dataset_seq_len(&ds, q);
+    }
+    for (int64_t d = 1; !rc && d < ds.n_document_indices; d++) {
+      b->doc_indices = grow(b->doc_indices, b->n_doc, &b->cap_doc, sizeof *b->doc_indices);
+      b->doc_indices[b->n_doc++] = offset + td_indexed_dataset_doc_index(&ds, d);
+    }
+  }
+  td_indexed_dataset_close(&ds);
+  return rc;
+}
+
 /* The .idx image: header, lengths, pointers (running byte offsets), document indices. */
 static uint8_t *index_image(const td_idx_builder *b, size_t *len) {
   size_t n = (size_t)b->n_seq, isz = td_idx_dtype_size(b->dtype);

@@ -78,6 +78,9 @@ typedef struct td_idx_builder td_idx_builder;
 td_idx_builder *td_idx_builder_open(const char *prefix, td_idx_dtype dtype, char *err, size_t errlen);
 /* One document of n tokens (n = 0: an empty document, no sequence). Ids must fit the dtype. */
 int td_idx_builder_add_document(td_idx_builder *b, const int32_t *ids, int64_t n, char *err, size_t errlen);
+/* Append the whole dataset at PREFIX (.bin / .idx, the same dtype), as Megatron's
+ * IndexedDatasetBuilder.add_index: its sequences, and its documents after b's. */
+int td_idx_builder_add_index(td_idx_builder *b, const char *prefix, char *err, size_t errlen);
 /* Write the .idx, sync, rename both into place; frees b whatever the outcome. */
 int td_idx_builder_finalize(td_idx_builder *b, char *err, size_t errlen);
 /* Give up: remove the temporaries and free b. */
