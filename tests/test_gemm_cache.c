@@ -22,7 +22,6 @@
 #include "check.h"
 #include "device/cpu/cpu_gemm.h"
 #include "device/cpu/cpu_gemm_select.h"
-#include "device/cpu/cpu_isa.h"
 #include "device/cpu/cpu_openblas.h"
 
 static char g_dir[256], g_path[300];
@@ -314,11 +313,7 @@ static void test_openblas_kernels(void) {
   }
   const td_openblas *blas = td_openblas_get();
   const char *user = getenv("OPENBLAS_CORETYPE");
-  __builtin_cpu_init();
-  const char *better = td_openblas_core_for(
-      blas->core, __builtin_cpu_supports("avx"),
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
-      td_cpu_isa_get() == TD_ISA_AVX512, td_cpu_has_avx512_bf16());
+  const char *better = td_openblas_core_here(blas->core);
   CHECK((user && *user) || !better, "OpenBLAS runs its %s kernels where %s ones run (%s)",
         blas->core, better ? better : "-", blas->config);
   CHECK(!*blas->note || strstr(blas->note, blas->core), "the note names the kernels: %s",

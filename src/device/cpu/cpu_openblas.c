@@ -10,7 +10,6 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "device/cpu/cpu_isa.h"
 
 #ifndef TD_OPENBLAS_PATH /* CMake names the OpenMP build it found */
 #define TD_OPENBLAS_PATH "libopenblas.so.0"
@@ -34,6 +33,15 @@ const char *td_openblas_core_for(const char *detected, int has_avx, int has_avx2
   if (has_avx2) return "Haswell";
   if (has_avx) return "Sandybridge";
   return NULL;
+}
+
+const char *td_openblas_core_here(const char *detected) {
+  __builtin_cpu_init();
+  int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return td_openblas_core_for(detected, __builtin_cpu_supports("avx"),
+                              __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
+                              avx512, avx512 && __builtin_cpu_supports("avx512bf16"));
 }
 
 typedef const char *(*name_fn)(void);
@@ -94,14 +102,7 @@ static void load(void) {
   g_handle = open_library();
   const char *detected = corename();
   const char *user = getenv("OPENBLAS_CORETYPE");
-  __builtin_cpu_init();
-  const char *want =
-      user && *user ? NULL
-                    : td_openblas_core_for(detected, __builtin_cpu_supports("avx"),
-                                           __builtin_cpu_supports("avx2") &&
-                                               __builtin_cpu_supports("fma"),
-                                           td_cpu_isa_get() == TD_ISA_AVX512,
-                                           td_cpu_has_avx512_bf16());
+  const char *want = user && *user ? NULL : td_openblas_core_here(detected);
   char was[64];
   snprintf(was, sizeof was, "%s", detected); /* the old library's string goes with it */
   if (want) {

@@ -34,5 +34,8 @@ const td_openblas *td_openblas_get(void);
  * AVX or better; NULL to keep OpenBLAS's choice. */
 const char *td_openblas_core_for(const char *detected, int has_avx, int has_avx2, int has_avx512,
                                  int has_avx512_bf16);
+/* The same for the instruction sets of the CPU that runs (cpuid, whatever
+ * TRIDENT_CPU_ISA selects for trident's own kernels). */
+const char *td_openblas_core_here(const char *detected);
 
 #endif
