@@ -5,8 +5,8 @@
 # and the merged P_text_document is byte for byte the dataset of the partitions'
 # lines concatenated (checked against a one-partition run over that reordered
 # input, itself Megatron's bytes: cli_preprocess.sh); existing partition files are
-# reused; a glob pattern names several inputs; "\r\n" ends lines as Python's text
-# mode reads them; --workers not a multiple of N, stdin and a pattern that matches
+# reused; a glob pattern names several inputs, "\r\n" lines among them; --workers
+# not a multiple of N, stdin and a pattern that matches
 # nothing are refused. Usage: cli_preprocess_partitions.sh TRIDENT_BINARY SOURCE_DIR
 set -u
 bin=$1
@@ -57,7 +57,7 @@ grep -q "exist: using them" r4.log && same_dataset r4_text_document cut_text_doc
   ok "existing partition files are used as they are, with a note" ||
   fail "reuse: $(grep note r4.log)"
 
-# A glob pattern: its files in sorted order, "\r\n" line ends read as "\n".
+# A glob pattern: its files in sorted order; "\r\n" lines give the datasets of "\n" ones.
 mkdir g && head -40 in.jsonl >g/b.jsonl && sed -n '41,90p' in.jsonl | sed 's/$/\r/' >g/a.jsonl
 "${pre[@]}" --input 'g/*.jsonl' --output-prefix g2 --partitions 2 --workers 2 >g2.log 2>&1 ||
   fail "glob: exit $?: $(tail -2 g2.log)"

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <glob.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -43,42 +44,22 @@ void td_partition_free_names(char **names, int n) {
   td_free(names);
 }
 
-/* Lines of a file as Python's text mode yields them: ended by "\n", "\r\n" or
- * "\r" (each given to the callback as "\n"), the last one unended if the file
- * does not end with one. */
-typedef int (*line_fn)(void *ctx, const char *line, size_t len, int ended);
+/* Each line of a file, with its "\n" (the last one without, when the file does
+ * not end with one): the lines trident preprocess reads (getline). A "\r\n" line
+ * keeps its "\r", white space to JSON, so the datasets are Megatron's, whose text
+ * mode turns it into "\n". */
+typedef int (*line_fn)(void *ctx, const char *line, size_t len);
 
 static int each_line(const char *path, line_fn fn, void *ctx, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
   if (!f) return td_errorf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
-  size_t cap = 1 << 16, len = 0;
-  char *line = td_malloc(cap), buf[1 << 16];
-  int after_cr = 0, rc = 0;
-  size_t got;
-  while (!rc && (got = fread(buf, 1, sizeof buf, f)) > 0)
-    for (size_t k = 0; k < got && !rc; k++) {
-      char c = buf[k];
-      if (after_cr && c == '\n') { /* the "\n" of a "\r\n" already ended the line */
-        after_cr = 0;
-        continue;
-      }
-      after_cr = c == '\r';
-      if (c == '\n' || c == '\r') {
-        rc = fn(ctx, line, len, 1);
-        len = 0;
-        continue;
-      }
-      if (len + 1 > cap) {
-        char *grown = td_malloc(cap * 2);
-        memcpy(grown, line, len);
-        td_free(line);
-        line = grown, cap *= 2;
-      }
-      line[len++] = c;
-    }
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t got;
+  int rc = 0;
+  while (!rc && (got = getline(&line, &cap, f)) >= 0) rc = fn(ctx, line, (size_t)got);
   if (!rc && ferror(f)) rc = td_errorf(err, errlen, "cannot read '%s': %s", path, strerror(errno));
-  if (!rc && len) rc = fn(ctx, line, len, 0);
-  td_free(line);
+  free(line); /* getline's buffer */
   fclose(f);
   return rc;
 }
@@ -90,16 +71,16 @@ typedef struct {
   int write_errno;           /* a failed write's errno, 0 while none failed */
 } splitter;
 
-static int count_line(void *ctx, const char *line, size_t len, int ended) {
-  (void)line, (void)len, (void)ended;
+static int count_line(void *ctx, const char *line, size_t len) {
+  (void)line, (void)len;
   ((splitter *)ctx)->count++;
   return 0;
 }
 
-static int write_line(void *ctx, const char *line, size_t len, int ended) {
+static int write_line(void *ctx, const char *line, size_t len) {
   splitter *s = ctx;
   FILE *f = s->out[s->index < s->parts ? s->index : s->parts - 1];
-  if (fwrite(line, 1, len, f) != len || (ended && fputc('\n', f) == EOF)) {
+  if (fwrite(line, 1, len, f) != len) {
     s->write_errno = errno ? errno : EIO;
     return -1;
   }

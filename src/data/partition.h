@@ -10,8 +10,8 @@
  *   PREFIX_KEY_document.bin / .idx      the merged dataset
  *
  * Lines go round-robin (line j to partition j mod N), or with keep_sequential in
- * runs of ceil(lines / N) (the input's order kept). Lines end at "\n", "\r\n" or
- * "\r" and are written with "\n", as Python's text mode reads and writes them. */
+ * runs of ceil(lines / N) (the input's order kept). Lines end at "\n", as trident
+ * preprocess reads them, and are copied as they are. */
 #ifndef TD_DATA_PARTITION_H
 #define TD_DATA_PARTITION_H
 
