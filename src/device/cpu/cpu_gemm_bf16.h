@@ -20,7 +20,7 @@ int td_cpu_gemm_dpbf16_usable(void);
 /* Raise when these kernels change speed: the GEMM choice file names it in its
  * machine string (cpu_gemm_cache.c), so choices measured on an older revision are
  * measured again. */
-#define TD_GEMM_BF16_REVISION 3
+#define TD_GEMM_BF16_REVISION 4
 
 /* Deepest k of one pass: deeper products run in passes accumulated through C,
  * which must then be fp32. */

@@ -466,17 +466,19 @@ static void run_pass(const pass *s) {
 /* One batch item: k cut into passes of at most KMAX, each accumulating into C
  * (the first with the caller's beta and bias, the later ones with beta = 1).
  * A weight gradient (transposed A, plain B: both operands k-major) packs its A
- * with transposes for AMX tiles; when n < m it is cheaper to compute C^T = B^T A,
- * whose packed A is the smaller B^T, and write C^T transposed (no bias: it would be
- * per row). The AVX512-BF16 kernel packs a transposed A in the pair layout instead,
- * as cheap to pack as B, and computes C^T only when A is much the larger operand
- * (m >= 8n: the lm_head's weight gradient, where every thread would otherwise
- * stream all of a 100 MB packed A; 12% faster measured there, 3-5% slower at
- * m = 3n, 4n). */
+ * with transposes for AMX tiles. Computing C^T = B^T A instead, whose packed A is
+ * the smaller B^T when n < m, and writing C^T transposed saves packing but costs
+ * the transposed epilogue (a fifth of the time at m 3072, n 768, k 1024): 7-10%
+ * slower on AMX at the GPT-2 weight gradients with n < m (3072 x 768, 50304 x
+ * 768), so AMX never does. The AVX512-BF16 kernel packs a transposed A in the pair
+ * layout instead, as cheap to pack as B, and computes C^T only when A is much the
+ * larger operand (m >= 8n: the lm_head's weight gradient, where every thread would
+ * otherwise stream all of a 100 MB packed A; 12% faster measured there, 3-5%
+ * slower at m = 3n, 4n). */
 static void gemm_one(const td_matmul_desc *g, const uint16_t *a, const uint16_t *b, void *c,
                      int amx) {
   td_matmul_desc piece = *g;
-  int transpose_c = g->trans_a && !g->trans_b && !g->bias && (amx ? g->n < g->m : g->n * 8 <= g->m);
+  int transpose_c = !amx && g->trans_a && !g->trans_b && !g->bias && g->n * 8 <= g->m;
   if (transpose_c) {
     const uint16_t *t = a;
     a = b, b = t;
