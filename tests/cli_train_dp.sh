@@ -12,7 +12,10 @@
 # rank runs one micro-batch per step (the checkpoints they save are byte for
 # byte plain DP's), within fp32 rounding with gradient accumulation, and their
 # checkpoints reshard: ZeRO-3 at DP=4 -> ZeRO-2 at DP=2 -> no ZeRO at DP=1, and
-# back.
+# back. Gradients sent in bf16 (--grad-reduce-in-bf16) keep every stage's bits
+# the same, stay within bf16 rounding of DP=1, and DeepSpeed's
+# communication_data_type bf16 is the same run; its fp16 (with fp16 training)
+# stays within fp16 rounding of the fp32 reduction.
 # Arguments: the trident binary and the source directory.
 set -u
 bin=$1
@@ -102,6 +105,33 @@ for prec in fp32 bf16; do
     fi
   done
 done
+# Gradients cross between ranks in bf16 (Megatron's --grad-reduce-in-bf16 under
+# --bf16, DeepSpeed's communication_data_type bf16): each rank's rounded, the
+# sum in fp32 in rank order, rounded once, so every stage trains to the same
+# bits; near the fp32 reduction; the DeepSpeed key runs the same as the flag.
+w=(--micro-batch-size 2 --bf16)
+for z in 0 1 2 3; do
+  run 4 "$tmp/w$z.log" "${w[@]}" --grad-reduce-in-bf16 --zero-stage $z
+done
+for z in 1 2 3; do
+  same "$tmp/w0.log" "$tmp/w$z.log" 0 "bf16 gradients on the wire: ZeRO-$z at DP=4 == DP=4 without it, bit for bit"
+done
+same "$tmp/bf16/np1.log" "$tmp/w0.log" 1e-3 "bf16 gradients on the wire at DP=4 == DP=1 within bf16 rounding"
+grep -q "summed in rank order; sent in bf16, summed in fp32" "$tmp/w0.log" && ! cmp -s "$tmp/w0.log.l" "$tmp/z0_bf16.log.l" &&
+  ok "--grad-reduce-in-bf16 says so and changes the losses (the reduction rounds)" ||
+  fail "--grad-reduce-in-bf16: $(grep 'data-parallel gradient' "$tmp/w0.log")"
+run 4 "$tmp/wds.log" "${w[@]}" --deepspeed --deepspeed_config_dict \
+  '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "gradient_clipping": 1.0, "communication_data_type": "bf16"}'
+same "$tmp/w0.log" "$tmp/wds.log" 0 "DeepSpeed's communication_data_type bf16 == --grad-reduce-in-bf16, bit for bit"
+for c in fp32 fp16; do # fp16 training: its loss scale keeps the sums inside fp16's range
+  run 4 "$tmp/wfp16_$c.log" --micro-batch-size 2 --fp16 --deepspeed --deepspeed_config_dict \
+    '{"train_batch_size": 8, "fp16": {"enabled": true}, "gradient_clipping": 1.0, "communication_data_type": "'$c'"}'
+done
+same "$tmp/wfp16_fp32.log" "$tmp/wfp16_fp16.log" 1e-3 "fp16 training: communication_data_type fp16 == fp32 within fp16 rounding"
+grep -q "sent in fp16, summed in fp32" "$tmp/wfp16_fp16.log" && ! cmp -s "$tmp/wfp16_fp32.log.l" "$tmp/wfp16_fp16.log.l" &&
+  ok "communication_data_type fp16 says so and changes the losses" ||
+  fail "communication_data_type fp16: $(grep 'data-parallel gradient' "$tmp/wfp16_fp16.log")"
+
 for z in 2 3; do
   run 2 "$tmp/z${z}_dp2.log" --micro-batch-size 2 --zero-stage $z
   same "$tmp/fp32/np1.log" "$tmp/z${z}_dp2.log" 1e-6 "ZeRO-$z at DP=2 (2 micro-batches per rank) == DP=1"

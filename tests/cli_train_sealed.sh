@@ -5,6 +5,7 @@
 # precision and optimizer path, and gives the CPU's losses bit for bit:
 #  - one rank with dropout; fp16 (the loss scaler) and bf16;
 #  - data parallelism with ZeRO-1, ZeRO-2 and ZeRO-3 (gradient accumulation on),
+#    and with gradients sent in bf16 (--grad-reduce-in-bf16),
 #    tensor parallelism with sequence parallelism (the vocabulary-parallel
 #    cross-entropy), pipeline parallelism (1F1B's sends and receives; 2 and 4
 #    stages), TP x DP, PP x DP;
@@ -51,6 +52,7 @@ both "one rank, bf16" 1 --bf16
 both "DP=2 ZeRO-1" 2 --use-distributed-optimizer
 both "DP=2 ZeRO-2" 2 --zero-stage 2
 both "DP=2 ZeRO-3" 2 --zero-stage 3
+both "DP=2 ZeRO-2, bf16 gradients on the wire" 2 --zero-stage 2 --bf16 --grad-reduce-in-bf16
 both "TP=2 sequence parallel" 2 --tensor-model-parallel-size 2 --sequence-parallel
 both "PP=2 bf16" 2 --pipeline-model-parallel-size 2 --bf16
 both "TP=2 x DP=2 ZeRO-1" 4 --tensor-model-parallel-size 2 --use-distributed-optimizer
@@ -70,6 +72,7 @@ gloo() {
   same "$tmp/$name.cpu.log" "$tmp/$name.gloo.log" 0 "$name: sealed, staged through the host (gloo) == CPU, bit for bit"
 }
 gloo "DP=2 ZeRO-2" 2 --zero-stage 2
+gloo "DP=2 ZeRO-2, bf16 gradients on the wire" 2 --zero-stage 2 --bf16 --grad-reduce-in-bf16
 gloo "TP=2 sequence parallel" 2 --tensor-model-parallel-size 2 --sequence-parallel
 gloo "PP=2 bf16" 2 --pipeline-model-parallel-size 2 --bf16
 

@@ -207,8 +207,6 @@ static void test_error_kinds(void) {
        "offload_param.device nvme: parameter offload to NVMe (ZeRO-Infinity) is not yet implemented"},
       {"{\"zero_optimization\": {\"zero_quantized_gradients\": true}}",
        "zero_quantized_gradients: quantized gradient communication"},
-      {"{\"communication_data_type\": \"fp16\"}", "communication_data_type fp16: gradients are "
-                                                  "all-reduced in fp32 here"},
       {"{\"data_efficiency\": {\"enabled\": true}}", "data_efficiency.enabled: data efficiency"},
       {"{\"elasticity\": {\"enabled\": true, \"max_train_batch_size\": 64}}",
        "elasticity.enabled: elastic training would take over the batch sizes"},
@@ -409,6 +407,42 @@ static void expect_note(const char *extra, const char *json, const char *want) {
   td_args_free(&a);
 }
 
+/* The dtype data-parallel gradients cross in: fp32 unless Megatron's
+ * --grad-reduce-in-bf16 (under --bf16 only, as Megatron) or DeepSpeed's
+ * communication_data_type asks; the config's fp16 needs fp16 training. */
+static void test_grad_comm_dtype(void) {
+#define BF16_ON "{\"train_batch_size\": 8, \"bf16\": {\"enabled\": true}}"
+  static const struct {
+    const char *extra, *json;
+    td_dtype want;
+  } r[] = {
+      {"", "{\"train_batch_size\": 8}", TD_F32},
+      {"--bf16", BF16_ON, TD_F32},
+      {"--bf16 --grad-reduce-in-bf16", BF16_ON, TD_BF16},
+      {"--grad-reduce-in-bf16", "{\"train_batch_size\": 8}", TD_F32},
+      {"--fp16 --grad-reduce-in-bf16", "{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true}}",
+       TD_F32},
+      {"", "{\"train_batch_size\": 8, \"bf16\": {\"enabled\": true}, "
+           "\"communication_data_type\": \"bf16\"}", TD_BF16},
+      {"", "{\"train_batch_size\": 8, \"communication_data_type\": \"bf16\"}", TD_BF16},
+      {"", "{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true}, "
+           "\"communication_data_type\": \"fp16\"}", TD_F16},
+      {"", "{\"train_batch_size\": 8, \"bf16\": {\"enabled\": true}, "
+           "\"communication_data_type\": \"fp32\"}", TD_F32},
+  };
+  for (size_t i = 0; i < sizeof r / sizeof *r; i++) {
+    td_args a;
+    char err[1024];
+    int rc = run(&a, r[i].extra, r[i].json, 1, err, sizeof err);
+    CHECK(rc == 0 && a.grad_comm_dtype == r[i].want, "'%s' %s: gradients cross in %s (rc %d, %s)",
+          r[i].extra, r[i].json, td_dtype_name(r[i].want), rc, err);
+    td_args_free(&a);
+  }
+  expect_note("--grad-reduce-in-bf16", "{\"train_batch_size\": 8}",
+              "--grad-reduce-in-bf16: acts with --bf16 only");
+#undef BF16_ON
+}
+
 /* Which of DeepSpeed's optimizer wrappers runs, by whether it has a loss scale
  * (Megatron-DeepSpeed's log line prints it only then). */
 static void test_logs_loss_scale(void) {
@@ -464,6 +498,11 @@ static void test_conflicts(void) {
                "partitioned for stage 3");
   expect_error("--use-distributed-optimizer", JSON("\"steps_per_print\": 1}"), 1,
                "--use-distributed-optimizer (ZeRO-1) vs zero_optimization.stage 0");
+  expect_error("--bf16 --grad-reduce-in-bf16",
+               JSON("\"bf16\": {\"enabled\": true}, \"communication_data_type\": \"fp32\"}"), 1,
+               "--grad-reduce-in-bf16 vs communication_data_type fp32 in the file");
+  expect_error("--bf16", JSON("\"bf16\": {\"enabled\": true}, \"communication_data_type\": \"fp16\"}"),
+               1, "communication_data_type fp16 needs fp16 training (fp16.enabled true)");
   expect_error("--ddp-bucket-size 100",
                JSON("\"zero_optimization\": {\"reduce_bucket_size\": 200}}"), 1,
                "--ddp-bucket-size 100 vs zero_optimization.reduce_bucket_size 200");
@@ -777,6 +816,7 @@ int main(void) {
   test_batch_auto_and_errors();
   test_applied();
   test_conflicts();
+  test_grad_comm_dtype();
   test_zero_stage_from_file();
   test_logs_loss_scale();
   test_scaler_script();

@@ -16,7 +16,11 @@ typedef enum { RED_IDLE = 0, RED_QUEUED, RED_EXCHANGE, RED_GATHER } red_phase;
 typedef struct {
   red_phase phase;
   td_dcomm_request req;
-  float *recv; /* DP x piece: every rank's copy of this rank's piece */
+  float *recv;     /* fp32: DP x piece, every rank's copy of this rank's piece;
+                      with a half-precision wire, the one piece of their sum */
+  void *wire;      /* half-precision wire: the unit in that dtype (sent, then the
+                      rounded sums gathered into it) */
+  void *wire_recv; /* half-precision wire: every rank's copy of this rank's piece */
 } unit_reduction;
 
 typedef struct {
@@ -46,6 +50,7 @@ struct td_zero {
   td_device *dev;
   td_comm *dp, *comm[N_COMMS];
   int dp_size, dp_rank, stage;
+  td_dtype wire;     /* gradients between ranks: TD_F32, or TD_BF16 / TD_F16 (half the bytes) */
   int weights_fresh; /* the last update wrote the bf16 weight copy (td_zero_update) */
   int n_units;
   int64_t *piece;      /* per unit: numel / dp, what each rank reduces and gathers */
@@ -118,27 +123,62 @@ static float *unit_grads(td_zero *z, int u) {
   return z->stage >= 2 ? z->grad_buf[u] : td_gpt_grads(z->model) + U(z, u)->offset;
 }
 
+static size_t wire_size(const td_zero *z) { return td_dtype_size(z->wire); }
+
+/* Send piece r of unit u's gradients to rank r; a half-precision wire rounds
+ * each rank's gradients once, on the way out. */
 static void start_exchange(td_zero *z, int u) {
   unit_reduction *r = &z->red[u];
-  r->recv = transient_alloc(z, U(z, u)->numel, sizeof(float));
-  td_dcomm_iall_to_all(z->comm[COMM_EXCHANGE], z->dev, unit_grads(z, u), r->recv, z->piece[u], TD_F32,
-                      &r->req);
+  const int64_t n = U(z, u)->numel;
+  if (z->wire == TD_F32) {
+    r->recv = transient_alloc(z, n, sizeof(float));
+    td_dcomm_iall_to_all(z->comm[COMM_EXCHANGE], z->dev, unit_grads(z, u), r->recv, z->piece[u],
+                        TD_F32, &r->req);
+  } else {
+    r->wire = transient_alloc(z, n, wire_size(z));
+    r->wire_recv = transient_alloc(z, n, wire_size(z));
+    OPS(z)->cast(z->dev, r->wire, z->wire, unit_grads(z, u), TD_F32, n);
+    td_dcomm_iall_to_all(z->comm[COMM_EXCHANGE], z->dev, r->wire, r->wire_recv, z->piece[u], z->wire,
+                        &r->req);
+  }
   r->phase = RED_EXCHANGE;
   z->in_flight++;
 }
 
-/* recv[0] = recv[0] + recv[1] + ... + recv[DP-1], left to right. */
+/* recv[0] = recv[0] + recv[1] + ... + recv[DP-1], left to right (fp32). A
+ * half-precision wire widens the received pieces one at a time into recv (a
+ * piece) and a piece of scratch: the same fp32 sum of the same values. */
 static void sum_pieces(td_zero *z, int u) {
-  float *recv = z->red[u].recv;
-  int64_t p = z->piece[u];
-  for (int q = 1; q < z->dp_size; q++) OPS(z)->add(z->dev, recv, recv, recv + q * p, p);
+  unit_reduction *r = &z->red[u];
+  const int64_t p = z->piece[u];
+  if (z->wire == TD_F32) {
+    for (int q = 1; q < z->dp_size; q++) OPS(z)->add(z->dev, r->recv, r->recv, r->recv + q * p, p);
+    return;
+  }
+  const size_t es = wire_size(z);
+  r->recv = transient_alloc(z, p, sizeof(float));
+  float *widened = transient_alloc(z, p, sizeof(float));
+  OPS(z)->cast(z->dev, r->recv, TD_F32, r->wire_recv, z->wire, p);
+  for (int q = 1; q < z->dp_size; q++) {
+    OPS(z)->cast(z->dev, widened, TD_F32, (char *)r->wire_recv + (size_t)(q * p) * es, z->wire, p);
+    OPS(z)->add(z->dev, r->recv, r->recv, widened, p);
+  }
+  transient_free(z, widened, p, sizeof(float));
+  transient_free(z, r->wire_recv, U(z, u)->numel, es);
+  r->wire_recv = NULL;
+}
+
+/* The fp32 buffer behind r->recv: the DP pieces (fp32 wire) or the one sum. */
+static int64_t recv_numel(const td_zero *z, int u) {
+  return z->wire == TD_F32 ? U(z, u)->numel : z->piece[u];
 }
 
 static void unit_reduced(td_zero *z, int u) {
   unit_reduction *r = &z->red[u];
   r->phase = RED_IDLE;
-  transient_free(z, r->recv, U(z, u)->numel, sizeof(float));
-  r->recv = NULL;
+  transient_free(z, r->recv, recv_numel(z, u), sizeof(float));
+  transient_free(z, r->wire, U(z, u)->numel, wire_size(z));
+  r->recv = NULL, r->wire = NULL;
   if (z->stage >= 2) { /* the unit's buffer is gone until its next backward */
     transient_free(z, z->grad_buf[u], U(z, u)->numel, sizeof(float));
     z->grad_buf[u] = NULL;
@@ -146,11 +186,23 @@ static void unit_reduced(td_zero *z, int u) {
   }
 }
 
+/* A half-precision wire: the summed piece rounded to it, in this rank's place
+ * of the unit's wire buffer (what the all-gather sends); stage 2/3 keep the
+ * rounded value too, so every stage and every rank sees the same gradients. */
+static void round_sum(td_zero *z, int u) {
+  unit_reduction *r = &z->red[u];
+  const int64_t p = z->piece[u];
+  void *mine = (char *)r->wire + (size_t)(z->dp_rank * p) * wire_size(z);
+  OPS(z)->cast(z->dev, mine, z->wire, r->recv, TD_F32, p);
+  if (z->stage >= 2) OPS(z)->cast(z->dev, r->recv, TD_F32, mine, z->wire, p);
+}
+
 /* The exchange of unit u is complete: sum, then place the sum. */
 static void exchanged(td_zero *z, int u) {
   unit_reduction *r = &z->red[u];
   int64_t p = z->piece[u];
   sum_pieces(z, u);
+  if (z->wire != TD_F32) round_sum(z, u);
   if (z->stage >= 2) {
     float *dst = z->grad_shard + z->shard_off[u];
     OPS(z)->add(z->dev, dst, dst, r->recv, p);
@@ -158,12 +210,16 @@ static void exchanged(td_zero *z, int u) {
     unit_reduced(z, u);
     return;
   }
-  float *mine = flat_grad_piece(z, u);
-  OPS(z)->copy_d2d(z->dev, mine, r->recv, (size_t)p * sizeof(float));
-  transient_free(z, r->recv, U(z, u)->numel, sizeof(float));
+  float *unit = td_gpt_grads(z->model) + U(z, u)->offset, *mine = flat_grad_piece(z, u);
+  if (z->wire == TD_F32) OPS(z)->copy_d2d(z->dev, mine, r->recv, (size_t)p * sizeof(float));
+  transient_free(z, r->recv, recv_numel(z, u), sizeof(float));
   r->recv = NULL;
-  td_dcomm_iall_gather(z->comm[COMM_GRAD_GATHER], z->dev, mine, td_gpt_grads(z->model) + U(z, u)->offset,
-                      p, TD_F32, &r->req);
+  if (z->wire == TD_F32)
+    td_dcomm_iall_gather(z->comm[COMM_GRAD_GATHER], z->dev, mine, unit, p, TD_F32, &r->req);
+  else
+    td_dcomm_iall_gather(z->comm[COMM_GRAD_GATHER], z->dev,
+                         (char *)r->wire + (size_t)(z->dp_rank * p) * wire_size(z), r->wire, p,
+                         z->wire, &r->req);
   r->phase = RED_GATHER;
 }
 
@@ -178,6 +234,9 @@ static int advance(td_zero *z, int u, int block) {
   if (r->phase == RED_EXCHANGE) {
     exchanged(z, u);
   } else {
+    if (z->wire != TD_F32) /* the gathered unit, widened into the flat gradients */
+      OPS(z)->cast(z->dev, td_gpt_grads(z->model) + U(z, u)->offset, TD_F32, r->wire, z->wire,
+                   U(z, u)->numel);
     z->in_flight--;
     unit_reduced(z, u);
   }
@@ -512,6 +571,13 @@ void td_zero_free(td_zero *z) {
   td_free(z);
 }
 
+void td_zero_set_grad_comm_dtype(td_zero *z, td_dtype dt) {
+  TD_CHECK(dt == TD_F32 || dt == TD_BF16 || dt == TD_F16,
+           "ZeRO: gradients cross between ranks in fp32, bf16 or fp16, not %s", td_dtype_name(dt));
+  TD_CHECK(!z->n_queue, "ZeRO: the gradients' wire dtype changed while reductions are in flight");
+  z->wire = dt;
+}
+
 int td_zero_stage(const td_zero *z) { return z->stage; }
 int64_t td_zero_shard_numel(const td_zero *z) { return z->shard_numel; }
 int td_zero_num_buckets(const td_zero *z) { return z->n_buckets; }
@@ -526,7 +592,7 @@ float *td_zero_param_base(td_zero *z) {
   return z->stage == 3 ? z->param_shard : td_gpt_params(z->model);
 }
 
-static float *grad_base(td_zero *z) {
+float *td_zero_grad_base(td_zero *z) {
   return z->stage >= 2 ? z->grad_shard : td_gpt_grads(z->model);
 }
 
@@ -659,7 +725,7 @@ void td_zero_update(td_zero *z, td_adamw *o, float lr, float grad_scale) {
   void *copy = z->stage == 0 && td_gpt_weight_dtype(z->model) == TD_BF16 ? td_gpt_weights(z->model)
                                                                           : NULL;
   z->weights_fresh =
-      td_adamw_step_copy(o, td_zero_param_base(z), grad_base(z), copy, TD_BF16, lr, grad_scale);
+      td_adamw_step_copy(o, td_zero_param_base(z), td_zero_grad_base(z), copy, TD_BF16, lr, grad_scale);
 }
 
 

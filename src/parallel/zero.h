@@ -23,6 +23,13 @@
  *   stage 2/3: the summed piece is added to this rank's gradient shard (kept
  *     across micro-batches) and the unit's gradient buffer, allocated to its size
  *     and bound to the model just for this backward, is freed.
+ * With a half-precision wire (td_zero_set_grad_comm_dtype: Megatron's
+ * --grad-reduce-in-bf16, DeepSpeed's communication_data_type) each rank's
+ * gradients are rounded to it before the all-to-all, the pieces widen to fp32
+ * and sum in the same rank order, and the sum is rounded to the wire dtype once
+ * (the all-gather moves that; stage 2/3 add the rounded value to the shard):
+ * half the bytes on both collectives, every rank and every stage with the same
+ * bits, accumulation over micro-batches still fp32.
  * At most two units are in flight at a time (their receive buffers are the
  * only extra memory). MPI progresses them inside MPI calls: every hook tests
  * the units in flight.
@@ -69,6 +76,10 @@ void td_zero_free(td_zero *z);
 /* Hook a pipeline replica of the model (td_gpt_create_replica) as well. */
 void td_zero_attach(td_zero *z, td_gpt *replica);
 
+/* The dtype data-parallel gradients cross between ranks in: TD_F32 (the
+ * default), TD_BF16 or TD_F16 (see above). Before the first backward. */
+void td_zero_set_grad_comm_dtype(td_zero *z, td_dtype dt);
+
 int td_zero_stage(const td_zero *z);
 int64_t td_zero_shard_numel(const td_zero *z); /* this rank's optimizer-state elements */
 int td_zero_num_buckets(const td_zero *z);
@@ -113,6 +124,10 @@ void td_zero_params_changed(td_zero *z);
 /* Where this rank's parameters of a run are (params base for td_adam_run): device
  * memory, or host memory with params_on_host. */
 float *td_zero_param_base(td_zero *z);
+/* Where this rank's gradients of a run are (grads base for td_adam_run): the
+ * flat gradients (stage 0/1: the whole model, reduced), or the shard (stage
+ * 2/3: this rank's pieces, unit after unit), device memory. */
+float *td_zero_grad_base(td_zero *z);
 
 /* Stage 3: initialise the shards from seed; other stages: td_gpt_init_params. */
 void td_zero_init_params(td_zero *z, uint64_t seed);

@@ -323,6 +323,8 @@ static const flag k_flags[] = {
      .help = "split LayerNorm and dropout along the sequence over the TP ranks"},
     {.name = "ddp-bucket-size", INT(ddp_bucket_size), .defdoc = "max(40M, 1M x data-parallel size)", .c = C_POS, .g = G_PARALLEL, .meta = "N",
      .help = "gradient elements per data-parallel all-reduce bucket"},
+    {.name = "grad-reduce-in-bf16", BOOL(grad_reduce_in_bf16), .g = G_PARALLEL,
+     .help = "with --bf16: data-parallel gradients cross between ranks in bf16 (half the bytes), summed in fp32, accumulated in fp32"},
     {.name = "use-distributed-optimizer", BOOL(use_distributed_optimizer), .g = G_PARALLEL,
      .help = "ZeRO-1: shard the Adam state over the data-parallel ranks"},
     {.name = "deepspeed", BOOL(deepspeed), .g = G_PARALLEL,
@@ -415,7 +417,7 @@ static const flag k_flags[] = {
     {.name = "attention-softmax-in-fp32", NOTE, .g = G_COMPAT,
      .note = "the attention softmax is always computed in fp32 here"},
     {.name = "accumulate-allreduce-grads-in-fp32", NOTE, .g = G_COMPAT,
-     .note = "gradients are always accumulated and reduced in fp32 here"},
+     .note = "gradients are always accumulated and summed in fp32 here (--grad-reduce-in-bf16 only sends them in bf16)"},
     {.name = "use-cpu-initialization", NOTE, .g = G_COMPAT,
      .note = "weights are always initialised on the host from the global seed, identical for every TP/PP layout"},
     {.name = "distributed-timeout-minutes", FLOAT(distributed_timeout_minutes), .def = "10", .c = C_POS, .g = G_PARALLEL, .meta = "M",
@@ -928,9 +930,25 @@ static int check_model(td_args *a, char *err, size_t errlen) {
   return 0;
 }
 
+/* The dtype data-parallel gradients cross in: fp32, or DeepSpeed's
+ * communication_data_type (set by the config), or bf16 for Megatron's
+ * --grad-reduce-in-bf16 under --bf16 (elsewhere Megatron's gradient buffer is
+ * in the parameters' dtype, and the flag changes nothing there either). fp16
+ * needs fp16 training: its loss scale keeps gradients inside fp16's range, and
+ * the scaler skips a step whose sum overflowed. */
+static int check_grad_comm(td_args *a, char *err, size_t errlen) {
+  if (a->grad_reduce_in_bf16 && a->bf16) a->grad_comm_dtype = TD_BF16;
+  if (a->grad_comm_dtype == TD_F16 && !a->fp16)
+    return td_errorf(err, errlen,
+                     "communication_data_type fp16 needs fp16 training (fp16.enabled true): "
+                     "without a loss scale, gradients leave fp16's range; use bf16");
+  return 0;
+}
+
 static int check_precision(td_args *a, char *err, size_t errlen) {
   if (a->fp16 && a->bf16)
     return td_errorf(err, errlen, "--fp16 and --bf16 are exclusive (neither means fp32)");
+  if (check_grad_comm(a, err, errlen)) return -1;
   if (a->min_loss_scale > a->initial_loss_scale)
     return td_errorf(err, errlen, "--min-loss-scale %g is larger than --initial-loss-scale %g",
                 a->min_loss_scale, a->initial_loss_scale);
@@ -1491,6 +1509,11 @@ void td_args_print_notes(const td_args *a, FILE *f) {
     fprintf(f, "trident: note: --sequence-parallel: off, because tensor parallelism is off (as in "
                "Megatron)\n");
   td_ds_config_print_notes(a->ds, f);
+  if (a->grad_reduce_in_bf16 && !a->bf16)
+    fprintf(f, "trident: note: --grad-reduce-in-bf16: acts with --bf16 only (as in Megatron, "
+               "whose gradient buffer is otherwise in the parameters' dtype); gradients cross "
+               "between ranks in %s\n",
+            td_dtype_name(a->grad_comm_dtype));
   if (a->recompute_granularity == TD_GRANULARITY_SELECTIVE)
     fprintf(f, "trident: note: --recompute-%s: selective recomputation keeps no attention "
                "scores, and trident's attention never stores them (flash-style, O(seq) per "

@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/dtype.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 
@@ -102,6 +103,11 @@ typedef struct {
   /* parallelism */
   int64_t tensor_model_parallel_size, pipeline_model_parallel_size, ddp_bucket_size;
   int zero_stage;
+  /* Megatron's --grad-reduce-in-bf16; and the dtype data-parallel gradients
+   * cross between ranks in (parallel/zero.h), derived from it or from DeepSpeed's
+   * communication_data_type: TD_F32 unless one asks */
+  int grad_reduce_in_bf16;
+  td_dtype grad_comm_dtype;
   /* --deepspeed_config's zero_optimization.offload_optimizer.nvme_path with device
    * nvme: Adam's state lives in files there (points into ds; NULL: in memory) */
   const char *optimizer_nvme_path;

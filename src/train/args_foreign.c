@@ -120,7 +120,7 @@ const td_foreign_group td_foreign_groups[] = {
               "fp4-format fp4-recipe fp4-quantizer-factory fp4-param-gather "
               "reuse-grad-buf-for-mxfp8-param-ag keep-fp8-transpose-cache kitchen-config-file "
               "kitchen-recipe-number use-precision-aware-optimizer main-grads-dtype "
-              "main-params-dtype exp-avg-dtype exp-avg-sq-dtype grad-reduce-in-bf16"},
+              "main-params-dtype exp-avg-dtype exp-avg-sq-dtype"},
     {.refused = 0,
      .why = "a GPU kernel, memory or communication setting; what trident trains does not depend "
             "on it (its own kernels and MPI collectives run, buffers sized once at start-up)",

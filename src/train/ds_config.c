@@ -331,12 +331,14 @@ static const dskey k_top[] = {
     {O("aio", k_aio), .note = "NVMe offload streams through its own I/O thread; these settings change nothing"},
     {O("checkpoint", k_checkpoint)},
     {O("data_types", k_data_types)},
-    {C("communication_data_type", k_dtypes)},
+    {C("communication_data_type", k_dtypes), AT(communication_data_type)},
     {B("prescale_gradients"), .w = W_TRUE,
-     .note = "pre-scaling guards fp16 communication against overflow; gradients are reduced "
-             "in fp32 here"},
+     .note = "pre-scaling guards fp16 communication against overflow; here every rank's "
+             "gradients are already divided by the global batch before they are reduced"},
     {N("gradient_predivide_factor"), .r = R_POS,
-     .note = "gradients are reduced in fp32 here, so where they are divided does not matter"},
+     .note = "every rank's gradients are already divided by the global batch before they are "
+             "reduced (summed in fp32 whatever the communication dtype), so a factor changes "
+             "nothing"},
     {B("sparse_gradients"), .note = "the embedding gradient is reduced dense here: the same sum"},
     {B("zero_allow_untested_optimizer"), .note = "ZeRO runs trident's Adam; there is no untested "
                                                  "optimizer to allow"},
@@ -804,8 +806,8 @@ static void check_meaning(td_ds_config *c, const cJSON *root) {
   check_scheduler(c, root);
   check_zero(c);
   check_curriculum(c, root);
-  check_dtype(c, lookup(root, "communication_data_type", NULL), "communication_data_type",
-              "gradients are all-reduced");
+  if (c->communication_data_type == 0)
+    add_note(c, "communication_data_type: fp32: gradients are reduced in fp32 here anyway");
   const cJSON *acc = lookup(root, "data_types", "grad_accum_dtype");
   check_dtype(c, acc, "data_types.grad_accum_dtype", "gradients are accumulated");
   c->grad_accum_fp32 = cJSON_IsString(acc) && !strcasecmp(acc->valuestring, "fp32");
@@ -1237,9 +1239,24 @@ static void note_recompute(td_ds_config *c, const td_args *a) {
              "switches on (as in Megatron-DeepSpeed); this run recomputes nothing");
 }
 
+/* communication_data_type: the dtype data-parallel gradients cross in
+ * (parallel/zero.h: rounded on the way out, summed in fp32 in rank order, the
+ * sum rounded once); fp32 is the default here, where DeepSpeed's default is
+ * the training dtype. args.c checks fp16's loss scale. */
+static void apply_comm_dtype(td_ds_config *c, td_args *a) {
+  static const td_dtype dt[] = {TD_F32, TD_F16, TD_BF16};
+  if (c->communication_data_type < 0) return;
+  if (a->grad_reduce_in_bf16 && dt[c->communication_data_type] != TD_BF16)
+    add_error(c, "--grad-reduce-in-bf16 vs communication_data_type %s in the file: give one, or "
+                 "make them agree",
+              k_dtypes[c->communication_data_type]);
+  a->grad_comm_dtype = dt[c->communication_data_type];
+}
+
 static void apply_all(td_ds_config *c, td_args *a) {
   apply_batch(c, a);
   apply_dtype(c, a);
+  apply_comm_dtype(c, a);
   apply_loss_scale(c, a);
   apply_clip(c, a);
   apply_optimizer(c, a);

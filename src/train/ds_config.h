@@ -81,6 +81,7 @@ typedef struct td_ds_config_s {
   } zero;
   int activation_checkpointing; /* the block is there (it only tunes --checkpoint-activations) */
   int grad_accum_fp32;          /* data_types.grad_accum_dtype "fp32" (the only one accepted) */
+  int communication_data_type;  /* 0 fp32, 1 fp16, 2 bf16 (ds_config.c's k_dtypes), -1 absent */
   struct {                      /* legacy curriculum_learning (train/curriculum.h) */
     int enabled, type, schedule_type, schedule_config; /* type: 0 "seqlen" */
     int64_t min_difficulty, max_difficulty, total_curriculum_step, difficulty_step;

@@ -282,6 +282,7 @@ static void setup_topology(trainer *t) {
  * (its replicas hooked too). */
 static void setup_zero_and_pipeline(trainer *t) {
   t->zero = td_zero_create(t->model, t->dp, t->zero_stage, ddp_bucket_size(t), params_on_host(t));
+  td_zero_set_grad_comm_dtype(t->zero, t->a->grad_comm_dtype);
   td_pipeline_init(&t->pipe, t->model, t->topo.group[TD_GROUP_PP], t->topo.coord.pp,
                    t->topo.layout.pp, t->a->num_micro_batches, &t->timers, t->zero);
 }
@@ -335,9 +336,12 @@ static void print_summary(const trainer *t) {
   if (t->topo.layout.world > 1) printf(" > collectives on device memory: %s\n", t->collectives);
   if (t->dp_size > 1)
     printf(" > data-parallel gradient %s: %d buckets of at most %lld elements (whole layers), "
-           "overlapped with backward, summed in rank order\n",
+           "overlapped with backward, summed in rank order%s\n",
            t->zero_stage >= 2 ? "reduce-scatter" : "all-reduce (reduce-scatter + all-gather)",
-           td_zero_num_buckets(t->zero), (long long)ddp_bucket_size(t));
+           td_zero_num_buckets(t->zero), (long long)ddp_bucket_size(t),
+           a->grad_comm_dtype == TD_BF16   ? "; sent in bf16, summed in fp32"
+           : a->grad_comm_dtype == TD_F16 ? "; sent in fp16, summed in fp32"
+                                          : "");
   static const char *const what[4] = {"", "Adam state", "Adam state and gradients",
                                       "Adam state, gradients and parameters"};
   if (t->opt.host)
