@@ -6,6 +6,7 @@
 #   1x2   one process, 2 threads (2 micro-batches of gradient accumulation)
 #   dp2   mpirun -np 2, 1 thread each, data-parallel (1 micro-batch each)
 #   dp2zero  the same with ZeRO-1 (--use-distributed-optimizer)
+#   dp2zeroovl  dp2zero with the parameter all-gather overlapped with the next forward (--overlap-param-gather)
 #   dp2wire  dp2 with the gradients sent in bf16 (--grad-reduce-in-bf16; acts with --dtype bf16)
 #   pp2   mpirun -np 2, 1 thread each, pipeline-parallel 2 (2 micro-batches)
 #   tp2   mpirun -np 2, 1 thread each, tensor-parallel 2 (2 micro-batches)
@@ -47,6 +48,8 @@ for l in $layouts; do
     dp2) OMP_NUM_THREADS=1 "${mpi[@]}" "$bin" train "${model[@]}" >"$tmp/$l.log" 2>&1 ;;
     dp2zero) OMP_NUM_THREADS=1 "${mpi[@]}" "$bin" train "${model[@]}" --use-distributed-optimizer \
       --timing-log-level 1 >"$tmp/$l.log" 2>&1 ;;
+    dp2zeroovl) OMP_NUM_THREADS=1 "${mpi[@]}" "$bin" train "${model[@]}" --use-distributed-optimizer \
+      --overlap-param-gather --timing-log-level 1 >"$tmp/$l.log" 2>&1 ;;
     dp2wire) OMP_NUM_THREADS=1 "${mpi[@]}" "$bin" train "${model[@]}" --grad-reduce-in-bf16 \
       >"$tmp/$l.log" 2>&1 ;;
     pp2) OMP_NUM_THREADS=1 "${mpi[@]}" "$bin" train "${model[@]}" --pipeline-model-parallel-size 2 \

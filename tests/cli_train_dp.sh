@@ -7,7 +7,9 @@
 # one gradient bucket and with many (--ddp-bucket-size). A checkpoint saved at
 # DP=2 resumes at DP=1 and at DP=4 with the losses of the straight run. ZeRO-1
 # (--use-distributed-optimizer) is bit for bit DP without it, keeps 1/DP of the
-# Adam state, and its checkpoints resume with and without it at other DP sizes.
+# Adam state, and its checkpoints resume with and without it at other DP sizes;
+# its parameter all-gather overlapped with the next forward
+# (--overlap-param-gather) changes no bit either.
 # ZeRO-2 and ZeRO-3 (--zero-stage) train to the same bits as plain DP when each
 # rank runs one micro-batch per step (the checkpoints they save are byte for
 # byte plain DP's), within fp32 rounding with gradient accumulation, and their
@@ -77,6 +79,21 @@ awk -v s="$shard" 'BEGIN { split(s, w, " "); exit !(w[6] > 0 && w[6] * 4 == w[8]
   grep -q 'params-all-gather \.*: ' "$tmp/zero4.log" &&
   ok "ZeRO-1 at DP=4: Adam state $shard; params-all-gather timed" ||
   fail "ZeRO-1 shard / timer: $(grep -E 'ZeRO|params-all-gather' "$tmp/zero4.log" | head -3)"
+# --overlap-param-gather: the all-gather after the update lands unit by unit in
+# the next forward, the same bits (fp32 and bf16, ZeRO-1 and ZeRO-2, evaluation
+# and a checkpoint between), and the summary says so.
+run 2 "$tmp/zero2_overlap.log" --micro-batch-size 2 "${zero[@]}" --overlap-param-gather
+run 2 "$tmp/zero2_bf16_overlap.log" --micro-batch-size 2 --bf16 "${zero[@]}" --overlap-param-gather
+same "$tmp/zero2.log" "$tmp/zero2_overlap.log" 0 "ZeRO-1 at DP=2 with --overlap-param-gather == without, bit for bit"
+same "$tmp/zero2_bf16.log" "$tmp/zero2_bf16_overlap.log" 0 "bf16 ZeRO-1 at DP=2 with --overlap-param-gather == without, bit for bit"
+grep -q "parameter all-gather after the update overlapped with the next forward" "$tmp/zero2_overlap.log" &&
+  ok "--overlap-param-gather says so" || fail "--overlap-param-gather: $(grep -i overlap "$tmp/zero2_overlap.log")"
+c="$tmp/ckpt_overlap"
+run 2 "$tmp/osave.log" --micro-batch-size 2 --exit-interval 10 --save "$c" --save-interval 5 --zero-stage 2 --overlap-param-gather
+run 2 "$tmp/oresume.log" --micro-batch-size 2 --load "$c" --zero-stage 2 --overlap-param-gather
+cat "$tmp/osave.log" "$tmp/oresume.log" >"$tmp/ojoined.log"
+same "$tmp/fp32/np1.log" "$tmp/ojoined.log" 1e-6 "ZeRO-2 with --overlap-param-gather: saved at 5 and 10, resumed to 20 == DP=1 straight"
+
 c="$tmp/ckpt_zero"
 run 2 "$tmp/zsave.log" --micro-batch-size 2 --exit-interval 10 --save "$c" --save-interval 100 "${zero[@]}"
 run 1 "$tmp/zresume1.log" --micro-batch-size 2 --load "$c"

@@ -5,7 +5,8 @@
 # precision and optimizer path, and gives the CPU's losses bit for bit:
 #  - one rank with dropout; fp16 (the loss scaler) and bf16;
 #  - data parallelism with ZeRO-1, ZeRO-2 and ZeRO-3 (gradient accumulation on),
-#    and with gradients sent in bf16 (--grad-reduce-in-bf16),
+#    with gradients sent in bf16 (--grad-reduce-in-bf16), and with ZeRO-1's
+#    parameter gather overlapped with the next forward (--overlap-param-gather),
 #    tensor parallelism with sequence parallelism (the vocabulary-parallel
 #    cross-entropy), pipeline parallelism (1F1B's sends and receives; 2 and 4
 #    stages), TP x DP, PP x DP;
@@ -53,11 +54,15 @@ both "DP=2 ZeRO-1" 2 --use-distributed-optimizer
 both "DP=2 ZeRO-2" 2 --zero-stage 2
 both "DP=2 ZeRO-3" 2 --zero-stage 3
 both "DP=2 ZeRO-2, bf16 gradients on the wire" 2 --zero-stage 2 --bf16 --grad-reduce-in-bf16
+both "DP=2 ZeRO-1, parameter gather overlapped" 2 --use-distributed-optimizer --bf16 --overlap-param-gather
 both "TP=2 sequence parallel" 2 --tensor-model-parallel-size 2 --sequence-parallel
 both "PP=2 bf16" 2 --pipeline-model-parallel-size 2 --bf16
 both "TP=2 x DP=2 ZeRO-1" 4 --tensor-model-parallel-size 2 --use-distributed-optimizer
 both "PP=4 (channels between odd and even neighbours)" 4 --pipeline-model-parallel-size 4 --num-layers 4
 both "PP=2 x DP=2 ZeRO-1" 4 --pipeline-model-parallel-size 2 --use-distributed-optimizer
+both "PP=2 x DP=2 ZeRO-1, parameter gather overlapped" 4 --pipeline-model-parallel-size 2 --use-distributed-optimizer --overlap-param-gather
+same "$tmp/PP=2 x DP=2 ZeRO-1.cpu.log" "$tmp/PP=2 x DP=2 ZeRO-1, parameter gather overlapped.sealed.log" 0 \
+  "PP=2 x DP=2 ZeRO-1: the overlapped parameter gather on the sealed device == the plain one on the CPU"
 grep -q "collectives on device memory: mpi-staged" "$tmp/DP=2 ZeRO-2.sealed.log" &&
   ok "multi-rank sealed runs use the collective library (the default --distributed-backend nccl)" ||
   fail "collectives line: $(grep 'collectives on' "$tmp/DP=2 ZeRO-2.sealed.log")"
@@ -73,6 +78,7 @@ gloo() {
 }
 gloo "DP=2 ZeRO-2" 2 --zero-stage 2
 gloo "DP=2 ZeRO-2, bf16 gradients on the wire" 2 --zero-stage 2 --bf16 --grad-reduce-in-bf16
+gloo "DP=2 ZeRO-1, parameter gather overlapped" 2 --use-distributed-optimizer --bf16 --overlap-param-gather
 gloo "TP=2 sequence parallel" 2 --tensor-model-parallel-size 2 --sequence-parallel
 gloo "PP=2 bf16" 2 --pipeline-model-parallel-size 2 --bf16
 

@@ -67,6 +67,13 @@ struct td_zero {
   /* stage 2/3 */
   float *grad_shard;
   float **grad_buf;  /* per unit: its gradient buffer while bound (NULL otherwise) */
+  /* stage 1/2 with overlap_param_gather: per unit, the all-gather of its updated
+   * parameters started after the update and waited for when the unit is next
+   * needed (then its weight copy is cast) */
+  int overlap_param_gather;
+  td_dcomm_request *param_req;
+  unsigned char *param_pending;
+  int n_param_pending;
   /* stage 3 */
   float *param_shard;  /* device memory, or pinned host memory when params_on_host */
   int params_on_host;  /* DeepSpeed's offload_param: the fp32 shard stays in host memory */
@@ -408,8 +415,67 @@ static void land(td_zero *z, int i) {
   if (s->weights) td_gpt_cast_unit_weights(z->model, s->weights, s->params, U(z, s->unit)->numel);
 }
 
+/* ------------------------------------------------------------ stage 1/2 overlap */
+
+/* Unit u's flat weight copy (the matmul dtype) and parameters. */
+static void cast_unit(td_zero *z, int u) {
+  if (td_gpt_compute_dtype(z->model) == TD_F32) return;
+  const td_gpt_unit *un = U(z, u);
+  const size_t es = td_dtype_size(td_gpt_weight_dtype(z->model));
+  td_gpt_cast_unit_weights(z->model, (char *)td_gpt_weights(z->model) + (size_t)un->offset * es,
+                           td_gpt_params(z->model) + un->offset, un->numel);
+}
+
+/* Unit u's parameter all-gather is complete (block: wait for it; else 0 when it
+ * is not yet): cast its weights. */
+static int land_unit_params(td_zero *z, int u, int block) {
+  if (!z->param_pending[u]) return 1;
+  double t0 = td_now_seconds();
+  if (block)
+    td_dcomm_wait(&z->param_req[u]);
+  else if (!td_dcomm_test(&z->param_req[u]))
+    return 0;
+  z->comm_seconds += td_now_seconds() - t0;
+  z->param_pending[u] = 0, z->n_param_pending--;
+  cast_unit(z, u);
+  return 1;
+}
+
+/* Every unit's gather landed (before anything reads or writes the whole
+ * parameters: the update, a checkpoint, a statistic). */
+static void land_all_params(td_zero *z) {
+  for (int u = 0; u < z->n_units && z->n_param_pending; u++) land_unit_params(z, u, 1);
+}
+
+/* Start every unit's all-gather of the updated pieces, in the order forward
+ * needs them; the compute that follows overlaps them. */
+static void start_param_gathers(td_zero *z) {
+  float *flat = td_gpt_params(z->model);
+  for (int u = 0; u < z->n_units; u++) {
+    int64_t p = z->piece[u];
+    float *unit = flat + U(z, u)->offset;
+    td_dcomm_iall_gather(z->comm[COMM_PARAM_GATHER], z->dev, unit + z->dp_rank * p, unit, p, TD_F32,
+                         &z->param_req[u]);
+    z->param_pending[u] = 1, z->n_param_pending++;
+  }
+}
+
+/* Stage 1/2: unit u is about to run; its gather lands first, and the gathers
+ * after it are tested (MPI moves a non-blocking collective only inside MPI
+ * calls), oldest first. */
+static void on_params_landing(td_zero *z, int u) {
+  if (!z->n_param_pending) return;
+  land_unit_params(z, u, 1);
+  for (int k = 0; k < z->n_units && z->n_param_pending; k++)
+    if (z->param_pending[k] && !land_unit_params(z, k, 0)) break;
+}
+
 static void on_params_needed(void *ctx, td_gpt *m, int u) {
   td_zero *z = ctx;
+  if (z->stage < 3) {
+    on_params_landing(z, u);
+    return;
+  }
   record(z, u);
   int i = z->slot_of[u];
   if (i < 0) {
@@ -430,6 +496,7 @@ static void on_params_needed(void *ctx, td_gpt *m, int u) {
 
 static void on_params_done(void *ctx, td_gpt *m, int u) {
   td_zero *z = ctx;
+  if (z->stage < 3) return;
   int i = z->slot_of[u];
   TD_CHECK(i >= 0 && z->slots[i].refs > 0, "ZeRO-3: unit %d released but not held", u);
   if (--z->slots[i].refs == 0) td_gpt_bind_params(m, u, NULL, NULL);
@@ -544,12 +611,14 @@ td_zero *td_zero_create(td_gpt *model, td_comm *dp, int stage, int64_t bucket_si
 
 void td_zero_attach(td_zero *z, td_gpt *m) {
   td_gpt_hooks h = {.ctx = z, .grads_ready = on_grads_ready, .grads_needed = on_grads_needed};
-  if (z->stage == 3) h.params_needed = on_params_needed, h.params_done = on_params_done;
+  if (z->stage == 3 || z->overlap_param_gather)
+    h.params_needed = on_params_needed, h.params_done = on_params_done;
   td_gpt_set_hooks(m, &h);
 }
 
 void td_zero_free(td_zero *z) {
   if (!z) return;
+  land_all_params(z);
   td_gpt_set_hooks(z->model, NULL);
   const td_device_ops *ops = OPS(z);
   if (z->grad_buf)
@@ -565,7 +634,7 @@ void td_zero_free(td_zero *z) {
   td_free(z->piece), td_free(z->part), td_free(z->shard_off), td_free(z->red), td_free(z->queue);
   td_free(z->grad_buf), td_free(z->slot_of);
   td_free(z->trace), td_free(z->buckets), td_free(z->bucket_of), td_free(z->runs);
-  td_free(z->run_tensor);
+  td_free(z->run_tensor), td_free(z->param_req), td_free(z->param_pending);
   if (z->stat_dev) ops->free(z->dev, z->stat_dev);
   td_free(z->stat_host);
   td_free(z);
@@ -577,6 +646,21 @@ void td_zero_set_grad_comm_dtype(td_zero *z, td_dtype dt) {
   TD_CHECK(!z->n_queue, "ZeRO: the gradients' wire dtype changed while reductions are in flight");
   z->wire = dt;
 }
+
+int td_zero_set_overlap_param_gather(td_zero *z, int on) {
+  TD_CHECK(!z->n_param_pending, "ZeRO: the parameter gather's overlap changed while gathers run");
+  on = on && (z->stage == 1 || z->stage == 2) && z->dp_size > 1;
+  if (on && !z->param_req) {
+    z->param_req = td_calloc(sizeof *z->param_req * (size_t)(z->n_units ? z->n_units : 1));
+    z->param_pending = td_calloc((size_t)(z->n_units ? z->n_units : 1));
+  }
+  z->overlap_param_gather = on;
+  td_zero_attach(z, z->model);
+  return on;
+}
+
+void td_zero_sync_params(td_zero *z) { land_all_params(z); }
+int td_zero_param_gathers_in_flight(const td_zero *z) { return z->n_param_pending; }
 
 int td_zero_stage(const td_zero *z) { return z->stage; }
 int64_t td_zero_shard_numel(const td_zero *z) { return z->shard_numel; }
@@ -653,6 +737,7 @@ static double slots_sum(const td_zero *z, int64_t first, int64_t n) {
 void td_zero_model_sums(td_zero *z, td_zero_what what, int n, const int *squares, double *out,
                         const unsigned char *counted) {
   TD_CHECK(n >= 1 && n <= TD_ZERO_MAX_STATS, "td_zero_model_sums: %d statistics", n);
+  if (what == TD_ZERO_PARAMS) land_all_params(z);
   int sharded = what == TD_ZERO_GRADS ? z->stage >= 2 : z->stage == 3;
   const float *flat = what == TD_ZERO_GRADS ? td_gpt_grads(z->model) : td_gpt_params(z->model);
   const int ranks = sharded ? 1 : z->dp_size;
@@ -722,6 +807,7 @@ static void gather_params(td_zero *z) {
  * bf16 weight copy in the same pass (td_zero_params_changed then has nothing to
  * cast); the shards of stages 1-3 are gathered as fp32 and cast after. */
 void td_zero_update(td_zero *z, td_adamw *o, float lr, float grad_scale) {
+  land_all_params(z); /* a gather still sending this rank's piece must not see it change */
   void *copy = z->stage == 0 && td_gpt_weight_dtype(z->model) == TD_BF16 ? td_gpt_weights(z->model)
                                                                           : NULL;
   z->weights_fresh =
@@ -730,12 +816,17 @@ void td_zero_update(td_zero *z, td_adamw *o, float lr, float grad_scale) {
 
 
 void td_zero_gather_params(td_zero *z) {
-  if (z->stage == 1 || z->stage == 2) gather_params(z);
+  if (z->overlap_param_gather)
+    start_param_gathers(z);
+  else if (z->stage == 1 || z->stage == 2)
+    gather_params(z);
 }
 
 void td_zero_params_changed(td_zero *z) {
   if (z->stage == 3)
     drop_slots(z);
+  else if (z->n_param_pending) /* each unit's weights are cast as its gather lands */
+    ;
   else if (!z->weights_fresh)
     td_gpt_cast_weights(z->model);
   z->weights_fresh = 0;
@@ -796,6 +887,7 @@ static void piece_to_host(td_zero *z, td_adamw *o, int which, int u, float *host
 }
 
 void td_zero_gather_full(td_zero *z, td_adamw *o, int which, float *full) {
+  if (which == 0) land_all_params(z);
   int sharded = which == 0 ? z->stage == 3 : z->stage >= 1;
   if (!sharded) { /* the whole buffer is here already */
     if (z->dp_rank != 0) return;
@@ -836,6 +928,7 @@ static void store_part(td_zero *z, td_adamw *o, int which, int u, const float *h
 }
 
 void td_zero_scatter_full(td_zero *z, td_adamw *o, int which, const float *full) {
+  if (which == 0) land_all_params(z);
   const int whole = z->stage == 0 || (which == 0 && z->stage < 3); /* every rank keeps all */
   /* the host writes the shard: no copy of it may still be reading (a prefetch) */
   if (which == 0 && z->params_on_host) OPS(z)->synchronize(z->dev);

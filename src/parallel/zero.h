@@ -76,6 +76,21 @@ void td_zero_free(td_zero *z);
 /* Hook a pipeline replica of the model (td_gpt_create_replica) as well. */
 void td_zero_attach(td_zero *z, td_gpt *replica);
 
+/* Megatron's --overlap-param-gather at stage 1/2 (on: 1 when it applies, i.e.
+ * stage 1/2 with DP > 1; else 0 and nothing changes): td_zero_gather_params
+ * only starts each unit's all-gather of the updated parameters, in forward's
+ * order, and the next forward (or anything else that reads the parameters
+ * through the model's hooks) waits for a unit's gather just before the unit
+ * runs, then casts its weight copy; the compute in between overlaps the rest.
+ * Functions here that read or write the whole parameters (the update, model
+ * sums of the parameters, gather_full / scatter_full) wait for every gather
+ * first; a caller reading the flat parameters itself calls td_zero_sync_params.
+ * The same bits either way. Before the first step, and before td_zero_attach of
+ * pipeline replicas. */
+int td_zero_set_overlap_param_gather(td_zero *z, int on);
+void td_zero_sync_params(td_zero *z);
+int td_zero_param_gathers_in_flight(const td_zero *z); /* units whose gather has not landed */
+
 /* The dtype data-parallel gradients cross between ranks in: TD_F32 (the
  * default), TD_BF16 or TD_F16 (see above). Before the first backward. */
 void td_zero_set_grad_comm_dtype(td_zero *z, td_dtype dt);
@@ -116,7 +131,8 @@ void td_zero_model_sums(td_zero *z, td_zero_what what, int n, const int *squares
 const td_adam_run *td_zero_runs(const td_zero *z, const int **tensor_of_run, int *n);
 /* The optimizer step on this rank's shard (AdamW o built over td_zero_runs). */
 void td_zero_update(td_zero *z, td_adamw *o, float lr, float grad_scale);
-/* Stage 1/2: every rank's updated pieces into every rank's flat parameters. */
+/* Stage 1/2: every rank's updated pieces into every rank's flat parameters
+ * (with the overlap above: started, landing unit by unit). */
 void td_zero_gather_params(td_zero *z);
 /* After the parameters changed (an update, a load): refresh the weight copy in
  * the matmul dtype (stage 3: drop the gathered copies). */

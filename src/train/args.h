@@ -107,6 +107,7 @@ typedef struct {
    * cross between ranks in (parallel/zero.h), derived from it or from DeepSpeed's
    * communication_data_type: TD_F32 unless one asks */
   int grad_reduce_in_bf16;
+  int overlap_param_gather; /* Megatron's: ZeRO-1/2's parameter all-gather overlaps forward */
   td_dtype grad_comm_dtype;
   /* --deepspeed_config's zero_optimization.offload_optimizer.nvme_path with device
    * nvme: Adam's state lives in files there (points into ds; NULL: in memory) */

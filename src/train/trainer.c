@@ -48,6 +48,7 @@ typedef struct {
   int dp_rank, dp_size;
   int is_logger;    /* rank 0 prints the log and writes checkpoints */
   int zero_stage;   /* DeepSpeed's ZeRO stage 0-3 (--zero-stage; 1: --use-distributed-optimizer) */
+  int overlap_param_gather; /* --overlap-param-gather acts (ZeRO-1/2 at DP > 1) */
   td_zero *zero;    /* data parallelism: gradient reduction, shards, stage-3 gathers */
   unsigned char *counted; /* per tensor: counted by this rank in whole-model statistics */
   td_timers timers; /* --timing-log-level */
@@ -283,6 +284,7 @@ static void setup_topology(trainer *t) {
 static void setup_zero_and_pipeline(trainer *t) {
   t->zero = td_zero_create(t->model, t->dp, t->zero_stage, ddp_bucket_size(t), params_on_host(t));
   td_zero_set_grad_comm_dtype(t->zero, t->a->grad_comm_dtype);
+  t->overlap_param_gather = td_zero_set_overlap_param_gather(t->zero, t->a->overlap_param_gather);
   td_pipeline_init(&t->pipe, t->model, t->topo.group[TD_GROUP_PP], t->topo.coord.pp,
                    t->topo.layout.pp, t->a->num_micro_batches, &t->timers, t->zero);
 }
@@ -367,6 +369,14 @@ static void print_summary(const trainer *t) {
            "here\n",
            t->zero_stage, what[t->zero_stage], t->dp_size,
            (long long)td_zero_shard_numel(t->zero), (long long)td_gpt_flat_numel(t->model));
+  if (t->overlap_param_gather)
+    printf(" > parameter all-gather after the update overlapped with the next forward: each "
+           "layer waits for its own gather (--overlap-param-gather)\n");
+  else if (a->overlap_param_gather && t->is_logger)
+    fprintf(stderr, "trident: note: --overlap-param-gather: acts with ZeRO stage 1 or 2 "
+                    "(--use-distributed-optimizer) over more than one data-parallel rank; here "
+                    "there is no parameter all-gather to overlap%s\n",
+            t->zero_stage == 3 ? " (ZeRO-3 prefetches each layer's gather anyway)" : "");
   char recompute[96] = "", chunks[64] = "";
   if (a->recompute_granularity == TD_GRANULARITY_FULL)
     snprintf(recompute, sizeof recompute, "; full recomputation, %s %lld",
@@ -874,6 +884,7 @@ static void gather_whole(trainer *t, int with_optim, float *full[3]) {
 
 static void save_checkpoint(trainer *t) {
   const td_args *a = t->a;
+  td_zero_sync_params(t->zero); /* the views read the flat parameters */
   /* Never a NaN checkpoint over a good one: weights an update overflowed (a
    * divergent run) are refused, at the price of one pass over the parameters. */
   if (!isfinite(model_sum(t, TD_ZERO_PARAMS, 1)))
