@@ -5,6 +5,10 @@
 
 #include "device/device.h"
 
+void td_cpu_register_memory(td_device_ops *ops);      /* alloc, free, memory_stats */
+/* The bytes of the blocks cpu_memory.c keeps for reuse, and freeing them. */
+size_t td_cpu_cached_memory(void);
+void td_cpu_release_cached_memory(void);
 void td_cpu_register_gemm(td_device_ops *ops);        /* matmul */
 void td_cpu_register_elementwise(td_device_ops *ops); /* fill, bias_backward, norm, gelu, add,
                                                          dropout, embedding, loss, adamw, cast,
