@@ -110,7 +110,7 @@ ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${ngpu:-0}" -ge 2 ]; then
   bench/gpu/scaling.sh --trident "$bin" --dtype bf16 >"$out/scaling.txt" 2>&1 ||
     note "bench/gpu/scaling.sh FAILED (see $out/scaling.txt)"
-  note "$ngpu GPUs: $(grep -E '^DP=' "$out/scaling.txt"); $(grep -E '^(dpN|tp2|pp2) ' "$out/scaling.txt" | awk '{ printf "%s %s ms %s, ", $1, $3, $5 }')"
+  note "$ngpu GPUs: $(grep -E '^DP=' "$out/scaling.txt" | tr '\n' ';'); $(grep -E '^(dpN|dpNwire|dpNz1ovl|tp2|pp2) ' "$out/scaling.txt" | awk '{ printf "%s %s ms %s, ", $1, $3, $5 }')"
 fi
 # Megatron's GPT-3 Medium and Large shapes (GPT-2 350M and 760M): ms/step and MFU
 for size in "350M 24 1024 16" "760M 24 1536 16"; do

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # bench/gpu/scaling.sh (issue #12 item 5's DP equality and scaling report) run on
 # the CPU and on the sealed device with its tiny model: every layout reports,
-# DP=N matches DP=1, a run whose DP losses are off is caught (a wrapper that
-# changes rank 0's printed losses under mpirun), and bad arguments exit 2.
+# DP=N matches DP=1 (with the gradients sent in bf16 too), ZeRO-1 with the
+# overlapped parameter gather matches DP=N bit for bit, a run whose DP losses
+# are off is caught (a wrapper that changes rank 0's printed losses under
+# mpirun), and bad arguments exit 2.
 # Arguments: the trident binary and the source directory.
 set -u
 bin=$1
@@ -18,15 +20,17 @@ script="$src/bench/gpu/scaling.sh"
 
 if "$script" --trident "$bin" --device cpu --model tiny --dtype fp32 >"$tmp/cpu.out" 2>&1 &&
   grep -q '^DP=2 == DP=1: 8 losses' "$tmp/cpu.out" &&
-  [ "$(grep -cE '^(dp1|dpN|tp2|pp2) ' "$tmp/cpu.out")" = 4 ]; then
-  ok "CPU fp32: four layouts timed, $(grep '^DP=' "$tmp/cpu.out")"
+  grep -q '^DP=2 ZeRO-1 with --overlap-param-gather == DP=2: 8 losses, worst relative difference 0 ' "$tmp/cpu.out" &&
+  [ "$(grep -cE '^(dp1|dpN|dpNwire|dpNz1ovl|tp2|pp2) ' "$tmp/cpu.out")" = 6 ]; then
+  ok "CPU fp32: six layouts timed, $(grep '^DP=' "$tmp/cpu.out" | tr '\n' ' ')"
 else
   fail "CPU fp32 run: $(tail -5 "$tmp/cpu.out")"
 fi
 
 if "$script" --trident "$bin" --device sealed --model tiny --dtype bf16 --gpus 3 \
-  --layouts "dp1 dpN" >"$tmp/sealed.out" 2>&1 && grep -q '^DP=3 == DP=1' "$tmp/sealed.out"; then
-  ok "sealed device bf16, 3 ranks: $(grep '^DP=' "$tmp/sealed.out")"
+  --layouts "dp1 dpN dpNwire" >"$tmp/sealed.out" 2>&1 && grep -q '^DP=3 == DP=1' "$tmp/sealed.out" &&
+  grep -q '^DP=3, gradients sent in bf16 (--grad-reduce-in-bf16) == DP=1' "$tmp/sealed.out"; then
+  ok "sealed device bf16, 3 ranks: $(grep '^DP=' "$tmp/sealed.out" | tr '\n' ' ')"
 else
   fail "sealed bf16 run: $(tail -5 "$tmp/sealed.out")"
 fi

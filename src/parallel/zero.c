@@ -825,9 +825,7 @@ void td_zero_gather_params(td_zero *z) {
 void td_zero_params_changed(td_zero *z) {
   if (z->stage == 3)
     drop_slots(z);
-  else if (z->n_param_pending) /* each unit's weights are cast as its gather lands */
-    ;
-  else if (!z->weights_fresh)
+  else if (!z->weights_fresh && !z->n_param_pending) /* pending units: cast as each lands */
     td_gpt_cast_weights(z->model);
   z->weights_fresh = 0;
 }

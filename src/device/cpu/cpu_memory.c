@@ -148,16 +148,14 @@ static void cpu_free(td_device *d, void *p) {
     if (bytes > g_largest) g_largest = bytes;
     for (int i = 0; i < CACHE_SLOTS && slot < 0; i++)
       if (!g_cache[i].base) slot = i;
-    if (slot >= 0) {
+    if (slot >= 0) { /* poisoned before another thread can take it */
+      POISON(base, bytes + HEADER);
       g_cache[slot] = (cached_block){.base = base, .bytes = bytes, .age = ++g_clock};
       g_cached += bytes;
     }
   }
   pthread_mutex_unlock(&g_lock);
-  if (slot >= 0)
-    POISON(base, bytes + HEADER);
-  else
-    td_free(base);
+  if (slot < 0) td_free(base);
 }
 
 static void cpu_memory_stats(td_device *d, size_t *allocated, size_t *peak) {
