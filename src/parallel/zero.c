@@ -152,14 +152,16 @@ static void start_exchange(td_zero *z, int u) {
   z->in_flight++;
 }
 
-/* recv[0] = recv[0] + recv[1] + ... + recv[DP-1], left to right (fp32). A
- * half-precision wire widens the received pieces one at a time into recv (a
- * piece) and a piece of scratch: the same fp32 sum of the same values. */
-static void sum_pieces(td_zero *z, int u) {
+/* dst = recv[0] + recv[1] + ... + recv[DP-1], left to right (fp32; DP >= 2;
+ * dst may be recv[0]). A half-precision wire widens the received pieces one at
+ * a time into recv (a piece, which is then the sum; dst unused) and a piece of
+ * scratch: the same fp32 sum of the same values. */
+static void sum_pieces(td_zero *z, int u, float *dst) {
   unit_reduction *r = &z->red[u];
   const int64_t p = z->piece[u];
   if (z->wire == TD_F32) {
-    for (int q = 1; q < z->dp_size; q++) OPS(z)->add(z->dev, r->recv, r->recv, r->recv + q * p, p);
+    OPS(z)->add(z->dev, dst, r->recv, r->recv + p, p);
+    for (int q = 2; q < z->dp_size; q++) OPS(z)->add(z->dev, dst, dst, r->recv + q * p, p);
     return;
   }
   const size_t es = wire_size(z);
@@ -208,7 +210,9 @@ static void round_sum(td_zero *z, int u) {
 static void exchanged(td_zero *z, int u) {
   unit_reduction *r = &z->red[u];
   int64_t p = z->piece[u];
-  sum_pieces(z, u);
+  /* stage 0/1 sum straight into this rank's piece of the flat gradients */
+  float *mine = z->stage >= 2 ? NULL : flat_grad_piece(z, u);
+  sum_pieces(z, u, mine ? mine : r->recv);
   if (z->wire != TD_F32) round_sum(z, u);
   if (z->stage >= 2) {
     float *dst = z->grad_shard + z->shard_off[u];
@@ -217,8 +221,7 @@ static void exchanged(td_zero *z, int u) {
     unit_reduced(z, u);
     return;
   }
-  float *unit = td_gpt_grads(z->model) + U(z, u)->offset, *mine = flat_grad_piece(z, u);
-  if (z->wire == TD_F32) OPS(z)->copy_d2d(z->dev, mine, r->recv, (size_t)p * sizeof(float));
+  float *unit = td_gpt_grads(z->model) + U(z, u)->offset;
   transient_free(z, r->recv, recv_numel(z, u), sizeof(float));
   r->recv = NULL;
   if (z->wire == TD_F32)
