@@ -1,6 +1,7 @@
 /* The CPU backend's device memory (device/cpu/cpu_memory.c): a freed block of a
  * megabyte or more is kept and handed back to the next allocation of its size
- * (no fresh pages to fault in), zeroed again as alloc promises; memory_stats
+ * (no fresh pages to fault in), zeroed again as alloc promises (alloc_scratch
+ * leaves it as it was); memory_stats
  * counts live bytes only; the kept blocks never take the process past the peak
  * of live bytes plus the largest block freed (the oldest are given back first);
  * small blocks are not kept; closing a CPU device gives every kept block back. */
@@ -34,7 +35,12 @@ int main(void) {
   unsigned char *b = o->alloc(d, 3 * MIB);
   CHECK(b == a && td_cpu_cached_memory() == 0, "the next 3 MiB allocation takes it back");
   CHECK(all_zero(b, 3 * MIB), "zeroed again, as alloc promises");
+  memset(b, 0xcd, 3 * MIB);
   o->free(d, b);
+  unsigned char *c = o->alloc_scratch(d, 3 * MIB);
+  CHECK(c == a && c[0] == 0xcd && c[3 * MIB - 1] == 0xcd,
+        "alloc_scratch takes the kept block back as it was (no zeroing: its user writes it)");
+  o->free(d, c);
 
   unsigned char *s = o->alloc(d, 4096);
   o->free(d, s);

@@ -89,6 +89,10 @@ uint64_t td_device_key(const td_device *d) {
   return d->ops->device_key ? d->ops->device_key(d) : (uint64_t)d->index;
 }
 
+void *td_device_alloc_scratch(td_device *d, size_t bytes) {
+  return d->ops->alloc_scratch ? d->ops->alloc_scratch(d, bytes) : d->ops->alloc(d, bytes);
+}
+
 void td_device_cross_entropy_fused(td_device *d, float *losses, float *lse, void *dlogits,
                                    td_dtype dlogits_dtype, const void *logits,
                                    td_dtype logits_dtype, const int32_t *targets,

@@ -139,6 +139,10 @@ typedef struct td_device_ops {
    * work on another handle that uses p must be waited for on d (an event) before
    * the free. */
   void *(*alloc)(td_device *d, size_t bytes);
+  /* alloc without the zeroing, for a buffer its user writes in full before
+   * reading it (ZeRO's receive buffers and gathered units); freed with free.
+   * NULL: td_device_alloc_scratch calls alloc. */
+  void *(*alloc_scratch)(td_device *d, size_t bytes);
   void (*free)(td_device *d, void *p);
   void (*copy_h2d)(td_device *d, void *dst, const void *src, size_t bytes);
   void (*copy_d2h)(td_device *d, void *dst, const void *src, size_t bytes);
@@ -353,6 +357,9 @@ static inline int td_device_has(const td_device *d, td_device_cap cap) {
 /* AdamW over runs of flat buffers (ops->adamw_runs where the backend has it, else
  * ops->adamw per run: the same values). */
 /* d's cross_entropy_fused, or its forward and backward where it has none. */
+/* ops->alloc_scratch where the backend has it, else ops->alloc. */
+void *td_device_alloc_scratch(td_device *d, size_t bytes);
+
 void td_device_cross_entropy_fused(td_device *d, float *losses, float *lse, void *dlogits,
                                    td_dtype dlogits_dtype, const void *logits,
                                    td_dtype logits_dtype, const int32_t *targets,

@@ -757,6 +757,7 @@ static const td_device_ops k_ops = {
     /* Not TD_DEVICE_HOST_MEMORY, the point of the device; its pages are host RAM. */
     .caps = TD_DEVICE_HOST_RAM,
     .alloc = s_alloc,
+    .alloc_scratch = s_alloc, /* its blocks are fresh pages: zero either way */
     .free = s_free,
     .copy_h2d = s_copy_h2d,
     .copy_d2h = s_copy_d2h,

@@ -108,7 +108,7 @@ int64_t td_zero_unit_multiple(int dp_size) { return dp_size > 1 ? 16 * (int64_t)
 static void *transient_alloc(td_zero *z, int64_t n, size_t elem) {
   z->transient += (uint64_t)n * elem;
   if (z->transient > z->transient_peak) z->transient_peak = z->transient;
-  return OPS(z)->alloc(z->dev, (size_t)n * elem);
+  return td_device_alloc_scratch(z->dev, (size_t)n * elem); /* each user writes it whole first */
 }
 
 static void transient_free(td_zero *z, void *p, int64_t n, size_t elem) {

@@ -5,7 +5,8 @@
 
 #include "device/device.h"
 
-void td_cpu_register_memory(td_device_ops *ops);      /* alloc, free, memory_stats */
+void td_cpu_register_memory(td_device_ops *ops);      /* alloc, alloc_scratch, free,
+                                                         memory_stats */
 /* The bytes of the blocks cpu_memory.c keeps for reuse, and freeing them. */
 size_t td_cpu_cached_memory(void);
 void td_cpu_release_cached_memory(void);
