@@ -464,6 +464,28 @@ static void test_flags(void) {
                              zm.optimizer + zm.shards + zm.transient,
         "ZeRO-3 with --save: parameters, m and v gathered in host memory (%llu bytes), none on "
         "the device", (unsigned long long)zm.checkpoint);
+  /* data parallelism's receive buffers at every stage: none at DP=1; a
+   * half-precision wire's larger than fp32's; the CPU keeps one unit more */
+  td_args aw;
+  CHECK(validate("--train-iters 10 --global-batch-size 8 --bf16 --grad-reduce-in-bf16", err,
+                 sizeof err, &aw) == 0, "%s", err);
+  td_train_place dp1 = {.pp_size = 1, .dp_size = 1}, dp2 = {.pp_size = 1, .dp_size = 2};
+  td_train_place dp2_cpu = dp2;
+  dp2_cpu.device_is_host = 1;
+  td_train_memory t1, t2, t2w, t2c;
+  planned = !td_train_memory_plan(&az, &cfg, &lay, TD_F32, &dp1, &t1, err, sizeof err) &&
+            !td_train_memory_plan(&az, &cfg, &lay, TD_F32, &dp2, &t2, err, sizeof err) &&
+            !td_train_memory_plan(&aw, &cfg, &lay, TD_BF16, &dp2, &t2w, err, sizeof err) &&
+            !td_train_memory_plan(&az, &cfg, &lay, TD_F32, &dp2_cpu, &t2c, err, sizeof err);
+  const uint64_t unit = t2.transient / 2; /* two fp32 receive buffers of the largest unit */
+  CHECK(planned && t1.transient == 0 && t2.transient > 0 && t2.transient % 8 == 0 &&
+            t2w.transient == 2 * t2.transient && t2c.transient == t2.transient + unit,
+        "DP receive buffers: none at DP=1, 2 units at DP=2 (%llu bytes); a bf16 wire twice that "
+        "at DP=2 (the unit sent and received in bf16, and 2 fp32 pieces of half a unit: %llu); "
+        "the CPU one unit more (%llu)",
+        (unsigned long long)t2.transient, (unsigned long long)t2w.transient,
+        (unsigned long long)t2c.transient);
+  td_args_free(&aw);
   td_train_place z3_other = z3;
   z3_other.dp_rank = 1;
   td_train_memory zr1;

@@ -37,17 +37,29 @@ int td_train_memory_plan(const td_args *a, const td_gpt_config *cfg, const td_gp
   if (a->optimizer_nvme_path) /* NVMe offload: three chunks of m and v in memory */
     m->optimizer = (share < TD_NVME_CHUNK ? share : TD_NVME_CHUNK) * 6 * sizeof(float);
   m->shards = td_sat_mul(share, (uint64_t)((z >= 2) + (z == 3)) * sizeof(float));
-  /* ZeRO-2/3 hold the gradient buffers of a bucket's units until it reduces (a
-   * bucket of whole units, up to the bucket size), the tied embedding's across
-   * backward, and 2 receive buffers; ZeRO-3 3 slots of the largest unit in fp32
-   * and (low precision) its weights */
+  /* Data parallelism reduces 2 units at a time, each with its receive buffer
+   * (fp32: the unit; a half-precision wire: the unit sent and received in it,
+   * and 2 fp32 pieces). ZeRO-2/3 also hold the gradient buffers of a bucket's
+   * units until it reduces (a bucket of whole units, up to the bucket size) and
+   * the tied embedding's across backward; ZeRO-3 3 slots of the largest unit in
+   * fp32 and (low precision) its weights. On the CPU, freed blocks kept for
+   * reuse may add one unit (device/cpu/cpu_memory.c). */
   uint64_t bucket = a->ddp_bucket_size > 0 ? (uint64_t)a->ddp_bucket_size
                                            : (uint64_t)td_zero_default_bucket_size(p->dp_size);
   if (bucket > c.flat_numel) bucket = c.flat_numel;
   uint64_t unit = td_sat_mul(c.largest_unit, sizeof(float));
+  if (p->dp_size > 1) {
+    uint64_t recv = a->grad_comm_dtype == TD_F32
+                        ? unit
+                        : td_sat_add(td_sat_mul(c.largest_unit, 2 * td_dtype_size(a->grad_comm_dtype)),
+                                     td_sat_mul(c.largest_unit / (uint64_t)p->dp_size, 2 * sizeof(float)));
+    m->transient = td_sat_mul(recv, 2);
+  }
   if (z >= 2)
-    m->transient = td_sat_add(td_sat_mul(bucket, sizeof(float)),
-                              td_sat_mul(unit, 3 + (z == 3 ? 3 + 3 * (compute != TD_F32) : 0)));
+    m->transient = td_sat_add(m->transient,
+                              td_sat_add(td_sat_mul(bucket, sizeof(float)),
+                                         td_sat_mul(unit, 1 + (z == 3 ? 3 + 3 * (compute != TD_F32) : 0))));
+  if (p->device_is_host && m->transient) m->transient = td_sat_add(m->transient, unit);
   if (z && (a->save || a->load) && p->dp_rank == 0)
     m->checkpoint = td_sat_mul(c.flat_numel, (2 + (z == 3)) * sizeof(float));
   uint64_t tokens = td_sat_mul((uint64_t)a->global_batch_size, (uint64_t)a->seq_length);
@@ -108,7 +120,7 @@ static void describe(const td_train_memory *m, const td_args *a, const td_gpt_co
                         {"optimizer state", m->optimizer},
                         {"checkpoint's gathered buffers (host)", m->checkpoint},
                         {"ZeRO shards", m->shards},
-                        {"ZeRO unit buffers", m->transient},
+                        {"data-parallel unit buffers", m->transient},
                         {"low-precision weights", m->model.weights_bf16},
                         {"activations", m->activations},
                         {"batch staging", m->staging},

@@ -40,7 +40,8 @@ typedef struct {
   uint64_t activations;   /* all arenas */
   uint64_t optimizer;     /* Adam's two fp32 moments over this rank's (ZeRO) share */
   uint64_t shards;        /* ZeRO-2/3: this rank's gradient (and ZeRO-3 parameter) shard */
-  uint64_t transient;     /* ZeRO-2/3: unit-sized gradient buffers, ZeRO-3 gathered slots */
+  uint64_t transient;     /* unit-sized buffers: DP receive buffers, ZeRO-2/3 gradient
+                             buffers, ZeRO-3 gathered slots, the CPU's kept block */
   uint64_t checkpoint;    /* ZeRO with --save or --load: whole buffers in host memory (DP rank 0) */
   uint64_t staging;       /* host: a global batch of tokens, targets and loss mask */
   uint64_t tables;        /* host: the model's and the trainer's per-tensor tables */
