@@ -142,3 +142,13 @@ void tst_release(void *dev) {
 void tst_round_bf16(float *x, int64_t n) {
   for (int64_t i = 0; i < n; i++) x[i] = td_bf16_to_f32(td_f32_to_bf16(x[i]));
 }
+
+td_gpt_config tst_tiny_gpt_config(void) {
+  td_gpt_config c;
+  memset(&c, 0, sizeof c);
+  c.num_layers = 3, c.hidden = 16, c.heads = 2, c.ffn_hidden = 40;
+  c.seq_len = TST_TINY_SEQ, c.max_positions = 9;
+  c.vocab_size = td_gpt_padded_vocab(TST_TINY_VOCAB, 8, 1);
+  c.init_std = 0.02f, c.layernorm_eps = 1e-5f;
+  return c;
+}

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "device/device.h"
+#include "model/gpt.h"
 
 extern int tst_passed, tst_failed;
 
@@ -58,6 +59,12 @@ double tst_rel_err_f(const float *got, const float *ref, int64_t n);
  * default cpu). One that is not available here (cuda without a GPU) ends the
  * test with exit 77, reported skipped. */
 td_device *tst_device(void);
+
+/* The tiny GPT the ZeRO tests train (3 layers of 16, 2 heads, MLP 40, seq 7 of 9
+ * positions, a vocabulary of 37 padded to 40, no dropout), split into units. */
+#define TST_TINY_SEQ 7
+#define TST_TINY_VOCAB 37
+td_gpt_config tst_tiny_gpt_config(void);
 /* 1 when the device under test is the CPU (checks of the CPU's own machinery:
  * thread counts, GEMM library choice). */
 int tst_device_is_cpu(void);

@@ -24,16 +24,6 @@ static int g_rank, g_size, g_failed;
 
 #define expect(ok, ...) (g_failed |= !tst_check_on_rank(g_rank, g_size, (ok), __VA_ARGS__))
 
-static td_gpt_config tiny_config(void) {
-  td_gpt_config c;
-  memset(&c, 0, sizeof c);
-  c.num_layers = 3, c.hidden = 16, c.heads = 2, c.ffn_hidden = 40;
-  c.seq_len = 7, c.max_positions = 9;
-  c.vocab_size = td_gpt_padded_vocab(37, 8, 1);
-  c.init_std = 0.02f, c.layernorm_eps = 1e-5f;
-  return c;
-}
-
 /* Values for the whole flat buffer, zero in the gaps between tensors and at the
  * ends of units (where the model keeps zeros). */
 static void fill_whole(td_gpt *m, float *x, int64_t n, uint64_t stream) {
@@ -47,7 +37,7 @@ static void fill_whole(td_gpt *m, float *x, int64_t n, uint64_t stream) {
 
 static void round_trip(const char *device, int stage, int optimizer_on_host, int params_on_host) {
   td_device *d = td_device_open(device);
-  td_gpt_config cfg = tiny_config();
+  td_gpt_config cfg = tst_tiny_gpt_config();
   td_gpt_layout lay = td_gpt_layout_single(&cfg);
   lay.unit_multiple = td_zero_unit_multiple(g_size);
   lay.no_flat_grads = stage >= 2, lay.no_flat_params = stage == 3;

@@ -21,23 +21,13 @@
 #include "model/gpt.h"
 #include "parallel/zero.h"
 
-#define SEQ 7
-#define VOCAB 37
+#define SEQ TST_TINY_SEQ
+#define VOCAB TST_TINY_VOCAB
 
 static td_comm *g_world;
 static int g_rank, g_size, g_failed;
 
 #define expect(ok, ...) (g_failed |= !tst_check_on_rank(g_rank, g_size, (ok), __VA_ARGS__))
-
-static td_gpt_config tiny_config(void) {
-  td_gpt_config c;
-  memset(&c, 0, sizeof c);
-  c.num_layers = 3, c.hidden = 16, c.heads = 2, c.ffn_hidden = 40;
-  c.seq_len = SEQ, c.max_positions = 9;
-  c.vocab_size = td_gpt_padded_vocab(VOCAB, 8, 1);
-  c.init_std = 0.02f, c.layernorm_eps = 1e-5f;
-  return c;
-}
 
 /* x as the wire carries it. */
 static float on_wire(float x, td_dtype wire) {
@@ -61,7 +51,7 @@ static void backward(td_gpt *m, int rank) {
 }
 
 static td_gpt *make_model(td_device *d, int stage, int dp_size) {
-  td_gpt_config cfg = tiny_config();
+  td_gpt_config cfg = tst_tiny_gpt_config();
   td_gpt_layout lay = td_gpt_layout_single(&cfg);
   lay.unit_multiple = td_zero_unit_multiple(dp_size);
   lay.no_flat_grads = stage >= 2, lay.no_flat_params = stage == 3;

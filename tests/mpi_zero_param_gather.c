@@ -16,8 +16,8 @@
 #include "optim/adamw.h"
 #include "parallel/zero.h"
 
-#define SEQ 7
-#define VOCAB 37
+#define SEQ TST_TINY_SEQ
+#define VOCAB TST_TINY_VOCAB
 
 static td_comm *g_world;
 static int g_rank, g_size, g_failed;
@@ -31,12 +31,7 @@ typedef struct {
 } run;
 
 static void open_run(run *r, td_device *d, int stage, td_dtype cd, int overlap) {
-  td_gpt_config c;
-  memset(&c, 0, sizeof c);
-  c.num_layers = 3, c.hidden = 16, c.heads = 2, c.ffn_hidden = 40;
-  c.seq_len = SEQ, c.max_positions = 9;
-  c.vocab_size = td_gpt_padded_vocab(VOCAB, 8, 1);
-  c.init_std = 0.02f, c.layernorm_eps = 1e-5f;
+  td_gpt_config c = tst_tiny_gpt_config();
   td_gpt_layout lay = td_gpt_layout_single(&c);
   lay.unit_multiple = td_zero_unit_multiple(g_size);
   lay.no_flat_grads = stage >= 2;
