@@ -273,17 +273,23 @@ static void check_threads(td_dtype dt, uint64_t stream) {
   free(qkv), free(dout), free(res[0]), free(res[1]);
 }
 
-/* The rows of random words (both ISA paths where the CPU has them) are
- * td_rng_u32 at every alignment, across a carry into the counter's high word. */
+/* The rows of random words (the portable path and the vector one of the ISA in
+ * use) are td_rng_u32 at every alignment, across a carry into the counter's high
+ * word. */
 static void check_rng_rows(void) {
   const uint64_t starts[] = {0, 1, 2, 3, 1021, (1ull << 34) - 41};
   const int64_t lens[] = {1, 5, 64, 67, 200};
   uint32_t *buf = td_malloc((200 + 67) * 4);
-  int bad = 0, paths = td_cpu_isa_get() == TD_ISA_AVX512 ? 2 : 1;
+  const td_cpu_isa isa = td_cpu_isa_get();
+  const uint32_t *(*vec)(uint64_t, uint64_t, uint64_t, int64_t, uint32_t *) =
+      isa == TD_ISA_AVX512 ? td_attn_rng_row_avx512
+      : isa == TD_ISA_AVX2 ? td_attn_rng_row_avx2
+                           : NULL;
+  int bad = 0, paths = vec ? 2 : 1;
   for (int path = 0; path < paths; path++)
     for (size_t a = 0; a < sizeof starts / sizeof *starts; a++)
       for (size_t b = 0; b < sizeof lens / sizeof *lens; b++) {
-        const uint32_t *w = path ? td_attn_rng_row_avx512(77, 3, starts[a], lens[b], buf)
+        const uint32_t *w = path ? vec(77, 3, starts[a], lens[b], buf)
                                  : td_attn_rng_row_generic(77, 3, starts[a], lens[b], buf);
         for (int64_t k = 0; k < lens[b]; k++)
           bad += w[k] != td_rng_u32(77, 3, starts[a] + (uint64_t)k);
@@ -313,7 +319,7 @@ int main(void) {
   uint64_t stream = 100;
   /* with the avx512 ISA: the default choice (per-head kernels where the CPU has
    * them), the per-head kernels without AMX where the default uses AMX, then
-   * td_cpu_gemm forced; generic: td_cpu_gemm only */
+   * td_cpu_gemm forced; avx2 and generic: td_cpu_gemm only (with their rows) */
   int modes[3], paths = 0;
   if (td_cpu_isa_get() == TD_ISA_AVX512) {
     modes[paths++] = TD_ATTN_USE_DEFAULT;

@@ -12,6 +12,7 @@
 
 const td_device_ops *td_cpu_device_ops(void);
 void td_cpu_close(void *impl);
+void td_cpu_describe_kernels(char *buf, size_t n);
 
 /* A backend: its ops table and, for backends with per-handle state, how to make
  * and release it (NULL: none), whether it can run here, and how to name it. */
@@ -26,7 +27,7 @@ typedef struct {
 } backend;
 
 static const backend k_backends[] = {
-    {"cpu", td_cpu_device_ops, NULL, td_cpu_close, NULL, NULL, NULL},
+    {"cpu", td_cpu_device_ops, NULL, td_cpu_close, NULL, NULL, td_cpu_describe_kernels},
     /* A test device (sealed_device.h): opened by name, left out of td_device_names(). */
     {"sealed", td_sealed_device_ops, td_sealed_open, NULL, NULL, td_sealed_describe, NULL},
 #ifdef TD_HAVE_CUDA

@@ -101,6 +101,9 @@ static row_kernels row_kernels_get(void) {
   if (td_cpu_isa_get() == TD_ISA_AVX512)
     return (row_kernels){td_attn_rng_row_avx512, td_attn_softmax_row_avx512,
                          td_attn_softmax_bwd_row_avx512};
+  if (td_cpu_isa_get() == TD_ISA_AVX2)
+    return (row_kernels){td_attn_rng_row_avx2, td_attn_softmax_row_avx2,
+                         td_attn_softmax_bwd_row_avx2};
   return (row_kernels){td_attn_rng_row_generic, td_attn_softmax_row_generic,
                        td_attn_softmax_bwd_row_generic};
 }

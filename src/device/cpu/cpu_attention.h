@@ -17,8 +17,9 @@
  *     AVX512-BF16 dot products (cpu_attention_bf16_avx512.c), operands packed
  *     once per head, one OpenMP task per (batch, head);
  *   - td_cpu_gemm (a library GEMM, single-threaded per task) on strided blocks
- *     with the row kernels below, AVX-512 or portable C (cpu_attention.c): bf16
- *     on a CPU without AVX512-BF16, and everything with TRIDENT_CPU_ISA=generic.
+ *     with the row kernels below, AVX-512, AVX2 (cpu_attention_avx2.c) or
+ *     portable C (cpu_attention.c): bf16 on a CPU without AVX512-BF16, and
+ *     everything on a CPU without AVX-512 or with TRIDENT_CPU_ISA=generic / avx2.
  * Every task computes its outputs alone in a fixed order, so results do not
  * depend on the number of threads. Bench FLOPs: td_cpu_attention_flops.
  *
@@ -74,6 +75,8 @@ const uint32_t *td_attn_rng_row_generic(uint64_t seed, uint64_t stream, uint64_t
                                         uint32_t *buf);
 const uint32_t *td_attn_rng_row_avx512(uint64_t seed, uint64_t stream, uint64_t g0, int64_t n,
                                        uint32_t *buf);
+const uint32_t *td_attn_rng_row_avx2(uint64_t seed, uint64_t stream, uint64_t g0, int64_t n,
+                                     uint32_t *buf);
 
 /* Forward softmax of one row of raw scores s[0:ncols) (q.k, scaled here) whose
  * first nvalid entries are visible (1 <= nvalid <= ncols), with x_j = scale s_j:
@@ -86,6 +89,9 @@ void td_attn_softmax_row_generic(float *s, int64_t nvalid, int64_t ncols, float 
 void td_attn_softmax_row_avx512(float *s, int64_t nvalid, int64_t ncols, float scale,
                                 const uint32_t *words, td_attn_dropout dr, float *lse, void *p_out,
                                 td_dtype p_dtype);
+void td_attn_softmax_row_avx2(float *s, int64_t nvalid, int64_t ncols, float scale,
+                              const uint32_t *words, td_attn_dropout dr, float *lse, void *p_out,
+                              td_dtype p_dtype);
 
 /* Backward of one row: from the recomputed raw scores s, the row's lse,
  * dp' = dO V^T and di = rowsum(dO * O):
@@ -100,6 +106,10 @@ void td_attn_softmax_bwd_row_avx512(const float *s, const float *dp, int64_t nva
                                     float scale, const uint32_t *words, td_attn_dropout dr,
                                     float lse, float di, void *p_out, void *ds_out,
                                     td_dtype p_dtype);
+void td_attn_softmax_bwd_row_avx2(const float *s, const float *dp, int64_t nvalid, int64_t ncols,
+                                  float scale, const uint32_t *words, td_attn_dropout dr,
+                                  float lse, float di, void *p_out, void *ds_out,
+                                  td_dtype p_dtype);
 
 /* bf16 per-head paths (cpu_attention_bf16_avx512.c), one head bh = b*H + h per call,
  * bf16 desc; scratch of td_attn_bf16_scratch_bytes(T, D, backward) bytes, 64-byte

@@ -28,7 +28,11 @@
 #define EW_STREAM_BYTES ((size_t)16 << 20)
 
 static const td_ew_isa *ew_isa(void) {
-  return td_cpu_isa_get() == TD_ISA_AVX512 ? &td_cpu_ew_avx512 : &td_cpu_ew_generic;
+  switch (td_cpu_isa_get()) {
+  case TD_ISA_AVX512: return &td_cpu_ew_avx512;
+  case TD_ISA_AVX2: return &td_cpu_ew_avx2;
+  default: return &td_cpu_ew_generic;
+  }
 }
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }

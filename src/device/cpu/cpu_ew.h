@@ -3,8 +3,8 @@
  * Each entry is single-threaded and works on one row or one contiguous range;
  * cpu_elementwise.c splits the work over OpenMP threads with a blocking that
  * does not depend on the number of threads, then picks the table by
- * td_cpu_isa_get(). The two tables compute the same math (they may differ in
- * the last bits: the AVX-512 one uses FMA and its own exp / erfc). */
+ * td_cpu_isa_get(). The three tables compute the same math (they may differ in
+ * the last bits: the AVX2 and AVX-512 ones use FMA and their own exp / erfc). */
 #ifndef TD_DEVICE_CPU_EW_H
 #define TD_DEVICE_CPU_EW_H
 
@@ -62,5 +62,6 @@ typedef struct td_ew_isa {
 
 extern const td_ew_isa td_cpu_ew_generic; /* cpu_ew_generic.c: portable C, libm */
 extern const td_ew_isa td_cpu_ew_avx512;  /* cpu_ew_avx512.c: AVX-512 F/BW/VL/DQ + FMA */
+extern const td_ew_isa td_cpu_ew_avx2;    /* cpu_ew_avx2.c: AVX2 + FMA + F16C, 8 lanes */
 
 #endif

@@ -14,12 +14,18 @@
  * oneDNN primitives are created once per distinct (shape, strides, dtypes,
  * alpha, beta, bias?) and cached; each thread has its own stream and scratchpad,
  * so td_cpu_gemm may be called concurrently from inside a parallel region (it
- * then runs on the calling thread). */
+ * then runs on the calling thread).
+ *
+ * A CPU without AVX-512 (AMD Zen 2/3, Intel client cores) has no bf16 kernels in
+ * oneDNN 2.x: it refuses the primitive. There a bf16 product widens its inputs to
+ * fp32 (exact) and runs as an fp32 GEMM, accumulating in fp32 as the bf16
+ * kernels do; a bf16 C is rounded from the fp32 result (gemm_bf16_widened). */
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/dtype.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "device/cpu/cpu_gemm.h"
@@ -201,7 +207,90 @@ void td_cpu_gemm_prepare(const td_matmul_desc *g, td_gemm_library lib) {
   if (lib == TD_GEMM_ONEDNN) entry_get(&k);
 }
 
-static void gemm_onednn(const td_matmul_desc *g) {
+/* 1 when oneDNN runs bf16 matmuls on this CPU (probed once: a 1 x 1 x 1 primitive) */
+int td_cpu_gemm_onednn_bf16(void) {
+  static int has = -1;
+#pragma omp critical(td_gemm_cache)
+  if (has < 0) {
+    if (!g_engine) DNNL_OK(dnnl_engine_create(&g_engine, dnnl_cpu, 0));
+    dnnl_memory_desc_t md;
+    dnnl_dims_t dims = {1, 1}, strides = {1, 1};
+    DNNL_OK(dnnl_memory_desc_init_by_strides(&md, 2, dims, dnnl_bf16, strides));
+    dnnl_matmul_desc_t desc;
+    DNNL_OK(dnnl_matmul_desc_init(&desc, &md, &md, NULL, &md));
+    dnnl_primitive_desc_t pd;
+    has = dnnl_primitive_desc_create(&pd, &desc, NULL, g_engine, NULL) == dnnl_success;
+    if (has) dnnl_primitive_desc_destroy(pd);
+  }
+  return has;
+}
+
+/* Per-thread fp32 copies of a bf16 product's A and B (and its C when that is bf16),
+ * grown as needed and kept, like oneDNN's scratchpad. */
+static __thread float *t_wide;
+static __thread size_t t_wide_elems;
+
+static float *wide_scratch(size_t elems) {
+  if (elems > t_wide_elems) {
+    td_free(t_wide);
+    t_wide = td_malloc(elems * sizeof(float));
+    t_wide_elems = elems;
+  }
+  return t_wide;
+}
+
+/* dst = the batch x rows x cols bf16 matrices at src (row stride ld, matrix stride
+ * stride) as dense fp32 */
+static void widen(float *dst, const uint16_t *src, int64_t batch, int64_t rows, int64_t cols,
+                  int64_t ld, int64_t stride) {
+#pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel() && batch * rows * cols > (1 << 16))
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t r = 0; r < rows; r++) {
+      const uint16_t *s = src + b * stride + r * ld;
+      float *d = dst + (b * rows + r) * cols;
+      for (int64_t c = 0; c < cols; c++) d[c] = td_bf16_to_f32(s[c]);
+    }
+}
+
+static void gemm_onednn(const td_matmul_desc *g, int measure_widened);
+
+/* measure: pick the fp32 library by measurement as ops->matmul does (td_cpu_gemm
+ * outside parallel regions), else the default fp32 library (calls from parallel
+ * regions, td_cpu_gemm_with): the library, and so the bits, must not depend on the
+ * thread count. */
+static void gemm_bf16_widened(const td_matmul_desc *g, int measure) {
+  const int64_t a_rows = g->trans_a ? g->k : g->m, a_cols = g->trans_a ? g->m : g->k;
+  const int64_t b_rows = g->trans_b ? g->n : g->k, b_cols = g->trans_b ? g->k : g->n;
+  const size_t a_n = (size_t)(g->batch * g->m * g->k), b_n = (size_t)(g->batch * g->k * g->n);
+  const size_t c_n = g->c_dtype == TD_BF16 ? (size_t)(g->batch * g->m * g->n) : 0;
+  float *a = wide_scratch(a_n + b_n + c_n), *b = a + a_n, *c = b + b_n;
+  widen(a, g->a, g->batch, a_rows, a_cols, g->lda, g->stride_a);
+  widen(b, g->b, g->batch, b_rows, b_cols, g->ldb, g->stride_b);
+  td_matmul_desc w = *g;
+  w.ab_dtype = TD_F32, w.a = a, w.lda = a_cols, w.stride_a = a_rows * a_cols;
+  w.b = b, w.ldb = b_cols, w.stride_b = b_rows * b_cols;
+  if (c_n) w.c_dtype = TD_F32, w.c = c, w.ldc = g->n, w.stride_c = g->m * g->n; /* beta is 0 */
+  td_gemm_library lib = measure ? td_cpu_gemm_choose(&w) : td_cpu_gemm_library(TD_F32);
+  if (lib == TD_GEMM_OPENBLAS)
+    gemm_openblas(&w);
+  else
+    gemm_onednn(&w, 0);
+  if (!c_n) return;
+#pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel() && c_n > (1 << 16))
+  for (int64_t bi = 0; bi < g->batch; bi++)
+    for (int64_t i = 0; i < g->m; i++) {
+      uint16_t *d = (uint16_t *)g->c + bi * g->stride_c + i * g->ldc;
+      const float *s = c + (bi * g->m + i) * g->n;
+      for (int64_t j = 0; j < g->n; j++) d[j] = td_f32_to_bf16(s[j]);
+    }
+}
+
+/* measure_widened: see gemm_bf16_widened */
+static void gemm_onednn(const td_matmul_desc *g, int measure_widened) {
+  if (g->ab_dtype == TD_BF16 && !td_cpu_gemm_onednn_bf16()) {
+    gemm_bf16_widened(g, measure_widened);
+    return;
+  }
   gemm_key k = key_of(g);
   const gemm_entry *e = entry_get(&k);
   if (!t_stream) DNNL_OK(dnnl_stream_create(&t_stream, g_engine, dnnl_stream_default_flags));
@@ -243,8 +332,7 @@ static void check_desc(const td_matmul_desc *g) {
            "the elementwise ops after the product");
 }
 
-void td_cpu_gemm_with(const td_matmul_desc *g, td_gemm_library lib) {
-  check_desc(g);
+static void run_with(const td_matmul_desc *g, td_gemm_library lib, int measure_widened) {
   if (!td_cpu_gemm_library_serves(lib, g->ab_dtype)) lib = TD_GEMM_ONEDNN;
   const int own_bf16 = (lib == TD_GEMM_AMX || lib == TD_GEMM_DPBF16) && !omp_in_parallel() &&
                        (g->c_dtype == TD_F32 || g->k <= TD_GEMM_BF16_KMAX);
@@ -253,7 +341,12 @@ void td_cpu_gemm_with(const td_matmul_desc *g, td_gemm_library lib) {
   else if (lib == TD_GEMM_OPENBLAS)
     gemm_openblas(g);
   else
-    gemm_onednn(g);
+    gemm_onednn(g, measure_widened);
+}
+
+void td_cpu_gemm_with(const td_matmul_desc *g, td_gemm_library lib) {
+  check_desc(g);
+  run_with(g, lib, 0);
 }
 
 void td_cpu_gemm(const td_matmul_desc *g, int threads) {
@@ -265,7 +358,7 @@ void td_cpu_gemm(const td_matmul_desc *g, int threads) {
    * active: the library, and so the bits, must not depend on the thread count. */
   td_gemm_library lib = threads == 1 ? td_cpu_gemm_library(g->ab_dtype) : td_cpu_gemm_choose(g);
   if (threads == 1 && (lib == TD_GEMM_AMX || lib == TD_GEMM_DPBF16)) lib = TD_GEMM_ONEDNN;
-  td_cpu_gemm_with(g, lib);
+  run_with(g, lib, threads != 1);
 }
 
 static void cpu_matmul(td_device *d, const td_matmul_desc *g) {

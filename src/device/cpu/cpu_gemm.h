@@ -36,6 +36,9 @@ void td_cpu_gemm_describe(char *buf, size_t n);
 /* Forget every choice and re-read the environment (tests). */
 void td_cpu_gemm_select_reset(void);
 const char *td_gemm_library_name(td_gemm_library lib);
+/* 1 when oneDNN has bf16 matmul kernels for this CPU (AVX-512 and newer); where it
+ * has none, its bf16 calls run as fp32 GEMMs on inputs widened to fp32. */
+int td_cpu_gemm_onednn_bf16(void);
 /* 1 when lib can run inputs of this dtype here (OpenBLAS: fp32 only; AMX: bf16
  * only, on a CPU with AMX-BF16; AVX512-BF16: bf16 only, on a CPU with it). */
 int td_cpu_gemm_library_serves(td_gemm_library lib, td_dtype ab_dtype);

@@ -25,6 +25,7 @@
 #include "base/mem.h"
 #include "device/cpu/cpu_gemm_bf16.h"
 #include "device/cpu/cpu_gemm_select.h"
+#include "device/cpu/cpu_isa.h"
 #include "device/cpu/cpu_openblas.h"
 
 #define FORMAT "trident GEMM choices 1"
@@ -79,8 +80,13 @@ const char *td_gemm_machine(void) {
     for (int l = 0, len = 0; l < TD_GEMM_LIBRARIES && len < (int)sizeof libs; l++)
       len += snprintf(libs + len, sizeof libs - (size_t)len, "%s%s", l ? " " : "",
                       td_gemm_library_name((td_gemm_library)l));
-    snprintf(machine, sizeof machine, "%s | oneDNN %d.%d.%d | %s | trident GEMMs %s rev %d", cpu,
-             v->major, v->minor, v->patch, td_openblas_get()->config, libs, TD_GEMM_BF16_REVISION);
+    /* what the run may use of the CPU: trident's ISA (TRIDENT_CPU_ISA) and oneDNN's cap */
+    const char *dnnl_cap = getenv("ONEDNN_MAX_CPU_ISA");
+    snprintf(machine, sizeof machine,
+             "%s | kernels %s | oneDNN %d.%d.%d%s%s | %s | trident GEMMs %s rev %d", cpu,
+             td_cpu_isa_name(td_cpu_isa_get()), v->major, v->minor, v->patch,
+             dnnl_cap && *dnnl_cap ? " ONEDNN_MAX_CPU_ISA=" : "", dnnl_cap ? dnnl_cap : "",
+             td_openblas_get()->config, libs, TD_GEMM_BF16_REVISION);
   }
   return machine;
 }

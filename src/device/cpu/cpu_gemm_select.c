@@ -482,5 +482,9 @@ void td_cpu_gemm_describe(char *buf, size_t n) {
                env && !strcmp(env, "off") ? "TRIDENT_GEMM_CACHE=off" : "no home directory");
   }
   const char *blas_note = td_openblas_get()->note; /* kernels trident chose for OpenBLAS */
-  snprintf(buf, n, "fp32 %s, bf16 %s%s%s%s", f32, bf16, cache, *blas_note ? "; " : "", blas_note);
+  const char *widened = td_cpu_gemm_onednn_bf16() ? ""
+                        : "; oneDNN has no bf16 kernels for this CPU: its bf16 products run as "
+                          "fp32 GEMMs on inputs widened to fp32";
+  snprintf(buf, n, "fp32 %s, bf16 %s%s%s%s%s", f32, bf16, widened, cache, *blas_note ? "; " : "",
+           blas_note);
 }

@@ -37,7 +37,8 @@ void td_cpu_gemm_prepare(const td_matmul_desc *g, td_gemm_library lib);
  * "" when TRIDENT_GEMM_CACHE=off or no home is known. Resolved once (until
  * td_gemm_cache_reset). */
 const char *td_gemm_cache_path(void);
-/* The CPU (cpuid brand string, family, model, stepping) and the libraries'
+/* The CPU (cpuid brand string, family, model, stepping), trident's vector ISA and
+ * oneDNN's ONEDNN_MAX_CPU_ISA cap when set, and the libraries'
  * versions (oneDNN, OpenBLAS's build string with the core it chose) and the
  * names of the libraries measured (a library added since was never timed) with the
  * revision of trident's own (TD_GEMM_BF16_REVISION): a file

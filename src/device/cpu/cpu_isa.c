@@ -1,6 +1,7 @@
 #include "device/cpu/cpu_isa.h"
 
 #include <cpuid.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -13,6 +14,12 @@ static int cpu_has_avx512(void) {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
          __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
+}
+
+static int cpu_has_avx2(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
 }
 
 int td_cpu_has_avx512_bf16(void) {
@@ -45,9 +52,14 @@ static td_cpu_isa detect(void) {
         td_fail("TRIDENT_CPU_ISA=avx512 but this CPU lacks AVX-512 F/BW/VL/DQ");
       return TD_ISA_AVX512;
     }
-    td_fail("TRIDENT_CPU_ISA='%s' is not known; expected 'generic' or 'avx512'", env);
+    if (strcmp(env, "avx2") == 0) {
+      if (!cpu_has_avx2()) td_fail("TRIDENT_CPU_ISA=avx2 but this CPU lacks AVX2/FMA/F16C/BMI2");
+      return TD_ISA_AVX2;
+    }
+    td_fail("TRIDENT_CPU_ISA='%s' is not known; expected 'generic', 'avx2' or 'avx512'", env);
   }
-  return cpu_has_avx512() ? TD_ISA_AVX512 : TD_ISA_GENERIC;
+  if (cpu_has_avx512()) return TD_ISA_AVX512;
+  return cpu_has_avx2() ? TD_ISA_AVX2 : TD_ISA_GENERIC;
 }
 
 td_cpu_isa td_cpu_isa_get(void) {
@@ -56,4 +68,15 @@ td_cpu_isa td_cpu_isa_get(void) {
   return (td_cpu_isa)cached;
 }
 
-const char *td_cpu_isa_name(td_cpu_isa isa) { return isa == TD_ISA_AVX512 ? "avx512" : "generic"; }
+const char *td_cpu_isa_name(td_cpu_isa isa) {
+  return isa == TD_ISA_AVX512 ? "avx512" : isa == TD_ISA_AVX2 ? "avx2" : "generic";
+}
+
+/* td_device_describe_kernels for the CPU: the vector ISA of the elementwise and
+ * attention kernels, and whether AMX runs the bf16 ones */
+void td_cpu_describe_kernels(char *buf, size_t n) {
+  const char *env = getenv("TRIDENT_CPU_ISA");
+  snprintf(buf, n, "elementwise and attention on %s%s (%s)", td_cpu_isa_name(td_cpu_isa_get()),
+           td_cpu_amx_usable() ? ", bf16 attention on AMX" : "",
+           env && *env ? "TRIDENT_CPU_ISA" : "the widest this CPU has");
+}

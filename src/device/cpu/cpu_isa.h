@@ -1,12 +1,15 @@
-/* Which vector ISA the CPU kernels use, decided once at run time by cpuid.
- * TRIDENT_CPU_ISA=generic forces the portable C path (how the fallback is
- * tested on a machine that has AVX-512); TRIDENT_CPU_ISA=avx512 insists on it. */
+/* Which vector ISA the CPU kernels use, decided once at run time by cpuid: the
+ * widest the CPU has. TRIDENT_CPU_ISA=generic / avx2 / avx512 forces one (how the
+ * narrower paths are tested on a machine that has AVX-512); forcing one the CPU
+ * lacks is an error. */
 #ifndef TD_DEVICE_CPU_ISA_H
 #define TD_DEVICE_CPU_ISA_H
 
 typedef enum {
   TD_ISA_GENERIC = 0, /* portable C, compiled for baseline x86-64 */
-  TD_ISA_AVX512 = 1   /* AVX-512 F/BW/VL/DQ + FMA + BMI2 (files *_avx512.c) */
+  TD_ISA_AVX512 = 1,  /* AVX-512 F/BW/VL/DQ + FMA + BMI2 (files *_avx512.c) */
+  TD_ISA_AVX2 = 2     /* AVX2 + FMA + F16C + BMI2 (files *_avx2.c): AMD Zen 2/3, Intel
+                         client cores, and any x86-64 server of the last decade */
 } td_cpu_isa;
 
 td_cpu_isa td_cpu_isa_get(void);

@@ -1,0 +1,207 @@
+/* AVX2 row kernels of the CPU attention (semantics in cpu_attention.h; the
+ * portable versions are in cpu_attention.c, the AVX-512 ones in
+ * cpu_attention_avx512.c, whose math this follows on 8 lanes). Compiled with the
+ * AVX2 flags and called only after td_cpu_isa_get() == TD_ISA_AVX2, where the
+ * attention runs on td_cpu_gemm with these rows between its GEMMs.
+ *
+ * exp: 2^t as in cpu_attention_avx512.h (n = round(t), 2^f by the degree-5
+ * polynomial with constant term 1), times 2^n built from integers in two halves
+ * (AVX2 has no vscalefps): p 2^n1 is exact and p 2^n1 2^n2 rounds once, so
+ * results in the subnormal range round as vscalefps rounds them; t is clamped
+ * to [-160, 128] first (2^-160 rounds to 0, as vscalefps gives below -150).
+ * bf16: round to nearest even by integer ops, the bits of td_f32_to_bf16. */
+#include <immintrin.h>
+#include <math.h>
+
+#include "base/dtype.h"
+#include "device/cpu/cpu_attention.h"
+
+#define LOG2E 1.44269504088896341f
+
+/* lanes [0, left) of 8 as an all-ones 32-bit mask (none when left <= 0) */
+static inline __m256i lanes8(int64_t left) {
+  int n = left >= 8 ? 8 : left <= 0 ? 0 : (int)left;
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* 2^t on 8 lanes; NaN propagates through the polynomial */
+static inline __m256 exp2_8(__m256 t) {
+  t = _mm256_min_ps(_mm256_set1_ps(128.0f), _mm256_max_ps(_mm256_set1_ps(-160.0f), t));
+  __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 f = _mm256_sub_ps(t, n);
+  __m256 p = _mm256_set1_ps(1.326474228e-3f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.671517975e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550733756e-2f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402224200e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931469776e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+  __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+/* 8 floats to bf16 bits (td_f32_to_bf16's rounding; NaN stays a quiet NaN) */
+static inline __m128i bf16_8(__m256 x) {
+  __m256i u = _mm256_castps_si256(x), hi = _mm256_srli_epi32(u, 16);
+  __m256i r = _mm256_add_epi32(
+      u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(hi, _mm256_set1_epi32(1))));
+  r = _mm256_srli_epi32(r, 16);
+  __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+/* dst[j:j+8) (only its first `left` lanes) = x as fp32 or bf16 */
+static inline void store8(void *dst, td_dtype dt, int64_t j, int64_t left, __m256 x) {
+  if (dt == TD_BF16) {
+    uint16_t *d = (uint16_t *)dst + j;
+    __m128i h = bf16_8(x);
+    if (left >= 8) {
+      _mm_storeu_si128((__m128i *)d, h);
+    } else {
+      uint16_t tmp[8];
+      _mm_storeu_si128((__m128i *)tmp, h);
+      for (int64_t i = 0; i < left; i++) d[i] = tmp[i];
+    }
+  } else if (left >= 8) {
+    _mm256_storeu_ps((float *)dst + j, x);
+  } else {
+    _mm256_maskstore_ps((float *)dst + j, lanes8(left), x);
+  }
+}
+
+/* the first `left` lanes of s[j:j+8), 0 elsewhere */
+static inline __m256 load8(const float *s, int64_t j, int64_t left) {
+  return left >= 8 ? _mm256_loadu_ps(s + j) : _mm256_maskload_ps(s + j, lanes8(left));
+}
+
+/* keep_scale where the row's word j + lane is kept (u >= thr, unsigned), 0 where
+ * dropped, over the first `left` lanes (0 beyond) */
+static inline __m256 keep8(const uint32_t *words, td_attn_dropout dr, int64_t j, int64_t left) {
+  __m256i live = lanes8(left);
+  __m256i w = _mm256_maskload_epi32((const int *)(words + j), live);
+  const __m256i flip = _mm256_set1_epi32((int)0x80000000u); /* unsigned compare by signed */
+  __m256i dropped = _mm256_cmpgt_epi32(_mm256_xor_si256(_mm256_set1_epi32((int)dr.thr), flip),
+                                       _mm256_xor_si256(w, flip));
+  __m256i kept = _mm256_andnot_si256(dropped, live);
+  return _mm256_and_ps(_mm256_castsi256_ps(kept), _mm256_set1_ps(dr.keep_scale));
+}
+
+/* horizontal sum / max of 8 lanes in a fixed order */
+static inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+static inline float hmax8(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+void td_attn_softmax_row_avx2(float *s, int64_t nvalid, int64_t ncols, float scale,
+                              const uint32_t *words, td_attn_dropout dr, float *lse, void *p_out,
+                              td_dtype p_dtype) {
+  const __m256 vscale = _mm256_set1_ps(scale), vscale2 = _mm256_set1_ps(scale * LOG2E);
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < nvalid; j += 8) {
+    __m256 x = _mm256_mul_ps(vscale, load8(s, j, nvalid - j));
+    if (nvalid - j < 8) x = _mm256_blendv_ps(vmax, x, _mm256_castsi256_ps(lanes8(nvalid - j)));
+    vmax = _mm256_max_ps(vmax, x);
+  }
+  const float mx = hmax8(vmax);
+  const __m256 vm2 = _mm256_set1_ps(mx * LOG2E);
+  __m256 vsum = _mm256_setzero_ps();
+  for (int64_t j = 0; j < nvalid; j += 8) {
+    int64_t left = nvalid - j;
+    __m256 e = exp2_8(_mm256_fmsub_ps(vscale2, load8(s, j, left), vm2));
+    if (left < 8) e = _mm256_and_ps(e, _mm256_castsi256_ps(lanes8(left)));
+    store8(s, TD_F32, j, left, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  const float l = hsum8(vsum);
+  *lse = mx + logf(l);
+  const __m256 vinv = _mm256_set1_ps(1.0f / l);
+  for (int64_t j = 0; j < ncols; j += 8) {
+    __m256 p = _mm256_mul_ps(load8(s, j, nvalid - j), vinv); /* 0 past nvalid */
+    if (words) p = _mm256_mul_ps(p, keep8(words, dr, j, nvalid - j));
+    store8(p_out, p_dtype, j, ncols - j, p);
+  }
+}
+
+void td_attn_softmax_bwd_row_avx2(const float *s, const float *dp, int64_t nvalid, int64_t ncols,
+                                  float scale, const uint32_t *words, td_attn_dropout dr,
+                                  float lse, float di, void *p_out, void *ds_out,
+                                  td_dtype p_dtype) {
+  const __m256 vscale2 = _mm256_set1_ps(scale * LOG2E), vlse2 = _mm256_set1_ps(lse * LOG2E);
+  const __m256 vdi = _mm256_set1_ps(di);
+  for (int64_t j = 0; j < ncols; j += 8) {
+    int64_t valid = nvalid - j;
+    __m256 live = _mm256_castsi256_ps(lanes8(valid));
+    __m256 p = _mm256_and_ps(exp2_8(_mm256_fmsub_ps(vscale2, load8(s, j, valid), vlse2)), live);
+    __m256 dpv = load8(dp, j, valid), pk = p;
+    if (words) {
+      __m256 k = keep8(words, dr, j, valid);
+      pk = _mm256_mul_ps(p, k);
+      dpv = _mm256_mul_ps(dpv, k);
+    }
+    __m256 ds = _mm256_and_ps(_mm256_mul_ps(p, _mm256_sub_ps(dpv, vdi)), live); /* +0 past nvalid */
+    store8(p_out, p_dtype, j, ncols - j, pk);
+    store8(ds_out, p_dtype, j, ncols - j, ds);
+  }
+}
+
+/* ------------------------------------------------------------------- Philox */
+
+/* One Philox round on 4 blocks (one per 64-bit lane, each 32-bit word of the
+ * state in the low half of a lane; the high halves carry junk that never
+ * reaches a low half), as in cpu_attention_avx512.c on 8. */
+#define PHILOX_ROUND(c0, c1, c2, c3, k0, k1)                                              \
+  do {                                                                                    \
+    const __m256i p0_ = _mm256_mul_epu32(c0, m0), p1_ = _mm256_mul_epu32(c2, m1);         \
+    c0 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1_, 32), c1), k0);          \
+    c2 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0_, 32), c3), k1);          \
+    c1 = p1_;                                                                             \
+    c3 = p0_;                                                                             \
+  } while (0)
+
+/* Store the 16 words of 4 blocks (lane l: block l) in block order. */
+static inline void philox_store(uint32_t *o, __m256i c0, __m256i c1, __m256i c2, __m256i c3) {
+  const __m256i w01 = _mm256_blend_epi32(c0, _mm256_slli_epi64(c1, 32), 0xaa);
+  const __m256i w23 = _mm256_blend_epi32(c2, _mm256_slli_epi64(c3, 32), 0xaa);
+  const __m256i lo = _mm256_unpacklo_epi64(w01, w23), hi = _mm256_unpackhi_epi64(w01, w23);
+  _mm256_storeu_si256((__m256i *)o, _mm256_permute2x128_si256(lo, hi, 0x20));
+  _mm256_storeu_si256((__m256i *)(o + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+/* 8 blocks per step, as two independent groups of 4 (the rounds' multiply
+ * latency is the bound otherwise). */
+const uint32_t *td_attn_rng_row_avx2(uint64_t seed, uint64_t stream, uint64_t g0, int64_t n,
+                                     uint32_t *buf) {
+  const uint64_t first = g0 >> 2, nblk = ((g0 + (uint64_t)n - 1) >> 2) - first + 1;
+  const __m256i iota = _mm256_setr_epi64x(0, 1, 2, 3), four = _mm256_set1_epi64x(4);
+  const __m256i m0 = _mm256_set1_epi64x(0xD2511F53u), m1 = _mm256_set1_epi64x(0xCD9E8D57u);
+  const __m256i s0 = _mm256_set1_epi64x((long long)(uint32_t)stream);
+  const __m256i s1 = _mm256_set1_epi64x((long long)(stream >> 32));
+  __m256i key[10][2];
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  for (int r = 0; r < 10; r++, k0 += 0x9E3779B9u, k1 += 0xBB67AE85u)
+    key[r][0] = _mm256_set1_epi64x(k0), key[r][1] = _mm256_set1_epi64x(k1);
+  for (uint64_t q = 0; q < nblk; q += 8) {
+    const __m256i ctr = _mm256_add_epi64(_mm256_set1_epi64x((long long)(first + q)), iota);
+    const __m256i ctr4 = _mm256_add_epi64(ctr, four);
+    __m256i a0 = ctr, a1 = _mm256_srli_epi64(ctr, 32), a2 = s0, a3 = s1;
+    __m256i b0 = ctr4, b1 = _mm256_srli_epi64(ctr4, 32), b2 = s0, b3 = s1;
+#pragma GCC unroll 10
+    for (int r = 0; r < 10; r++) {
+      PHILOX_ROUND(a0, a1, a2, a3, key[r][0], key[r][1]);
+      PHILOX_ROUND(b0, b1, b2, b3, key[r][0], key[r][1]);
+    }
+    philox_store(buf + 4 * q, a0, a1, a2, a3);
+    philox_store(buf + 4 * q + 16, b0, b1, b2, b3);
+  }
+  return buf + (g0 & 3);
+}
