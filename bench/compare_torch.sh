@@ -8,7 +8,7 @@
 #
 # Usage: bench/compare_torch.sh [--trident BIN] [--rounds R] [--dtype fp32|bf16]
 #          [--seq-len T] [--micro-batch B] [--threads P] [--steps N] [--warmup W]
-#          [--peer debian|pypi|pypi-compile] [--wait-idle]
+#          [--peer debian|pypi|pypi-compile] [--wait-idle] [--as-avx2]
 #   --peer        which PyTorch (default debian): Debian's torch 1.13 in its fastest setting
 #                 here (bench/run_peer_torch.sh), or the newest torch from PyPI in a venv
 #                 ($TORCH_VENV, default ~/.cache/trident/torch-pypi; made with `pip install
@@ -16,6 +16,11 @@
 #                 torch.compile (its warm-up steps hold the compilation)
 #   --wait-idle   before each run, wait until the machine has been idle (less than 15% of
 #                 one CPU busy) for 3 s (shared machines: a neighbour's job skews a run)
+#   --as-avx2     both sides as on a CPU without AVX-512 (AMD Zen 2/3): trident's AVX2
+#                 kernels (TRIDENT_CPU_ISA=avx2), oneDNN capped at AVX2 for both
+#                 (ONEDNN_MAX_CPU_ISA), OpenBLAS's Haswell kernels, MKL and ATen at AVX2
+#                 (MKL_ENABLE_INSTRUCTIONS, ATEN_CPU_CAPABILITY); trident's GEMM choices
+#                 then go to their own cache file
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 trident=$here/../build/trident
@@ -33,6 +38,10 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=$2; shift 2 ;;
     --wait-idle) wait_idle=1; shift ;;
     --peer) peer_kind=$2; shift 2 ;;
+    --as-avx2)
+      export TRIDENT_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell
+      export MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2
+      shift ;;
     *) echo "compare_torch.sh: unknown flag '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
@@ -76,7 +85,7 @@ median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (
 tps() { awk -v n="$tokens" -v ms="$1" 'BEGIN {printf "%.1f", n / ms * 1000}'; }
 
 tokens=$((seq * mb))
-echo "GPT-2 124M (12 x 768, 12 heads, vocab 50257), seq $seq, micro-batch $mb, $dtype, $threads threads, $rounds rounds, peer: $peer_kind"
+echo "GPT-2 124M (12 x 768, 12 heads, vocab 50257), seq $seq, micro-batch $mb, $dtype, $threads threads, $rounds rounds, peer: $peer_kind${TRIDENT_CPU_ISA:+, TRIDENT_CPU_ISA=$TRIDENT_CPU_ISA}"
 t_ms=() p_ms=() r_x=()
 for r in $(seq 1 "$rounds"); do
   [ $wait_idle = 1 ] && wait_for_idle
