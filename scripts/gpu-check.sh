@@ -27,6 +27,11 @@
 # PREBUILT=1 skips the build and tests $BUILD as it is (built on another machine
 # with the same toolkit: its ctest files name absolute paths, so the checkout
 # must sit at the path it was built at, or a symbolic link must lead there).
+# BUDGET_S=N (default 540: a lent machine runs one command for at most 600 s) is
+# the time the script may take: the stages run in order of what they decide (the
+# tests, the step next to PyTorch compiled, then the rest), each only when its
+# estimate fits in what is left, and the summary names every stage skipped for
+# time. The tests run under a timeout of what is left less the step's minute.
 # Logs go to $OUT (default out/gpu-check/); the summary is printed last. Exit 0
 # when every test passed, 1 when one failed, 2 when there is no GPU to check.
 # Needs what `make build` needs (scripts/install-deps.sh) plus the CUDA toolkit; on
@@ -39,6 +44,15 @@ build=${BUILD:-build-cuda}
 mkdir -p "$out"
 summary=()
 note() { summary+=("$*"); echo "gpu-check: $*"; }
+budget=${BUDGET_S:-540}
+left() { echo $((budget - SECONDS)); }
+# fits EST NAME: 0 when a stage estimated at EST seconds fits in what is left, else
+# a note that NAME was skipped
+fits() {
+  [ "$(left)" -ge "$1" ] && return 0
+  note "SKIPPED for time: $2 (needs ~$1 s, $(left) s left of BUDGET_S=$budget)"
+  return 1
+}
 
 gpus=$(nvidia-smi -L 2>&1) || { echo "gpu-check: no NVIDIA GPU visible (nvidia-smi -L: $gpus)"; exit 2; }
 note "GPU: $(echo "$gpus" | head -1)"
@@ -66,12 +80,29 @@ fi
 bin=$build/trident
 note "$("$bin" bench kernels --device cuda --only add --seconds 0.01 2>&1 | grep '^kernels:')"
 
-# 2. tests
-(cd "$build" && ctest -j "${JOBS:-4}" --output-on-failure --timeout 1800 \
-  -R '^(test_device_cuda|test_rng_hostdev|cli_train_cuda|cli_train_sealed|mpi_device_comm_np.|test_kernel_.*|test_gpt_(parity|grad)_cuda)$') \
-  >"$out/tests.log" 2>&1
+# 2. tests: the GPU's own first, then the CPU kernel tests on this machine's CPU
+# (two runs: ctest orders a run by the costs it recorded, and a build carried from
+# a machine without a GPU recorded the GPU tests as instant skips), both within
+# what is left less ~90 s for the step and its PyTorch peer
+t_tests=$(($(left) - 90))
+[ "$t_tests" -ge 60 ] || t_tests=60
+t_end=$((SECONDS + t_tests))
+run_tests() { # REGEX [CTEST ARGS]: ctest on the tests REGEX matches, until t_end (appends to tests.log)
+  local t=$((t_end - SECONDS))
+  [ "$t" -ge 10 ] || { echo "not run (time budget): $1" >>"$out/tests.log"; return 124; }
+  (cd "$build" && timeout -k 10 "$t" ctest -j "${JOBS:-4}" --output-on-failure --timeout "$t" -R "$@") \
+    >>"$out/tests.log" 2>&1
+}
+: >"$out/tests.log"
+run_tests '^(test_device_cuda|test_rng_hostdev|cli_train_cuda|cli_train_sealed|mpi_device_comm_np.|test_kernel_.*_cuda|test_gpt_(parity|grad)_cuda)$'
+rc_gpu=$?
+run_tests '^test_kernel_.*$' -E _cuda
 rc_tests=$?
-note "tests: $(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1)"
+[ $rc_gpu = 0 ] || rc_tests=$rc_gpu
+[ $rc_tests = 124 ] || [ $rc_tests = 137 ] && note "tests STOPPED at the time budget ($t_tests s): the list below is what finished"
+tests_line=$(grep -E 'tests passed|tests failed' "$out/tests.log" | tr '\n' ';')
+[ -n "$tests_line" ] || tests_line="$(grep -cE 'Test +#[0-9]+: .* Passed' "$out/tests.log") passed, $(grep -cE 'Test +#[0-9]+: .*(Failed|Timeout)' "$out/tests.log") failed of those that finished"
+note "tests: $tests_line"
 grep -E '^ *[0-9]+/[0-9]+ Test' "$out/tests.log" | sed 's/^/  /'
 grep -E '^(ok|FAIL|SKIP)' "$out/tests.log" >"$out/checks.txt" || true
 [ $rc_tests = 0 ] || note "FAILED checks: $(grep -c '^FAIL\|  FAIL' "$out/tests.log") (see $out/tests.log)"
@@ -80,75 +111,104 @@ if grep -qE '(test_device_cuda|cli_train_cuda|_cuda) .*Skipped' "$out/tests.log"
   rc_tests=1
 fi
 
-# 3. benchmarks
-"$bin" bench kernels --device cuda --json >"$out/bench_kernels.jsonl" 2>"$out/bench_kernels.err" ||
-  note "bench kernels FAILED (see $out/bench_kernels.err)"
-"$bin" bench train --device cuda --dtype bf16 --seq-len 1024 --micro-batch 16 --steps 10 \
-  --warmup 3 --json >"$out/bench_train.jsonl" 2>"$out/bench_train.err"
-t_ms=$(sed -n 's/.*"event": "summary".*"median_step_ms": \([0-9.]*\),.*/\1/p' "$out/bench_train.jsonl")
-t_tok=$(sed -n 's/.*"event": "summary".*"tokens_per_s": \([0-9.]*\),.*/\1/p' "$out/bench_train.jsonl")
-t_mem=$(sed -n 's/.*"event": "summary".*"max_mem_gib": \([-0-9.]*\)}.*/\1/p' "$out/bench_train.jsonl")
-if [ -n "$t_ms" ]; then
-  note "trident bench train, GPT-2 124M bf16 seq 1024 mbs 16: $t_ms ms/step, $t_tok tokens/s, peak memory $t_mem GiB"
-else
-  note "trident bench train FAILED: $(tail -3 "$out/bench_train.err")"
+# 3. benchmarks, in order of what they decide (each only when it fits the budget)
+train_json() { # NAME [ENV=VALUE...] -- [bench train flags]: GPT-2 124M bf16 seq 1024 mbs 16
+  local name=$1; shift
+  local envs=()
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  env "${envs[@]}" "$bin" bench train --device cuda --dtype bf16 --seq-len 1024 --micro-batch 16 \
+    --steps 10 --warmup 3 --json "$@" >"$out/$name.jsonl" 2>"$out/$name.err"
+}
+summary_field() { # FILE FIELD: the summary event's number
+  sed -n "s/.*\"event\": \"summary\".*\"$2\": \([-0-9.]*\)[,}].*/\1/p" "$1"
+}
+step_ms() { # FILE: the median step time, or FAILED with the error's last line
+  local ms
+  ms=$(summary_field "$1" median_step_ms)
+  [ -n "$ms" ] && echo "$ms ms/step" || echo "FAILED: $(tail -1 "${1%.jsonl}.err")"
+}
+peer_python() { # PyTorch with the loader's own path: trident's unpacked libraries
+  env -u LD_LIBRARY_PATH python3 "$@" # (offline-deps.sh's env.sh) are not for it
+}
+has_peer=0
+peer_python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && has_peer=1
+[ $has_peer = 1 ] || note "PyTorch with CUDA not importable: no peer numbers"
+run_peer() { # COMPILE: PyTorch's step at the same shapes, next to trident's
+  local c=$1
+  peer_python bench/gpu/peer_torch_gpu.py --mbs 16 --seq 1024 --compile "$c" >"$out/peer_compile$c.json" \
+    2>"$out/peer_compile$c.err" || true
+  local p_ms p_tok p_mem ratio=""
+  p_ms=$(sed -n 's/.*"median_ms": \([0-9.]*\),.*/\1/p' "$out/peer_compile$c.json")
+  p_tok=$(sed -n 's/.*"tokens_per_s": \([0-9]*\),.*/\1/p' "$out/peer_compile$c.json")
+  p_mem=$(sed -n 's/.*"max_mem_gib": \([0-9.]*\).*/\1/p' "$out/peer_compile$c.json")
+  if [ -n "$p_ms" ]; then
+    [ -n "$t_ms" ] && ratio=$(awk -v t="$t_ms" -v p="$p_ms" 'BEGIN { printf "; trident/PyTorch time %.2fx", t / p }')
+    note "PyTorch (torch.compile=$c), same shapes: $p_ms ms/step, $p_tok tokens/s, peak memory $p_mem GiB$ratio"
+  else
+    note "PyTorch (torch.compile=$c) FAILED: $(tail -2 "$out/peer_compile$c.err")"
+  fi
+}
+
+# the step (issue #12's target) and PyTorch compiled's in the same call
+t_ms=""
+if fits 40 "trident bench train"; then
+  train_json bench_train --
+  t_ms=$(summary_field "$out/bench_train.jsonl" median_step_ms)
+  if [ -n "$t_ms" ]; then
+    note "trident bench train, GPT-2 124M bf16 seq 1024 mbs 16: $t_ms ms/step, $(summary_field "$out/bench_train.jsonl" tokens_per_s) tokens/s, peak memory $(summary_field "$out/bench_train.jsonl" max_mem_gib) GiB"
+  else
+    note "trident bench train FAILED: $(tail -3 "$out/bench_train.err")"
+  fi
 fi
-# the same step with the GEMM epilogues off (the separate elementwise ops): what the
-# fused forms are worth
-TRIDENT_CUDA_FUSE=0 "$bin" bench train --device cuda --dtype bf16 --seq-len 1024 --micro-batch 16 \
-  --steps 10 --warmup 3 --json >"$out/bench_train_unfused.jsonl" 2>"$out/bench_train_unfused.err"
-u_ms=$(sed -n 's/.*"event": "summary".*"median_step_ms": \([0-9.]*\),.*/\1/p' "$out/bench_train_unfused.jsonl")
-note "the same with TRIDENT_CUDA_FUSE=0 (no GEMM epilogues): ${u_ms:-FAILED} ms/step"
+peers=" ${PEERS-1 0} "
+if [ $has_peer = 1 ] && [[ $peers == *" 1 "* ]] && fits 150 "PyTorch torch.compile peer"; then run_peer 1; fi
 # with Megatron's default dropout (0.1, attention and hidden): attention on cuDNN with
 # trident's masks
-"$bin" bench train --device cuda --dtype bf16 --seq-len 1024 --micro-batch 16 --steps 10 \
-  --warmup 3 --dropout 0.1 --json >"$out/bench_train_dropout.jsonl" 2>"$out/bench_train_dropout.err"
-d_ms=$(sed -n 's/.*"event": "summary".*"median_step_ms": \([0-9.]*\),.*/\1/p' "$out/bench_train_dropout.jsonl")
-note "the same with dropout 0.1 (attention and hidden): ${d_ms:-FAILED} ms/step"
-# two or more GPUs: data-parallel equality and scaling over them (issue #12 item 5)
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [ "${ngpu:-0}" -ge 2 ]; then
-  bench/gpu/scaling.sh --trident "$bin" --dtype bf16 >"$out/scaling.txt" 2>&1 ||
-    note "bench/gpu/scaling.sh FAILED (see $out/scaling.txt)"
-  note "$ngpu GPUs: $(grep -E '^DP=' "$out/scaling.txt" | tr '\n' ';'); $(grep -E '^(dpN|dpNwire|dpNz1ovl|tp2|pp2) ' "$out/scaling.txt" | awk '{ printf "%s %s ms %s, ", $1, $3, $5 }')"
+if fits 40 "the step with dropout 0.1"; then
+  train_json bench_train_dropout -- --dropout 0.1
+  note "the same with dropout 0.1 (attention and hidden): $(step_ms "$out/bench_train_dropout.jsonl")"
+fi
+# with the GEMM epilogues off (the separate elementwise ops): what the fused forms are worth
+if fits 40 "the step with TRIDENT_CUDA_FUSE=0"; then
+  train_json bench_train_unfused TRIDENT_CUDA_FUSE=0 --
+  note "the same with TRIDENT_CUDA_FUSE=0 (no GEMM epilogues): $(step_ms "$out/bench_train_unfused.jsonl")"
+fi
+# every kernel, and each GEMM and attention against PyTorch at the same shapes (issue
+# #12's ratios)
+if fits 90 "trident bench kernels"; then
+  "$bin" bench kernels --device cuda --json >"$out/bench_kernels.jsonl" 2>"$out/bench_kernels.err" ||
+    note "bench kernels FAILED (see $out/bench_kernels.err)"
+  if [ $has_peer = 1 ] && fits 90 "PyTorch's kernels at the same shapes"; then
+    : >"$out/peer_kernels.jsonl"
+    for dt in bf16 fp32; do
+      peer_python bench/gpu/peer_torch_kernels.py --dtype $dt >>"$out/peer_kernels.jsonl" \
+        2>"$out/peer_kernels_$dt.err" || true
+    done
+    python3 bench/gpu/compare_kernels.py "$out/bench_kernels.jsonl" "$out/peer_kernels.jsonl" \
+      >"$out/compare_kernels.txt" 2>&1
+    note "$(tail -1 "$out/compare_kernels.txt") (table: $out/compare_kernels.txt)"
+  fi
 fi
 # Megatron's GPT-3 Medium and Large shapes (GPT-2 350M and 760M): ms/step and MFU
 for size in "350M 24 1024 16" "760M 24 1536 16"; do
   read -r name layers hidden heads <<<"$size"
+  fits 60 "GPT-2 $name" || continue
   "$bin" bench train --device cuda --dtype bf16 --seq-len 1024 --micro-batch 8 --steps 6 \
     --warmup 2 --num-layers "$layers" --hidden-size "$hidden" --num-heads "$heads" \
     >"$out/bench_train_$name.txt" 2>&1
-  note "GPT-2 $name bf16 seq 1024 mbs 8: $(grep -E '^RESULT' "$out/bench_train_$name.txt" | sed 's/^RESULT //' | cut -c1-160)"
+  result=$(grep -E '^RESULT' "$out/bench_train_$name.txt" | sed 's/^RESULT //' | cut -c1-160)
+  note "GPT-2 $name bf16 seq 1024 mbs 8: ${result:-FAILED: $(tail -1 "$out/bench_train_$name.txt")}"
 done
-# PyTorch with the loader's own path: trident's unpacked libraries (offline-deps.sh's
-# env.sh puts Debian's on LD_LIBRARY_PATH) are not for it
-peer_python() { env -u LD_LIBRARY_PATH python3 "$@"; }
-if peer_python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  # each GEMM and attention against PyTorch at the same shapes (issue #12's ratios)
-  : >"$out/peer_kernels.jsonl"
-  for dt in bf16 fp32; do
-    peer_python bench/gpu/peer_torch_kernels.py --dtype $dt >>"$out/peer_kernels.jsonl" \
-      2>"$out/peer_kernels_$dt.err" || true
-  done
-  python3 bench/gpu/compare_kernels.py "$out/bench_kernels.jsonl" "$out/peer_kernels.jsonl" \
-    >"$out/compare_kernels.txt" 2>&1
-  note "$(tail -1 "$out/compare_kernels.txt") (table: $out/compare_kernels.txt)"
-  for c in ${PEERS-1 0}; do
-    peer_python bench/gpu/peer_torch_gpu.py --mbs 16 --seq 1024 --compile $c >"$out/peer_compile$c.json" \
-      2>"$out/peer_compile$c.err" || true
-    p_ms=$(sed -n 's/.*"median_ms": \([0-9.]*\),.*/\1/p' "$out/peer_compile$c.json")
-    p_tok=$(sed -n 's/.*"tokens_per_s": \([0-9]*\),.*/\1/p' "$out/peer_compile$c.json")
-    p_mem=$(sed -n 's/.*"max_mem_gib": \([0-9.]*\).*/\1/p' "$out/peer_compile$c.json")
-    if [ -n "$p_ms" ]; then
-      ratio=$([ -n "$t_ms" ] && awk -v t="$t_ms" -v p="$p_ms" 'BEGIN { printf "; trident/PyTorch time %.2fx", t / p }')
-      note "PyTorch (torch.compile=$c), same shapes: $p_ms ms/step, $p_tok tokens/s, peak memory $p_mem GiB$ratio"
-    else
-      note "PyTorch (torch.compile=$c) FAILED: $(tail -2 "$out/peer_compile$c.err")"
-    fi
-  done
-else
-  note "PyTorch with CUDA not importable: no peer numbers"
+if [ $has_peer = 1 ] && [[ $peers == *" 0 "* ]] && fits 60 "PyTorch eager peer"; then run_peer 0; fi
+# two or more GPUs: data-parallel equality and scaling over them (issue #12 item 5)
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "${ngpu:-0}" -ge 2 ] && fits 240 "bench/gpu/scaling.sh over $ngpu GPUs"; then
+  bench/gpu/scaling.sh --trident "$bin" --dtype bf16 >"$out/scaling.txt" 2>&1 ||
+    note "bench/gpu/scaling.sh FAILED (see $out/scaling.txt)"
+  note "$ngpu GPUs: $(grep -E '^DP=' "$out/scaling.txt" | tr '\n' ';'); $(grep -E '^(dpN|dpNwire|dpNz1ovl|tp2|pp2) ' "$out/scaling.txt" | awk '{ printf "%s %s ms %s, ", $1, $3, $5 }')"
 fi
+note "took $SECONDS s (BUDGET_S=$budget)"
 
 printf '%s\n' "" "== gpu-check summary ==" "${summary[@]}"
 [ $rc_tests = 0 ]

@@ -782,7 +782,10 @@ int main(void) {
   /* seed and stream with high words set */
   test_dropout(200003, 0.5f, 0x123456789abcdefull, 0xfedcba987654321ull, 0);
   /* a slice of a larger tensor: counters from `first`, aligned or not */
-  static const uint64_t firsts[] = {3, 64, 1000, 70001, (1ull << 33) + 5};
+  /* (the last two: counters past 2^63, and a range that wraps past 2^64 as the
+   * portable kernel's uint64 counters do) */
+  static const uint64_t firsts[] = {3, 64, 1000, 70001, (1ull << 33) + 5,
+                                    (1ull << 63) - 37, UINT64_MAX - 500};
   for (size_t i = 0; i < sizeof firsts / sizeof *firsts; i++)
     test_dropout(i % 2 ? 771 : 100003, 0.3f, 99 + i, 6, firsts[i]);
   /* the OpenMP thread count is the CPU backend's own machinery */

@@ -140,18 +140,9 @@ static head_kernels head_kernels_get(td_dtype dt) {
 
 /* ------------------------------------------------------------------ helpers */
 
-/* Per-thread scratch that only grows (like the GEMM's scratchpad). */
-static __thread void *t_scratch;
-static __thread size_t t_scratch_bytes;
-
-static void *scratch(size_t bytes) {
-  if (bytes > t_scratch_bytes) {
-    td_free(t_scratch);
-    t_scratch = td_malloc(bytes);
-    t_scratch_bytes = bytes;
-  }
-  return t_scratch;
-}
+/* Per-thread tiles (cpu_kernels.h's workspace) */
+static __thread td_cpu_workspace t_tiles;
+static void *scratch(size_t bytes) { return td_cpu_workspace_get(&t_tiles, bytes); }
 
 static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 

@@ -332,34 +332,33 @@ static void keep_masks32(__m256 k[4], uint64_t j0, __m256 p, uint64_t seed, uint
   k[3] = keep_lanes(_mm256_unpackhi_epi64(t2, t3), p); /* blocks 6 | 7 */
 }
 
-/* Element i draws counter first + i: counters go in groups of 32 (one keep_masks32);
- * a group wholly inside [first + i0, first + i1) is done 8 lanes at a time, the
- * partial groups at the ends element by element. */
+/* Element i draws counter first + i (mod 2^64, as the portable kernel does):
+ * counters go in groups of 32 (one keep_masks32); a whole group in [i0, i1) is
+ * done 8 lanes at a time, the partial groups at the ends element by element. */
 static void dropout(float *out, const float *resid, const float *x, int64_t i0, int64_t i1,
                     float p, uint64_t seed, uint64_t stream, uint64_t first) {
   const float scale = 1.0f / (1.0f - p);
   const __m256 vp = V1(p), s = V1(scale);
-  const int64_t c0 = (int64_t)first + i0, c1 = (int64_t)first + i1, base = (int64_t)first;
-  for (int64_t g = c0 & ~(int64_t)31; g < c1; g += 32) {
+  for (int64_t e = i0; e < i1;) {
+    const uint64_t c = first + (uint64_t)e;
+    const int64_t off = (int64_t)(c & 31), n = i1 - e < 32 - off ? i1 - e : 32 - off;
     __m256 k[4];
-    keep_masks32(k, (uint64_t)g / 4, vp, seed, stream); /* (unsigned: counters >= 2^63) */
-    if (g >= c0 && g + 32 <= c1) {
-      const int64_t o = g - base;
+    keep_masks32(k, (c & ~(uint64_t)31) / 4, vp, seed, stream);
+    if (n == 32) {
       for (int q = 0; q < 4; q++) {
-        __m256 v = _mm256_and_ps(k[q], _mm256_mul_ps(_mm256_loadu_ps(x + o + 8 * q), s));
-        if (resid) v = _mm256_add_ps(_mm256_loadu_ps(resid + o + 8 * q), v);
-        _mm256_storeu_ps(out + o + 8 * q, v);
+        __m256 v = _mm256_and_ps(k[q], _mm256_mul_ps(_mm256_loadu_ps(x + e + 8 * q), s));
+        if (resid) v = _mm256_add_ps(_mm256_loadu_ps(resid + e + 8 * q), v);
+        _mm256_storeu_ps(out + e + 8 * q, v);
       }
-      continue;
+    } else {
+      uint32_t keep = 0;
+      for (int q = 0; q < 4; q++) keep |= (uint32_t)_mm256_movemask_ps(k[q]) << (8 * q);
+      for (int64_t i = 0; i < n; i++) {
+        float v = (keep >> (off + i)) & 1 ? x[e + i] * scale : 0.0f;
+        out[e + i] = resid ? resid[e + i] + v : v;
+      }
     }
-    uint32_t keep = 0;
-    for (int q = 0; q < 4; q++) keep |= (uint32_t)_mm256_movemask_ps(k[q]) << (8 * q);
-    int64_t lo = g > c0 ? g : c0, hi = g + 32 < c1 ? g + 32 : c1;
-    for (int64_t c = lo; c < hi; c++) {
-      const int64_t e = c - base;
-      float v = (keep >> (c - g)) & 1 ? x[e] * scale : 0.0f;
-      out[e] = resid ? resid[e] + v : v;
-    }
+    e += n;
   }
 }
 

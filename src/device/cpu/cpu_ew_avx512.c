@@ -239,8 +239,8 @@ static __mmask16 keep_lanes(__m512i bits, __m512 p) {
 
 /* Keep bits of elements 64 G .. 64 G + 63 (blocks 16 G .. 16 G + 15): element
  * 4 j + w uses word w of block j, so the four word masks are interleaved. */
-static uint64_t keep_bits64(int64_t group, __m512 p, uint64_t seed, uint64_t stream) {
-  uint64_t j0 = (uint64_t)group * 16;
+static uint64_t keep_bits64(uint64_t group, __m512 p, uint64_t seed, uint64_t stream) {
+  uint64_t j0 = group * 16;
   __m512i c[4] = {
       _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)j0),
                        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
@@ -253,31 +253,30 @@ static uint64_t keep_bits64(int64_t group, __m512 p, uint64_t seed, uint64_t str
          _pdep_u64(keep_lanes(c[3], p), 0x8888888888888888ull);
 }
 
-/* Element i draws counter first + i: counters go in groups of 64 (one keep_bits64);
- * a group wholly inside [first + i0, first + i1) is done 16 lanes at a time, the
- * partial groups at the ends element by element. */
+/* Element i draws counter first + i (mod 2^64, as the portable kernel does):
+ * counters go in groups of 64 (one keep_bits64); a whole group in [i0, i1) is
+ * done 16 lanes at a time, the partial groups at the ends element by element. */
 static void dropout(float *out, const float *resid, const float *x, int64_t i0, int64_t i1,
                     float p, uint64_t seed, uint64_t stream, uint64_t first) {
   const float scale = 1.0f / (1.0f - p);
   const __m512 vp = V1(p), s = V1(scale);
-  const int64_t c0 = (int64_t)first + i0, c1 = (int64_t)first + i1, base = (int64_t)first;
-  for (int64_t g = c0 & ~(int64_t)63; g < c1; g += 64) {
-    uint64_t keep = keep_bits64(g / 64, vp, seed, stream);
-    if (g >= c0 && g + 64 <= c1) {
-      const int64_t o = g - base;
+  for (int64_t e = i0; e < i1;) {
+    const uint64_t c = first + (uint64_t)e;
+    const int64_t off = (int64_t)(c & 63), n = i1 - e < 64 - off ? i1 - e : 64 - off;
+    const uint64_t keep = keep_bits64(c / 64, vp, seed, stream);
+    if (n == 64) {
       for (int q = 0; q < 64; q += 16) {
-        __m512 v = _mm512_maskz_mul_ps((__mmask16)(keep >> q), _mm512_loadu_ps(x + o + q), s);
-        if (resid) v = _mm512_add_ps(_mm512_loadu_ps(resid + o + q), v);
-        _mm512_storeu_ps(out + o + q, v);
+        __m512 v = _mm512_maskz_mul_ps((__mmask16)(keep >> q), _mm512_loadu_ps(x + e + q), s);
+        if (resid) v = _mm512_add_ps(_mm512_loadu_ps(resid + e + q), v);
+        _mm512_storeu_ps(out + e + q, v);
       }
-      continue;
+    } else {
+      for (int64_t k = 0; k < n; k++) {
+        float v = (keep >> (off + k)) & 1 ? x[e + k] * scale : 0.0f;
+        out[e + k] = resid ? resid[e + k] + v : v;
+      }
     }
-    int64_t lo = g > c0 ? g : c0, hi = g + 64 < c1 ? g + 64 : c1;
-    for (int64_t c = lo; c < hi; c++) {
-      const int64_t e = c - base;
-      float v = (keep >> (c - g)) & 1 ? x[e] * scale : 0.0f;
-      out[e] = resid ? resid[e] + v : v;
-    }
+    e += n;
   }
 }
 

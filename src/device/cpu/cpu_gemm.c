@@ -180,10 +180,9 @@ static const gemm_entry *entry_get(const gemm_key *k) {
   return found;
 }
 
-/* Per-thread execution state: a stream and a scratchpad that only grows. */
+/* Per-thread execution state: a stream and oneDNN's scratchpad. */
 static __thread dnnl_stream_t t_stream;
-static __thread void *t_scratch;
-static __thread size_t t_scratch_bytes;
+static __thread td_cpu_workspace t_scratchpad;
 
 static dnnl_memory_t wrap(const dnnl_memory_desc_t *md, const void *p) {
   dnnl_memory_t mem;
@@ -225,19 +224,8 @@ int td_cpu_gemm_onednn_bf16(void) {
   return has;
 }
 
-/* Per-thread fp32 copies of a bf16 product's A and B (and its C when that is bf16),
- * grown as needed and kept, like oneDNN's scratchpad. */
-static __thread float *t_wide;
-static __thread size_t t_wide_elems;
-
-static float *wide_scratch(size_t elems) {
-  if (elems > t_wide_elems) {
-    td_free(t_wide);
-    t_wide = td_malloc(elems * sizeof(float));
-    t_wide_elems = elems;
-  }
-  return t_wide;
-}
+/* Per-thread fp32 copies of a bf16 product's A and B (and its C when that is bf16) */
+static __thread td_cpu_workspace t_wide;
 
 /* dst = the batch x rows x cols bf16 matrices at src (row stride ld, matrix stride
  * stride) as dense fp32 */
@@ -263,7 +251,8 @@ static void gemm_bf16_widened(const td_matmul_desc *g, int measure) {
   const int64_t b_rows = g->trans_b ? g->n : g->k, b_cols = g->trans_b ? g->k : g->n;
   const size_t a_n = (size_t)(g->batch * g->m * g->k), b_n = (size_t)(g->batch * g->k * g->n);
   const size_t c_n = g->c_dtype == TD_BF16 ? (size_t)(g->batch * g->m * g->n) : 0;
-  float *a = wide_scratch(a_n + b_n + c_n), *b = a + a_n, *c = b + b_n;
+  float *a = td_cpu_workspace_get(&t_wide, (a_n + b_n + c_n) * sizeof(float));
+  float *b = a + a_n, *c = b + b_n;
   widen(a, g->a, g->batch, a_rows, a_cols, g->lda, g->stride_a);
   widen(b, g->b, g->batch, b_rows, b_cols, g->ldb, g->stride_b);
   td_matmul_desc w = *g;
@@ -294,16 +283,12 @@ static void gemm_onednn(const td_matmul_desc *g, int measure_widened) {
   gemm_key k = key_of(g);
   const gemm_entry *e = entry_get(&k);
   if (!t_stream) DNNL_OK(dnnl_stream_create(&t_stream, g_engine, dnnl_stream_default_flags));
-  if (e->scratch_bytes > t_scratch_bytes) {
-    td_free(t_scratch);
-    t_scratch = td_malloc(e->scratch_bytes);
-    t_scratch_bytes = e->scratch_bytes;
-  }
+  void *scratchpad = td_cpu_workspace_get(&t_scratchpad, e->scratch_bytes);
   dnnl_exec_arg_t args[5] = {
       {DNNL_ARG_SRC, wrap(&e->a_md, g->a)},
       {DNNL_ARG_WEIGHTS, wrap(&e->b_md, g->b)},
       {DNNL_ARG_DST, wrap(&e->c_md, g->c)},
-      {DNNL_ARG_SCRATCHPAD, wrap(&e->scratch_md, t_scratch)},
+      {DNNL_ARG_SCRATCHPAD, wrap(&e->scratch_md, scratchpad)},
   };
   int nargs = 4;
   if (g->bias) {

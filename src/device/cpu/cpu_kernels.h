@@ -10,6 +10,17 @@ void td_cpu_register_memory(td_device_ops *ops);      /* alloc, alloc_scratch, f
 /* The bytes of the blocks cpu_memory.c keeps for reuse, and freeing them. */
 size_t td_cpu_cached_memory(void);
 void td_cpu_release_cached_memory(void);
+/* A kernel's workspace, one per thread (declare it static __thread): a buffer that
+ * only grows, kept between calls as oneDNN keeps its scratchpad (the GEMM's
+ * scratchpad and widened bf16 operands, the attention's per-head tiles). Its
+ * bytes are not device memory: memory_stats does not count them. */
+typedef struct {
+  void *p;
+  size_t bytes;
+} td_cpu_workspace;
+/* w's buffer, at least bytes long (64-byte aligned, contents undefined) */
+void *td_cpu_workspace_get(td_cpu_workspace *w, size_t bytes);
+
 void td_cpu_register_gemm(td_device_ops *ops);        /* matmul */
 void td_cpu_register_elementwise(td_device_ops *ops); /* fill, bias_backward, norm, gelu, add,
                                                          dropout, embedding, loss, adamw, cast,

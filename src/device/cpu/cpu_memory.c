@@ -178,6 +178,15 @@ static void cpu_memory_stats(td_device *d, size_t *allocated, size_t *peak) {
   pthread_mutex_unlock(&g_lock);
 }
 
+void *td_cpu_workspace_get(td_cpu_workspace *w, size_t bytes) {
+  if (bytes > w->bytes) {
+    td_free(w->p);
+    w->p = td_malloc(bytes);
+    w->bytes = bytes;
+  }
+  return w->p;
+}
+
 size_t td_cpu_cached_memory(void) {
   pthread_mutex_lock(&g_lock);
   size_t n = g_cached;

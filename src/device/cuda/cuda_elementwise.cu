@@ -357,35 +357,36 @@ static void cu_scale(td_device *d, float *x, int64_t n, float alpha) {
 /* out[k] = (resid[k] +) (unit(td_rng_u32(seed, stream, first + k)) >= p ? x[k] * s
  * : 0), k < n, s = 1 / (1 - p) (computed by the host as the CPU does); resid may
  * be NULL, out may alias x or resid (each thread reads its elements first). One
- * thread per Philox block j (counters 4j .. 4j+3), j from first / 4 to
- * (first + n - 1) / 4. VEC4: first % 4 == 0 and the buffers 16-byte aligned, so a
- * block whose four elements all lie in x is one float4 (at 4j - first); the
- * blocks at the ends go element by element. */
+ * thread per Philox block: thread t's block holds elements 4t - r .. 4t - r + 3
+ * (r = first % 4) and is block (first / 4 + t) mod 2^62, the counters wrapping at
+ * 2^64 as the CPU's do. VEC4: r == 0 and the buffers 16-byte aligned, so a block
+ * whose four elements all lie in x is one float4; the blocks at the ends go
+ * element by element. */
 template <bool VEC4>
 __global__ void td_dropout_kernel(float *out, const float *resid, const float *x, int64_t n,
                                   float p, float s, uint64_t seed, uint64_t stream,
                                   uint64_t first) {
-  const uint64_t j0 = first / 4, nblocks = (first + (uint64_t)n - 1) / 4 - j0 + 1;
-  TD_GRID_STRIDE(t, (int64_t)nblocks) {
-    const uint64_t j = j0 + (uint64_t)t;
+  const int64_t r = (int64_t)(first % 4), nblocks = (r + n + 3) / 4;
+  TD_GRID_STRIDE(t, nblocks) {
+    const uint64_t j = (first / 4 + (uint64_t)t) & (UINT64_MAX >> 2);
+    const int64_t k0 = 4 * t - r; /* the element of the block's word 0 */
     td_hd_u32x4 w = td_hd_rng_block(seed, stream, j);
-    if (VEC4 && 4 * j >= first && (int64_t)(4 * j - first) + 4 <= n) {
-      const int64_t o = (int64_t)(4 * j - first);
-      float v[4], r[4];
-      td_ld_raw<4>(v, x + o);
-      if (resid) td_ld_raw<4>(r, resid + o);
+    if (VEC4 && k0 + 4 <= n) {
+      float v[4], rs[4];
+      td_ld_raw<4>(v, x + k0);
+      if (resid) td_ld_raw<4>(rs, resid + k0);
 #pragma unroll
       for (int q = 0; q < 4; q++) {
         v[q] = td_hd_bits_to_unit(w.w[q]) >= p ? v[q] * s : 0.0f;
-        if (resid) v[q] = r[q] + v[q];
+        if (resid) v[q] = rs[q] + v[q];
       }
-      td_st_raw<4>(out + o, v);
+      td_st_raw<4>(out + k0, v);
       continue;
     }
 #pragma unroll
     for (int q = 0; q < 4; q++) {
-      int64_t k = (int64_t)(4 * j + (uint64_t)q - first); /* element index */
-      if (4 * j + (uint64_t)q < first || k >= n) continue;
+      const int64_t k = k0 + q;
+      if (k < 0 || k >= n) continue;
       float v = td_hd_bits_to_unit(w.w[q]) >= p ? x[k] * s : 0.0f;
       out[k] = resid ? resid[k] + v : v;
     }
@@ -405,7 +406,7 @@ static void cu_dropout(td_device *d, float *out, const float *resid, const float
     return;
   }
   const float s = 1.0f / (1.0f - p);
-  int64_t nblocks = (int64_t)((first + (uint64_t)n - 1) / 4 - first / 4 + 1);
+  const int64_t nblocks = ((int64_t)(first % 4) + n + 3) / 4;
   unsigned grid = td_cuda_grid(c, nblocks, TD_CUDA_THREADS);
   if (first % 4 == 0 && td_aligned16(out, resid, x))
     td_dropout_kernel<true><<<grid, TD_CUDA_THREADS, 0, c->stream>>>(out, resid, x, n, p, s, seed,
