@@ -16,7 +16,8 @@
 #   3. benchmarks: `trident bench kernels --device cuda` next to PyTorch's
 #      matmul and SDPA at the same shapes (bench/gpu/peer_torch_kernels.py,
 #      compare_kernels.py), and `trident bench train --device cuda` on GPT-2
-#      124M, seq 1024, micro-batch 16, bf16 (also with TRIDENT_CUDA_FUSE=0, the
+#      124M, seq 1024, micro-batch 16, bf16 (also op by op with --breakdown 1,
+#      with TRIDENT_CUDA_FUSE=0, the
 #      step without cuBLASLt's epilogues; with dropout 0.1; GPT-2 350M and
 #      760M, Megatron's GPT-3 Medium and Large shapes; with 2+ GPUs,
 #      bench/gpu/scaling.sh's DP equality and scaling), next to PyTorch on the
@@ -163,6 +164,15 @@ if fits 40 "trident bench train"; then
 fi
 peers=" ${PEERS-1 0} "
 if [ $has_peer = 1 ] && [[ $peers == *" 1 "* ]] && fits 150 "PyTorch torch.compile peer"; then run_peer 1; fi
+# where the step's time goes, op by op (issue #12's profile; --breakdown waits for the
+# GPU after each op, so its sum is above the step's time)
+if fits 40 "the step's kernel-by-kernel breakdown"; then
+  "$bin" bench train --device cuda --dtype bf16 --seq-len 1024 --micro-batch 16 --steps 2 --warmup 1 \
+    --breakdown 1 --top 30 >"$out/bench_breakdown.txt" 2>&1
+  phases=$(sed -n '/^where a step.s time goes/,/^ *region optimizer/p' "$out/bench_breakdown.txt" |
+    grep -E '^ +(matmul|attention|other_kernels|optimizer) ' | awk '{ printf "%s %s ms, ", $1, $2 }')
+  note "breakdown (synchronised per op): ${phases:-FAILED: $(tail -1 "$out/bench_breakdown.txt")} (kernels: $out/bench_breakdown.txt)"
+fi
 # with Megatron's default dropout (0.1, attention and hidden): attention on cuDNN with
 # trident's masks
 if fits 40 "the step with dropout 0.1"; then
