@@ -227,6 +227,12 @@ int td_cpu_gemm_onednn_bf16(void) {
 /* Per-thread fp32 copies of a bf16 product's A and B (and its C when that is bf16) */
 static __thread td_cpu_workspace t_wide;
 
+/* A product widened whole takes m k + k n (+ m n for a bf16 C) fp32 elements of a
+ * thread's workspace. Above WIDE_MAX (32 MiB) it runs in blocks of C and of k, each
+ * block's operands widened in turn, so the workspace stays bounded whatever the
+ * model: the lm_head's weight alone is 150 MB widened at GPT-2 124M. */
+enum { WIDE_MAX = 8 << 20, WIDE_BM = 2048, WIDE_BN = 2048, WIDE_BK = 1024 };
+
 /* dst = the batch x rows x cols bf16 matrices at src (row stride ld, matrix stride
  * stride) as dense fp32 */
 static void widen(float *dst, const uint16_t *src, int64_t batch, int64_t rows, int64_t cols,
@@ -240,17 +246,90 @@ static void widen(float *dst, const uint16_t *src, int64_t batch, int64_t rows, 
     }
 }
 
+/* dst (row stride ld, matrix stride stride) = the dense batch x rows x cols fp32
+ * matrices at src, rounded to bf16 */
+static void narrow(uint16_t *dst, const float *src, int64_t batch, int64_t rows, int64_t cols,
+                   int64_t ld, int64_t stride) {
+#pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel() && batch * rows * cols > (1 << 16))
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t r = 0; r < rows; r++) {
+      uint16_t *d = dst + b * stride + r * ld;
+      const float *s = src + (b * rows + r) * cols;
+      for (int64_t c = 0; c < cols; c++) d[c] = td_f32_to_bf16(s[c]);
+    }
+}
+
 static void gemm_onednn(const td_matmul_desc *g, int measure_widened);
 
-/* measure: pick the fp32 library by measurement as ops->matmul does (td_cpu_gemm
- * outside parallel regions), else the default fp32 library (calls from parallel
- * regions, td_cpu_gemm_with): the library, and so the bits, must not depend on the
- * thread count. */
+/* w (fp32 inputs) on the fp32 library: chosen by measurement when measure (as
+ * ops->matmul chooses: td_cpu_gemm outside parallel regions), else the default
+ * (calls from parallel regions, td_cpu_gemm_with): the library, and so the bits,
+ * must not depend on the thread count. */
+static void gemm_f32_widened(const td_matmul_desc *w, int measure) {
+  td_gemm_library lib = measure ? td_cpu_gemm_choose(w) : td_cpu_gemm_library(TD_F32);
+  if (lib == TD_GEMM_OPENBLAS)
+    gemm_openblas(w);
+  else
+    gemm_onednn(w, 0);
+}
+
+/* One product (batch 1) in blocks of at most WIDE_BM x WIDE_BN of C, each summed
+ * over k in blocks of WIDE_BK: the first with the caller's beta and bias, the
+ * others onto it (beta 1); a bf16 C's block is summed in fp32 and rounded once. */
+static void gemm_bf16_widened_blocked(const td_matmul_desc *g, int measure) {
+  const uint16_t *A = g->a, *B = g->b;
+  const int bf16_c = g->c_dtype == TD_BF16;
+  float *wa = td_cpu_workspace_get(
+      &t_wide, (size_t)(WIDE_BM * WIDE_BK + WIDE_BK * WIDE_BN + (bf16_c ? WIDE_BM * WIDE_BN : 0)) *
+                   sizeof(float));
+  float *wb = wa + WIDE_BM * WIDE_BK, *wc = wb + WIDE_BK * WIDE_BN;
+  for (int64_t i0 = 0; i0 < g->m; i0 += WIDE_BM)
+    for (int64_t j0 = 0; j0 < g->n; j0 += WIDE_BN) {
+      const int64_t mb = g->m - i0 < WIDE_BM ? g->m - i0 : WIDE_BM;
+      const int64_t nb = g->n - j0 < WIDE_BN ? g->n - j0 : WIDE_BN;
+      for (int64_t p0 = 0; p0 < g->k; p0 += WIDE_BK) {
+        const int64_t kb = g->k - p0 < WIDE_BK ? g->k - p0 : WIDE_BK;
+        td_matmul_desc w = *g;
+        w.m = mb, w.n = nb, w.k = kb, w.batch = 1, w.ab_dtype = TD_F32, w.a = wa, w.b = wb;
+        if (g->trans_a) /* op(A)'s rows i0.., columns p0..: A's rows p0.. when transposed */
+          widen(wa, A + p0 * g->lda + i0, 1, kb, mb, g->lda, 0), w.lda = mb;
+        else
+          widen(wa, A + i0 * g->lda + p0, 1, mb, kb, g->lda, 0), w.lda = kb;
+        if (g->trans_b)
+          widen(wb, B + j0 * g->ldb + p0, 1, nb, kb, g->ldb, 0), w.ldb = kb;
+        else
+          widen(wb, B + p0 * g->ldb + j0, 1, kb, nb, g->ldb, 0), w.ldb = nb;
+        w.beta = p0 ? 1.0f : g->beta;
+        w.bias = p0 || !g->bias ? NULL : g->bias + j0;
+        if (bf16_c)
+          w.c_dtype = TD_F32, w.c = wc, w.ldc = nb;
+        else
+          w.c = (float *)g->c + i0 * g->ldc + j0;
+        gemm_f32_widened(&w, measure);
+      }
+      if (bf16_c) narrow((uint16_t *)g->c + i0 * g->ldc + j0, wc, 1, mb, nb, g->ldc, 0);
+    }
+}
+
+/* A bf16 product where oneDNN has no bf16 kernels: the inputs widened to fp32
+ * (exact), the fp32 library (measure: see gemm_f32_widened), a bf16 C rounded from
+ * the fp32 result. */
 static void gemm_bf16_widened(const td_matmul_desc *g, int measure) {
   const int64_t a_rows = g->trans_a ? g->k : g->m, a_cols = g->trans_a ? g->m : g->k;
   const int64_t b_rows = g->trans_b ? g->n : g->k, b_cols = g->trans_b ? g->k : g->n;
   const size_t a_n = (size_t)(g->batch * g->m * g->k), b_n = (size_t)(g->batch * g->k * g->n);
   const size_t c_n = g->c_dtype == TD_BF16 ? (size_t)(g->batch * g->m * g->n) : 0;
+  if (a_n + b_n + c_n > WIDE_MAX) {
+    const size_t c_size = td_dtype_size(g->c_dtype);
+    for (int64_t bi = 0; bi < g->batch; bi++) {
+      td_matmul_desc one = *g;
+      one.batch = 1, one.a = (const uint16_t *)g->a + bi * g->stride_a;
+      one.b = (const uint16_t *)g->b + bi * g->stride_b;
+      one.c = (char *)g->c + (size_t)(bi * g->stride_c) * c_size;
+      gemm_bf16_widened_blocked(&one, measure);
+    }
+    return;
+  }
   float *a = td_cpu_workspace_get(&t_wide, (a_n + b_n + c_n) * sizeof(float));
   float *b = a + a_n, *c = b + b_n;
   widen(a, g->a, g->batch, a_rows, a_cols, g->lda, g->stride_a);
@@ -259,19 +338,8 @@ static void gemm_bf16_widened(const td_matmul_desc *g, int measure) {
   w.ab_dtype = TD_F32, w.a = a, w.lda = a_cols, w.stride_a = a_rows * a_cols;
   w.b = b, w.ldb = b_cols, w.stride_b = b_rows * b_cols;
   if (c_n) w.c_dtype = TD_F32, w.c = c, w.ldc = g->n, w.stride_c = g->m * g->n; /* beta is 0 */
-  td_gemm_library lib = measure ? td_cpu_gemm_choose(&w) : td_cpu_gemm_library(TD_F32);
-  if (lib == TD_GEMM_OPENBLAS)
-    gemm_openblas(&w);
-  else
-    gemm_onednn(&w, 0);
-  if (!c_n) return;
-#pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel() && c_n > (1 << 16))
-  for (int64_t bi = 0; bi < g->batch; bi++)
-    for (int64_t i = 0; i < g->m; i++) {
-      uint16_t *d = (uint16_t *)g->c + bi * g->stride_c + i * g->ldc;
-      const float *s = c + (bi * g->m + i) * g->n;
-      for (int64_t j = 0; j < g->n; j++) d[j] = td_f32_to_bf16(s[j]);
-    }
+  gemm_f32_widened(&w, measure);
+  if (c_n) narrow(g->c, c, g->batch, g->m, g->n, g->ldc, g->stride_c);
 }
 
 /* measure_widened: see gemm_bf16_widened */
