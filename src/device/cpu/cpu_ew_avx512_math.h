@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "base/dtype.h"
+#include "device/cpu/cpu_isa.h" /* td_cpu_bf16_cvt */
 #include "cpu_ew_normal_tail.h" /* k_normal_tail_poly */
 
 #define V1(c) _mm512_set1_ps(c)
@@ -59,6 +60,13 @@ static inline __m512 v_normal_tail(__m512 x, __m512 *gauss) {
  * vcvtneps2bf16); NaN -> quiet NaN. Bit-exact with td_f32_to_bf16. */
 static inline __m256i v_to_bf16(__m512 y) {
   __m512i u = _mm512_castps_si512(y);
+  /* vcvtneps2bf16 rounds as below (to nearest even, a NaN quieted) but flushes
+   * subnormal inputs to zero: lanes with a zero exponent and a non-zero
+   * significand take the integer path, as everything does without AVX512-BF16 */
+  if (td_cpu_bf16_cvt &&
+      !_mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)), u,
+                                   _mm512_set1_epi32(0x007fffff)))
+    return (__m256i)_mm512_cvtneps_pbh(y);
   __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
   __mmask16 nan = _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000));
   __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));

@@ -62,9 +62,15 @@ static td_cpu_isa detect(void) {
   return cpu_has_avx2() ? TD_ISA_AVX2 : TD_ISA_GENERIC;
 }
 
+int td_cpu_bf16_cvt;
+
 td_cpu_isa td_cpu_isa_get(void) {
   static int cached = -1;
-  if (cached < 0) cached = (int)detect();
+  if (cached < 0) {
+    td_cpu_isa isa = detect();
+    td_cpu_bf16_cvt = isa == TD_ISA_AVX512 && td_cpu_has_avx512_bf16();
+    cached = (int)isa;
+  }
   return (td_cpu_isa)cached;
 }
 

@@ -15,6 +15,10 @@ typedef enum {
 td_cpu_isa td_cpu_isa_get(void);
 const char *td_cpu_isa_name(td_cpu_isa isa);
 int td_cpu_has_avx512_bf16(void); /* vdpbf16ps / vcvtne2ps2bf16 */
+/* 1 when the AVX-512 kernels round fp32 to bf16 with vcvtneps2bf16 (the CPU has
+ * AVX512-BF16): set by td_cpu_isa_get's first call, which every kernel's dispatch
+ * makes first; read in their inner loops (cpu_ew_avx512_math.h's v_to_bf16). */
+extern int td_cpu_bf16_cvt;
 int td_cpu_has_amx_bf16(void);    /* AMX tiles with bf16 (cpuid only) */
 /* AMX bf16 kernels may run: AVX-512 dispatch on, AMX-BF16 and AVX512-BF16 present,
  * and Linux granted this process the tile data state (arch_prctl
