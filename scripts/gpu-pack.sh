@@ -54,6 +54,9 @@ if [ "\$(pwd)" != "$root" ]; then
 fi
 tar -C / --keep-directory-symlink -xJf "\$here/build.tar.xz" || exit 1
 scripts/offline-deps.sh unpack "\$here/deps" >/dev/null && . "\$here/deps/env.sh" || exit 1
+# what the carried libraries do not cover (MPI above all) must be the machine's own
+missing=\$(ldd "$root/$build/trident" | grep 'not found')
+[ -z "\$missing" ] || { echo "run.sh: $build/trident needs libraries this machine lacks:"; echo "\$missing"; exit 1; }
 cd "$root" && PREBUILT=1 BUILD=$build BUDGET_S=\${BUDGET_S:-540} OUT=\${OUT:-out/gpu-check} scripts/gpu-check.sh
 EOF
 chmod +x "$dir/run.sh"
