@@ -56,13 +56,14 @@ static inline __m512 v_normal_tail(__m512 x, __m512 *gauss) {
   return _mm512_mul_ps(g, p);
 }
 
-/* fp32 -> bf16, round to nearest even by integer ops (subnormals kept, unlike
- * vcvtneps2bf16); NaN -> quiet NaN. Bit-exact with td_f32_to_bf16. */
+/* fp32 -> bf16, round to nearest even; NaN -> quiet NaN; subnormals kept.
+ * Bit-exact with td_f32_to_bf16: by vcvtneps2bf16 where it gives those bits,
+ * else by integer ops. */
 static inline __m256i v_to_bf16(__m512 y) {
   __m512i u = _mm512_castps_si512(y);
-  /* vcvtneps2bf16 rounds as below (to nearest even, a NaN quieted) but flushes
-   * subnormal inputs to zero: lanes with a zero exponent and a non-zero
-   * significand take the integer path, as everything does without AVX512-BF16 */
+  /* vcvtneps2bf16 rounds so too but flushes subnormal inputs to zero: a vector
+   * with a lane of zero exponent and non-zero significand takes the integer
+   * path, as every vector does without AVX512-BF16 */
   if (td_cpu_bf16_cvt &&
       !_mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)), u,
                                    _mm512_set1_epi32(0x007fffff)))
