@@ -6,11 +6,7 @@
 # Arguments: the trident binary and the source directory.
 set -u
 bin=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
-ok() { echo "ok    $*"; }
+source "$(dirname "$0")/script_common.sh" # $tmp, fail, ok
 
 # expect_error WANT ARGS...: trident convert ARGS exits 1 with WANT in its error.
 expect_error() {

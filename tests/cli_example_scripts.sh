@@ -23,11 +23,7 @@
 set -u
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 src=$(cd "$2" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
-ok() { echo "ok    $*"; }
+source "$(dirname "$0")/script_common.sh" # $tmp, fail, ok
 command -v mpirun >/dev/null || { echo "FAIL: mpirun not found"; exit 1; }
 export TRIDENT=$bin OMP_NUM_THREADS=1
 scripts=$src/tests/scripts

@@ -7,11 +7,7 @@
 set -u
 bin=$1
 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
-ok() { echo "ok    $*"; }
+source "$(dirname "$0")/script_common.sh" # $tmp, fail, ok
 
 tok=(--vocab-file "$src/data/gpt2/vocab.json" --merge-file "$src/data/gpt2/merges.txt")
 for _ in $(seq 300); do echo '{"text": "the quick brown fox jumps over the lazy dog."}'; done >"$tmp/c.jsonl"

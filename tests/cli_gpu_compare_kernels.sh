@@ -9,11 +9,7 @@
 # directory.
 set -u
 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
-ok() { echo "ok    $*"; }
+source "$(dirname "$0")/script_common.sh" # $tmp, fail, ok
 cmp=$src/bench/gpu/compare_kernels.py
 g() { # KERNEL-FIELDS GFLOPS
   echo "{\"kernel\": \"matmul\", \"dtype\": \"bf16\", $1, \"gflops\": $2}"

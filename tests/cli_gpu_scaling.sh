@@ -11,11 +11,7 @@ bin=$1
 src=$2
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
-ok() { echo "ok    $*"; }
+source "$(dirname "$0")/script_common.sh" # $tmp, fail, ok
 script="$src/bench/gpu/scaling.sh"
 
 if "$script" --trident "$bin" --device cpu --model tiny --dtype fp32 >"$tmp/cpu.out" 2>&1 &&

@@ -11,11 +11,7 @@
 set -u
 bin=$1
 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
-ok() { echo "ok    $*"; }
+source "$(dirname "$0")/script_common.sh" # $tmp, fail, ok
 tok=(--tokenizer-type GPT2BPETokenizer --vocab-file "$src/data/gpt2/vocab.json"
   --merge-file "$src/data/gpt2/merges.txt")
 [ -f "$src/data/gpt2/merges.txt" ] || { echo "FAIL: $src/data/gpt2/merges.txt is missing"; exit 1; }

@@ -12,11 +12,7 @@
 set -u
 bin=$1
 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
-ok() { echo "ok    $*"; }
+source "$(dirname "$0")/script_common.sh" # $tmp, fail, ok
 export OMP_NUM_THREADS=1 TRIDENT_MEMORY_LIMIT=1G
 
 two62=$((1 << 62))

@@ -5,11 +5,7 @@
 # Arguments: the trident binary and the source directory.
 set -u
 bin=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
-ok() { echo "ok    $*"; }
+source "$(dirname "$0")/script_common.sh" # $tmp, fail, ok
 
 model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32
   --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 8 --lr 3e-3

@@ -13,11 +13,7 @@
 set -u
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
-ok() { echo "ok    $*"; }
+source "$(dirname "$0")/script_common.sh" # $tmp, fail, ok
 
 "$bin" preprocess --input "$src/data/corpus/kjv.jsonl" --output-prefix "$tmp/my-gpt2" \
   --tokenizer-type GPT2BPETokenizer --vocab-file "$src/data/gpt2/vocab.json" \

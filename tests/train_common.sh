@@ -2,12 +2,7 @@
 # directory, fail / ok, running trident train on N ranks, and comparing the losses
 # two runs print. The caller sets model (an array of flags every run gets) before
 # calling run, and exits with $failed.
-tmp=$(mktemp -d)
-# TRIDENT_KEEP_TEST_TMP=1 keeps the logs and files (a GPU node's post-mortem)
-trap '[ "${TRIDENT_KEEP_TEST_TMP:-0}" = 1 ] || rm -rf "$tmp"' EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
-ok() { echo "ok    $*"; }
+source "$(dirname "${BASH_SOURCE[0]}")/script_common.sh" # $tmp, fail, ok
 mpirun=$(command -v mpirun) || { echo "FAIL: mpirun not found"; exit 1; }
 
 # run NP LOG ARGS...: trident train on NP ranks (NP = 1: no launcher), one thread each
