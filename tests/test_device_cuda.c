@@ -92,6 +92,22 @@ static void test_memory_stats(void) {
   o->free(g_gpu, x);
   CHECK(a1 == a0 + 3000 + ((size_t)5 << 20) && p1 >= a1 && a2 == a0 + 3000 && p2 == p1,
         "memory_stats: %zu -> %zu -> %zu bytes allocated, peak %zu kept", a0, a1, a2, p2);
+  /* alloc_scratch (not zeroed): counted as alloc is, and holds what is written */
+  CHECK(o->alloc_scratch != NULL, "the CUDA backend has alloc_scratch");
+  if (!o->alloc_scratch) return;
+  const size_t n = 3001;
+  float *h = randf((int64_t)n, -1, 1), *back = alloc_host(n * 4);
+  void *s = o->alloc_scratch(g_gpu, n * 4);
+  o->memory_stats(g_gpu, &a1, &p1);
+  o->copy_h2d(g_gpu, s, h, n * 4);
+  o->copy_d2h(g_gpu, back, s, n * 4);
+  o->free(g_gpu, s);
+  o->memory_stats(g_gpu, &a2, &p2);
+  CHECK(a1 == a0 + n * 4 && a2 == a0 && same_bits(back, h, n * 4),
+        "alloc_scratch: %zu -> %zu -> %zu bytes allocated, the written bytes read back", a0, a1,
+        a2);
+  td_free(h);
+  td_free(back);
 }
 
 static void test_memory(void) {

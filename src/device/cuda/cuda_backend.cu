@@ -4,7 +4,8 @@
  * Memory comes from the device's stream-ordered pool (cudaMallocAsync /
  * cudaFreeAsync on the handle's stream, the pool keeping what is freed, as
  * PyTorch's caching allocator does; never managed memory), zeroed on the
- * stream: an alloc or free never makes the host or the device wait, where
+ * stream (alloc_scratch: not zeroed, for ZeRO's per-unit buffers, which their
+ * users write whole): an alloc or free never makes the host or the device wait, where
  * cudaFree waits for the whole device (every stream, NCCL's included) and
  * would serialise ZeRO's per-unit buffers with the communication they overlap.
  * A GPU without memory pools gets cudaMalloc / cudaFree. copy_h2d and
@@ -284,7 +285,8 @@ static void cu_memory_info(td_device *d, size_t *free_bytes, size_t *total_bytes
   TD_CUDA_OK(cudaMemGetInfo(free_bytes, total_bytes));
 }
 
-static void *cu_alloc(td_device *d, size_t bytes) {
+/* zero: alloc's contract; alloc_scratch's user writes the buffer whole first */
+static void *alloc_block(td_device *d, size_t bytes, int zero) {
   td_cuda *c = td_cuda_enter(d);
   void *p = NULL;
   if (device_malloc(c, &p, bytes ? bytes : 1) != cudaSuccess) {
@@ -294,11 +296,17 @@ static void *cu_alloc(td_device *d, size_t bytes) {
     td_fail("cuda:%d: cannot allocate %.1f MiB of device memory (%.1f of %.1f MiB free)",
             c->index, bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
   }
-  if (bytes) TD_CUDA_OK(cudaMemsetAsync(p, 0, bytes, c->stream));
-  if (!c->pools) td_cuda_wait_stream(c);
+  if (zero && bytes) {
+    TD_CUDA_OK(cudaMemsetAsync(p, 0, bytes, c->stream));
+    if (!c->pools) td_cuda_wait_stream(c);
+  }
   live_add(p, bytes);
   return p;
 }
+
+static void *cu_alloc(td_device *d, size_t bytes) { return alloc_block(d, bytes, 1); }
+
+static void *cu_alloc_scratch(td_device *d, size_t bytes) { return alloc_block(d, bytes, 0); }
 
 static void cu_free(td_device *d, void *p) {
   td_cuda *c = td_cuda_enter(d);
@@ -462,6 +470,7 @@ static void cu_fill(td_device *d, void *dst, td_dtype dt, int64_t n, float value
 
 void td_cuda_register_memory(td_device_ops *ops) {
   ops->alloc = cu_alloc;
+  ops->alloc_scratch = cu_alloc_scratch;
   ops->free = cu_free;
   ops->copy_h2d = cu_copy_h2d;
   ops->copy_d2h = cu_copy_d2h;
