@@ -394,10 +394,10 @@ static size_t dkdv_smem(int bt, int64_t D) {
   return (size_t)(4 * bt * (D + 1) + 2 * bt * (bt + 1) + 2 * bt) * 4 + mask_bytes(bt);
 }
 
-/* The checks of the CPU backend (cpu_attention.c shape_of), the tile size, and
- * the kernels' arguments. */
-static attn_args attn_setup(const td_cuda *c, const td_attention_desc *ad, int *bt) {
-  (void)c;
+/* The checks of the CPU backend (cpu_attention.c shape_of), before either
+ * implementation runs: cuDNN's would turn p = 1 into an infinite keep scale
+ * (NaN everywhere) and p < 0 into an undefined threshold. */
+static void attn_check(const td_attention_desc *ad) {
   if (!(ad->batch > 0 && ad->seq > 0 && ad->heads > 0 && ad->head_dim > 0))
     td_fail("empty attention B=%lld T=%lld H=%lld D=%lld", (long long)ad->batch,
             (long long)ad->seq, (long long)ad->heads, (long long)ad->head_dim);
@@ -408,6 +408,11 @@ static attn_args attn_setup(const td_cuda *c, const td_attention_desc *ad, int *
                                                  : ad->head_start == 0)))
     td_fail("attention heads [%lld, %lld) of %lld", (long long)ad->head_start,
             (long long)(ad->head_start + ad->heads), (long long)ad->heads_total);
+}
+
+/* The limits of trident's kernels, the tile size, and their arguments. */
+static attn_args attn_setup(const td_cuda *c, const td_attention_desc *ad, int *bt) {
+  (void)c;
   if (ad->head_dim > 256)
     td_fail("attention head_dim %lld: the CUDA attention kernel supports head_dim <= 256",
             (long long)ad->head_dim);
@@ -449,6 +454,7 @@ static attn_args attn_setup(const td_cuda *c, const td_attention_desc *ad, int *
 
 static void cu_attention_forward(td_device *d, const td_attention_desc *ad) {
   td_cuda *c = td_cuda_enter(d);
+  attn_check(ad);
   if (td_cudnn_attention(c, ad, 0)) return;
   int bt;
   attn_args a = attn_setup(c, ad, &bt);
@@ -460,6 +466,7 @@ static void cu_attention_forward(td_device *d, const td_attention_desc *ad) {
 
 static void cu_attention_backward(td_device *d, const td_attention_desc *ad) {
   td_cuda *c = td_cuda_enter(d);
+  attn_check(ad);
   if (td_cudnn_attention(c, ad, 1)) return;
   int bt;
   attn_args a = attn_setup(c, ad, &bt);

@@ -65,7 +65,7 @@ void td_cuda_sync(td_cuda *c) {
  * stream order), else cudaMalloc. A pool out of room gives back what it keeps
  * (after the stream, so the frees issued are done) and tries once more, so
  * memory it caches never fails an allocation. */
-static cudaError_t device_malloc(td_cuda *c, void **p, size_t bytes) {
+cudaError_t td_cuda_malloc(td_cuda *c, void **p, size_t bytes) {
   if (!c->pools) return cudaMalloc(p, bytes);
   cudaError_t e = cudaMallocAsync(p, bytes, c->stream);
   if (e != cudaErrorMemoryAllocation) return e;
@@ -76,8 +76,7 @@ static cudaError_t device_malloc(td_cuda *c, void **p, size_t bytes) {
   TD_CUDA_OK(cudaMemPoolTrimTo(pool, 0));
   return cudaMallocAsync(p, bytes, c->stream);
 }
-/* In c's stream order with the pool: the work issued on c that uses p comes first. */
-static void device_free(td_cuda *c, void *p) {
+void td_cuda_free(td_cuda *c, void *p) {
   TD_CUDA_OK(c->pools ? cudaFreeAsync(p, c->stream) : cudaFree(p));
 }
 
@@ -93,9 +92,9 @@ void *td_cuda_workspace(td_cuda *c) {
 void *td_cuda_scratch(td_cuda *c, size_t bytes) {
   if (bytes <= c->scratch_bytes) return c->scratch;
   if (!c->pools) td_cuda_wait_stream(c); /* the old buffer may still be in use */
-  if (c->scratch) device_free(c, c->scratch);
+  if (c->scratch) td_cuda_free(c, c->scratch);
   size_t grown = bytes + bytes / 4;
-  if (device_malloc(c, &c->scratch, grown) != cudaSuccess) {
+  if (td_cuda_malloc(c, &c->scratch, grown) != cudaSuccess) {
     (void)cudaGetLastError();
     td_fail("cuda:%d: cannot allocate %.1f MiB of kernel scratch", c->index, grown / 1048576.0);
   }
@@ -186,7 +185,7 @@ extern "C" void td_cuda_close(void *impl) {
   td_cuda_gemm_release(c);
   td_cudnn_release(c);
   td_cuda_adam_release(c);
-  if (c->scratch) device_free(c, c->scratch);
+  if (c->scratch) td_cuda_free(c, c->scratch);
   if (c->workspace) TD_CUDA_OK(cudaFree(c->workspace));
   TD_CUDA_OK(cudaFree(c->reduce));
   TD_CUDA_OK(cudaFreeHost(c->err_host));
@@ -289,7 +288,7 @@ static void cu_memory_info(td_device *d, size_t *free_bytes, size_t *total_bytes
 static void *alloc_block(td_device *d, size_t bytes, int zero) {
   td_cuda *c = td_cuda_enter(d);
   void *p = NULL;
-  if (device_malloc(c, &p, bytes ? bytes : 1) != cudaSuccess) {
+  if (td_cuda_malloc(c, &p, bytes ? bytes : 1) != cudaSuccess) {
     (void)cudaGetLastError();
     size_t free_b = 0, total_b = 0;
     (void)cudaMemGetInfo(&free_b, &total_b);
@@ -313,7 +312,7 @@ static void cu_free(td_device *d, void *p) {
   if (!p) return;
   if (!live_remove(p))
     td_fail("cuda:%d: free(%p): not a live allocation of this backend", c->index, p);
-  device_free(c, p);
+  td_cuda_free(c, p);
 }
 
 /* Host buffers may be reused as soon as this returns (pinned or not). */

@@ -184,6 +184,7 @@ struct td_cudnn {
   std::vector<graph_entry> graphs;
   void *mask; /* the dropout mask of the latest call with dropout */
   size_t mask_cap;
+  size_t mask_refused; /* bytes of a mask the device had no room for (0: none yet) */
 };
 
 static bool same_key(const graph_key &a, const graph_key &b) {
@@ -327,13 +328,25 @@ __global__ void td_attn_dropout_mask_kernel(uint16_t *mask, int64_t B, int64_t H
 }
 
 /* The call's dropout mask, written on the handle's stream into the kept buffer
- * (grown, never shrunk, when a call needs more). */
+ * (grown, never shrunk, when a call needs more; from the backend's stream-ordered
+ * pool). NULL when the device has no room for it: the call then runs on
+ * trident's kernels, which need no mask, with a warning once (a mask at least
+ * as large is not tried again). */
 static void *dropout_mask(td_cuda *c, const td_attention_desc *ad) {
   const size_t bytes = (size_t)mask_bytes(ad);
   td_cudnn *n = c->cudnn;
   if (bytes > n->mask_cap) {
-    if (n->mask) TD_CUDA_OK(cudaFree(n->mask));
-    TD_CUDA_OK(cudaMalloc(&n->mask, bytes));
+    if (n->mask_refused && bytes >= n->mask_refused) return NULL;
+    if (n->mask) td_cuda_free(c, n->mask);
+    n->mask = NULL, n->mask_cap = 0;
+    if (td_cuda_malloc(c, &n->mask, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n->mask = NULL, n->mask_refused = bytes;
+      td_warn("%s: no room for cuDNN's attention dropout mask (%.1f MiB, batch x heads x "
+              "seq^2 bf16): attention with dropout runs on trident's kernels",
+              c->name, bytes / 1048576.0);
+      return NULL;
+    }
     TD_CUDA_OK(cudaMemsetAsync(n->mask, 0, bytes, c->stream)); /* the upper triangles */
     n->mask_cap = bytes;
   }
@@ -357,6 +370,11 @@ int td_cudnn_attention(td_cuda *c, const td_attention_desc *ad, int backward) {
   }
   graph_entry *e = entry_for(c, ad, backward, m);
   if (!e->graph) return 0;
+  void *mask = ad->dropout_p != 0.0f ? dropout_mask(c, ad) : NULL;
+  if (ad->dropout_p != 0.0f && !mask) {
+    if (m == ATTN_CUDNN) td_fail("TRIDENT_CUDA_ATTENTION=cudnn: no room for the dropout mask");
+    return 0;
+  }
   const size_t D = (size_t)ad->head_dim * 2; /* bytes of one head's q (k, v) */
   char *qkv = (char *)ad->qkv;
   std::unordered_map<int64_t, void *> pack = {
@@ -366,19 +384,26 @@ int td_cudnn_attention(td_cuda *c, const td_attention_desc *ad, int backward) {
     pack[UID_DO] = (void *)ad->dout;
     pack[UID_DQ] = dqkv, pack[UID_DK] = dqkv + D, pack[UID_DV] = dqkv + 2 * D;
   }
-  if (ad->dropout_p != 0.0f) pack[UID_MASK] = dropout_mask(c, ad);
+  if (mask) pack[UID_MASK] = mask;
   void *ws = e->workspace > 0 ? td_cuda_scratch(c, (size_t)e->workspace) : NULL;
   fe::error_t r = e->graph->execute(c->cudnn->handle, pack, ws);
-  if (r.is_bad())
-    td_fail("cuDNN's attention %s failed on %s: %s", backward ? "backward" : "forward", c->name,
-            r.get_message().c_str());
+  if (r.is_bad()) { /* refused at run time: trident's kernels from now on, as for a refused build */
+    if (m == ATTN_CUDNN)
+      td_fail("TRIDENT_CUDA_ATTENTION=cudnn: cuDNN's attention %s failed on %s: %s",
+              backward ? "backward" : "forward", c->name, r.get_message().c_str());
+    td_warn("cuDNN's attention %s failed on %s (%s): trident's kernels run it",
+            backward ? "backward" : "forward", c->name, r.get_message().c_str());
+    (void)cudaGetLastError();
+    e->graph = nullptr;
+    return 0;
+  }
   __atomic_fetch_add(&g_calls, 1, __ATOMIC_RELAXED);
   return 1;
 }
 
 void td_cudnn_release(td_cuda *c) {
   if (!c->cudnn) return;
-  if (c->cudnn->mask) TD_CUDA_OK(cudaFree(c->cudnn->mask));
+  if (c->cudnn->mask) td_cuda_free(c, c->cudnn->mask);
   c->cudnn->graphs.clear();
   fe::detail::destroy_handle(c->cudnn->handle);
   delete c->cudnn;

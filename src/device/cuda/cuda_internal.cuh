@@ -78,6 +78,13 @@ void td_cuda_wait_stream(td_cuda *c);
 /* Wait for the stream, then fail with the message of any input error a kernel flagged. */
 void td_cuda_sync(td_cuda *c);
 
+/* Device memory of bytes into *p from the stream-ordered pool (usable in c's
+ * stream order; a pool out of room gives back what it keeps and tries once more),
+ * else cudaMalloc; the error is returned, not raised. td_cuda_free is in c's
+ * stream order with the pool: the work issued on c that uses p comes first. */
+cudaError_t td_cuda_malloc(td_cuda *c, void **p, size_t bytes);
+void td_cuda_free(td_cuda *c, void *p);
+
 /* Device scratch of at least bytes (256-byte aligned), valid until the next call
  * that asks for more; stream order keeps one op's use apart from the next's. */
 void *td_cuda_scratch(td_cuda *c, size_t bytes);
