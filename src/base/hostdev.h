@@ -5,10 +5,10 @@
  *     (td_hd_rng_u32(seed, stream, i) == td_rng_u32(seed, stream, i));
  *   - the fp32 <-> bf16 / fp16 conversions of base/dtype.h (round to nearest
  *     even, NaN kept quiet, Inf kept).
- * These are copies of rng.c's and dtype.h's code, not calls into them (device
- * code cannot call host functions); tests/test_rng_hostdev.c holds the host
- * build of each to the original bit for bit, and tests/test_device_cuda.c the
- * device build to the CPU backend. Keep the three in step. */
+ * The one implementation of each: rng.c and dtype.h call these (host code can
+ * call them; device code could not call theirs). tests/test_base.c holds them to
+ * Random123's known answers and to independent rounding references, and
+ * tests/test_device_cuda.c the device build to the CPU backend. */
 #ifndef TD_BASE_HOSTDEV_H
 #define TD_BASE_HOSTDEV_H
 

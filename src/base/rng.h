@@ -12,14 +12,15 @@
 
 #include <stdint.h>
 
+#include "base/hostdev.h"
+
+/* Philox4x32-10 of counter ctr under key (base/hostdev.h's, shared with the GPU kernels). */
 void td_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
 /* 32 random bits for element i of stream s. */
 uint32_t td_rng_u32(uint64_t seed, uint64_t stream, uint64_t i);
 /* Uniform in (0, 1): (bits >> 8) * 2^-24 + 2^-25 (never 0 or 1). */
-static inline float td_rng_bits_to_unit(uint32_t bits) {
-  return (float)(bits >> 8) * 5.9604644775390625e-8f + 2.98023223876953125e-8f;
-}
+static inline float td_rng_bits_to_unit(uint32_t bits) { return td_hd_bits_to_unit(bits); }
 
 /* out[k] = value of element (offset + k) of the stream, k < n. OpenMP-parallel;
  * the result does not depend on the number of threads. */
