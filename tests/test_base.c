@@ -1,5 +1,6 @@
-/* base/: Philox known answers, RNG independence from the thread count, and the
- * bf16 / fp16 conversions against independent references. */
+/* base/: Philox known answers, RNG independence from the thread count, the
+ * bf16 / fp16 conversions against independent references, and the edit distance
+ * of the spelling suggestions against a full-matrix reference. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 #include "base/dtype.h"
 #include "base/mem.h"
 #include "base/rng.h"
+#include "base/spelling.h"
 #include "check.h"
 
 /* Random123's known-answer vectors for philox4x32-10. */
@@ -112,8 +114,49 @@ static void test_f16(void) {
   CHECK(td_f32_to_f16(td_bits_f32(0x33000001)) == 1, "just above 2^-25 rounds up to the smallest subnormal");
 }
 
+/* Levenshtein distance by the whole (la + 1) x (lb + 1) matrix. */
+static int edit_reference(const char *a, int la, const char *b, int lb) {
+  int d[24][24];
+  for (int i = 0; i <= la; i++) d[i][0] = i;
+  for (int j = 0; j <= lb; j++) d[0][j] = j;
+  for (int i = 1; i <= la; i++)
+    for (int j = 1; j <= lb; j++) {
+      int v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+      d[i][j] = v;
+    }
+  return d[la][lb];
+}
+
+static void test_edit_distance(void) {
+  CHECK(td_edit_distance("kitten", 6, "sitting", 7) == 3, "kitten -> sitting: 3 edits");
+  CHECK(td_edit_distance("", 0, "abc", 3) == 3 && td_edit_distance("abc", 3, "", 0) == 3,
+        "to and from the empty name");
+  CHECK(td_edit_distance("--lr", 4, "--lr", 4) == 0, "a name is 0 edits from itself");
+  CHECK(td_edit_distance("--hidden-size", 8, "--hidden", 8) == 0, "only a's first la characters");
+  int bad = 0;
+  uint64_t s = tst_seed();
+  for (int t = 0; t < 20000; t++) { /* short strings over 3 letters: many near misses */
+    char a[24], b[24];
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    int la = (int)(s >> 59) % 24, lb = (int)(s >> 54 & 31) % 24;
+    for (int i = 0; i < la; i++) s = s * 6364136223846793005ull + 1, a[i] = (char)('a' + (s >> 62) % 3);
+    for (int j = 0; j < lb; j++) s = s * 6364136223846793005ull + 1, b[j] = (char)('a' + (s >> 62) % 3);
+    bad += td_edit_distance(a, (size_t)la, b, (size_t)lb) != edit_reference(a, la, b, lb);
+  }
+  CHECK(bad == 0, "edit distance == the full-matrix reference on 20000 random pairs (%d differ)", bad);
+  char long_a[300], long_b[300];
+  memset(long_a, 'x', sizeof long_a), memset(long_b, 'x', sizeof long_b);
+  long_b[200] = 'y'; /* beyond the 127 characters that count */
+  CHECK(td_edit_distance(long_a, 300, long_b, 300) == 0 &&
+            td_edit_distance(long_a, 300, long_b, 100) == 27,
+        "names longer than 127 characters count their first 127");
+}
+
 int main(void) {
   test_philox_kat();
+  test_edit_distance();
   test_rng_threads();
   test_bf16();
   test_f16();

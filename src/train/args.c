@@ -9,6 +9,7 @@
 #include "base/checked.h"
 #include "base/error.h"
 #include "base/mem.h"
+#include "base/spelling.h"
 #include "data/blend.h"
 #include "model/gpt_config.h"
 #include "train/args_foreign.h"
@@ -632,28 +633,6 @@ static int find_flag(const char *s, size_t len) {
   return -1;
 }
 
-/* Levenshtein distance of a[0..la) and b (both at most 127 characters used). */
-static int edit_distance(const char *a, size_t la, const char *b) {
-  size_t lb = strlen(b);
-  if (la > 127) la = 127;
-  if (lb > 127) lb = 127;
-  int row[128];
-  for (size_t j = 0; j <= lb; j++)
-    row[j] = (int)j;
-  for (size_t i = 1; i <= la; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
-    for (size_t j = 1; j <= lb; j++) {
-      int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      diag = up;
-      row[j] = best;
-    }
-  }
-  return row[lb];
-}
-
 /* The known flag s[0..len) is a likely misspelling of, or NULL. Only a near
  * miss counts: at most max(2, len / 5) edits, so a long flag is never "corrected"
  * into a different concept (--deepspeed-activation-checkpointing is not
@@ -664,7 +643,7 @@ static const char *closest_flag(const char *s, size_t len) {
   for (int i = 0; i < N_FLAGS; i++) {
     const char *names[2] = {k_flags[i].name, k_flags[i].alias};
     for (int k = 0; k < 2 && names[k]; k++) {
-      int d = edit_distance(s, len, names[k]);
+      int d = td_edit_distance(s, len, names[k], strlen(names[k]));
       if (d < best_d) best_d = d, best = names[k];
     }
   }

@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/mem.h"
+#include "base/spelling.h"
 
 /* ------------------------------------------------------------------ the schema */
 
@@ -571,27 +572,6 @@ static void set_absent(td_ds_config *c, const dskey *keys) {
 
 /* ------------------------------------------------------------------ the walk */
 
-/* Levenshtein distance (names are short). */
-static int edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > 63) la = 63;
-  if (lb > 63) lb = 63;
-  int row[64];
-  for (size_t j = 0; j <= lb; j++)
-    row[j] = (int)j;
-  for (size_t i = 1; i <= la; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
-    for (size_t j = 1; j <= lb; j++) {
-      int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      diag = up, row[j] = best;
-    }
-  }
-  return row[lb];
-}
-
 static const dskey *find_key(const dskey *keys, const char *name) {
   for (const dskey *k = keys; k && k->name; k++)
     if (!strcmp(k->name, name)) return k;
@@ -602,7 +582,7 @@ static const char *closest_key(const dskey *keys, const char *name) {
   const char *best = NULL;
   int best_d = 1 << 30;
   for (const dskey *k = keys; k && k->name; k++) {
-    int d = edit_distance(name, k->name);
+    int d = td_edit_distance(name, strlen(name), k->name, strlen(k->name));
     if (d < best_d) best_d = d, best = k->name;
   }
   return best;
