@@ -14,6 +14,9 @@ typedef enum { TD_F32 = 0, TD_BF16 = 1, TD_F16 = 2, TD_I32 = 3, TD_I64 = 4, TD_F
 size_t td_dtype_size(td_dtype dt);
 const char *td_dtype_name(td_dtype dt);        /* "fp32", "bf16", "fp16", "int32", "int64", "fp64" */
 int td_dtype_from_name(const char *name, td_dtype *out); /* 0 on success */
+/* value as one element of dt, in the low td_dtype_size(dt) bytes: what a fill
+ * writes (floats rounded as the conversions below round, integers truncated). */
+uint64_t td_dtype_bits_of(td_dtype dt, float value);
 
 /* The conversions are base/hostdev.h's, the one implementation the host and the
  * GPU kernels share (so a cast rounds the same way on every backend). */

@@ -87,20 +87,7 @@ static void fill_bytes(void *dst, size_t esize, uint64_t pattern, int64_t n) {
 /* dst[i] = value converted to dt (any td_dtype; integers truncate) */
 static void cpu_fill(td_device *d, void *dst, td_dtype dt, int64_t n, float value) {
   (void)d;
-  uint64_t pattern;
-  switch (dt) {
-    case TD_F32: pattern = td_f32_bits(value); break;
-    case TD_BF16: pattern = td_f32_to_bf16(value); break;
-    case TD_F16: pattern = td_f32_to_f16(value); break;
-    case TD_I32: pattern = (uint32_t)(int32_t)value; break;
-    case TD_I64: pattern = (uint64_t)(int64_t)value; break;
-    case TD_F64: {
-      double v = value;
-      memcpy(&pattern, &v, sizeof v);
-      break;
-    }
-    default: td_fail("fill: unknown dtype %d", (int)dt);
-  }
+  const uint64_t pattern = td_dtype_bits_of(dt, value);
   size_t es = td_dtype_size(dt);
   const td_ew_isa *isa = ew_isa();
   int stream = (size_t)n * es > EW_STREAM_BYTES;

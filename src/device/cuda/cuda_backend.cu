@@ -439,20 +439,7 @@ static void fill_launch(td_cuda *c, void *dst, int64_t n, U pattern) {
 /* dst[i] = value converted to dt, as the CPU backend converts it (integers truncate). */
 static void cu_fill(td_device *d, void *dst, td_dtype dt, int64_t n, float value) {
   td_cuda *c = td_cuda_enter(d);
-  uint64_t pattern;
-  switch (dt) {
-    case TD_F32: pattern = td_f32_bits(value); break;
-    case TD_BF16: pattern = td_f32_to_bf16(value); break;
-    case TD_F16: pattern = td_f32_to_f16(value); break;
-    case TD_I32: pattern = (uint32_t)(int32_t)value; break;
-    case TD_I64: pattern = (uint64_t)(int64_t)value; break;
-    case TD_F64: {
-      double v = value;
-      memcpy(&pattern, &v, sizeof v);
-      break;
-    }
-    default: td_fail("fill: unknown dtype %d", (int)dt);
-  }
+  const uint64_t pattern = td_dtype_bits_of(dt, value);
   if (n <= 0) return;
   size_t es = td_dtype_size(dt);
   if (pattern == 0) {
