@@ -12,8 +12,11 @@
 # (ctest's files name it). run.sh unpacks them at that path (a link to the
 # checkout there when the path differs), unpacks Debian's oneDNN, OpenBLAS,
 # cJSON and PCRE2 (scripts/offline-deps.sh) and runs
-# `PREBUILT=1 scripts/gpu-check.sh` with BUDGET_S (default 540) and OUT (the
-# caller's $OUT when set: a lent machine's returned folder).
+# `PREBUILT=1 scripts/gpu-check.sh` with BUDGET_S (default 540). With $OUT set (a
+# lent machine's returned folder, which brings back at most 8 files), the logs
+# come back as $OUT/gpu-check-logs.tar.gz, with gpu-check.log (its output, the
+# summary last), tests.log, bench_breakdown.txt and compare_kernels.txt beside
+# it; without, they stay in out/gpu-check/.
 # Build for the machine's GPU: the default build has sm_80, sm_90 and PTX.
 set -eu
 cd "$(dirname "$0")/.."
@@ -57,7 +60,19 @@ scripts/offline-deps.sh unpack "\$here/deps" >/dev/null && . "\$here/deps/env.sh
 # what the carried libraries do not cover (MPI above all) must be the machine's own
 missing=\$(ldd "$root/$build/trident" | grep 'not found')
 [ -z "\$missing" ] || { echo "run.sh: $build/trident needs libraries this machine lacks:"; echo "\$missing"; exit 1; }
-cd "$root" && PREBUILT=1 BUILD=$build BUDGET_S=\${BUDGET_S:-540} OUT=\${OUT:-out/gpu-check} scripts/gpu-check.sh
+cd "$root" || exit 1
+[ -n "\${OUT:-}" ] || exec env PREBUILT=1 BUILD=$build BUDGET_S=\${BUDGET_S:-540} OUT=out/gpu-check scripts/gpu-check.sh
+# A lent machine returns at most 8 files of \$OUT: the logs go to a folder of
+# their own, then into one archive there, with the few read first beside it.
+logs=/tmp/gpu-check # the summary names its files there: the archive's own names
+rm -rf "\$logs" && mkdir -p "\$logs" || exit 1
+PREBUILT=1 BUILD=$build BUDGET_S=\${BUDGET_S:-540} OUT=\$logs scripts/gpu-check.sh 2>&1 | tee "\$logs/gpu-check.log"
+rc=\${PIPESTATUS[0]}
+mkdir -p "\$OUT" && tar -C "\$logs" -czf "\$OUT/gpu-check-logs.tar.gz" .
+for f in gpu-check.log tests.log bench_breakdown.txt compare_kernels.txt; do
+  [ -f "\$logs/\$f" ] && cp "\$logs/\$f" "\$OUT/"
+done
+exit \$rc
 EOF
 chmod +x "$dir/run.sh"
 echo "gpu-pack: $dir holds build.tar.xz ($(du -h "$dir/build.tar.xz" | cut -f1), ${#files[@]} files) and deps/ ($(du -sh "$dir/deps/debs" | cut -f1)); there, from the repository's root: bash $dir/run.sh"
