@@ -172,10 +172,13 @@ static void run_shapes(int lib, uint64_t *stream) {
         run_shape(k_shapes[s][0], k_shapes[s][1], k_shapes[s][2], ab, stream);
 }
 
-/* trident's own bf16 GEMMs give the same bits on 1, 2 and 3 threads (their threads
- * split whole blocks of C; each element is one k-ordered chain): every transpose,
- * shapes that split by columns (n 200: 7 blocks) and by rows (n 20: one block; n 9:
- * m >= 8n, a C^T pass where A is transposed). */
+/* trident's own bf16 GEMMs give the same bits on 1, 2, 3, 6 and 16 threads (their
+ * threads split whole 32 x 32 blocks of C as a grid of row and column groups; each
+ * element is one k-ordered chain): every transpose, shapes that split by columns
+ * (n 200: 7 column blocks of 3 row blocks, on 2 and 3 threads), by rows and
+ * columns at once (6 threads: 3 x 2; 16: 2 x 8, one group with no block) and by
+ * rows alone (n 20: one column block; n 9: m >= 8n, a C^T pass where A is
+ * transposed). */
 static void own_bf16_threads(uint64_t *stream) {
   const int64_t m = 75, k = 433, ns[3] = {200, 20, 9};
   for (int lib = TD_GEMM_AMX; lib <= TD_GEMM_DPBF16; lib++) {
@@ -184,27 +187,31 @@ static void own_bf16_threads(uint64_t *stream) {
       for (int t = 0; t < 4; t++) {
         const int64_t n = ns[shape];
         uint16_t *a = td_malloc((size_t)(m * k) * 2), *b = td_malloc((size_t)(k * n) * 2);
-        float *f = td_malloc((size_t)(k * (m > n ? m : n)) * 4), *c[3];
+        enum { RUNS = 5 };
+        static const int threads[RUNS] = {1, 2, 3, 6, 16};
+        float *f = td_malloc((size_t)(k * (m > n ? m : n)) * 4), *c[RUNS];
         td_rng_fill_normal(f, m * k, 7, (*stream)++, 0, 0.0f, 1.0f);
         to_bf16(a, f, m * k);
         td_rng_fill_normal(f, k * n, 7, (*stream)++, 0, 0.0f, 1.0f);
         to_bf16(b, f, k * n);
         const int saved = omp_get_max_threads();
-        for (int th = 0; th < 3; th++) {
+        for (int th = 0; th < RUNS; th++) {
           c[th] = td_malloc((size_t)(m * n) * 4);
           td_matmul_desc g = {.m = m, .n = n, .k = k, .ab_dtype = TD_BF16, .c_dtype = TD_F32,
                               .a = a, .lda = t & 1 ? m : k, .trans_a = t & 1,
                               .b = b, .ldb = t >> 1 ? k : n, .trans_b = t >> 1,
                               .c = c[th], .ldc = n, .alpha = 1, .batch = 1};
-          omp_set_num_threads(th + 1);
+          omp_set_num_threads(threads[th]);
           td_cpu_gemm_with(&g, (td_gemm_library)lib);
         }
         omp_set_num_threads(saved);
-        CHECK(!memcmp(c[0], c[1], (size_t)(m * n) * 4) && !memcmp(c[0], c[2], (size_t)(m * n) * 4),
-              "%s m%lld n%lld k%lld ta%d tb%d: the same bits on 1, 2 and 3 threads",
+        int same = 1;
+        for (int th = 1; th < RUNS; th++) same &= !memcmp(c[0], c[th], (size_t)(m * n) * 4);
+        CHECK(same, "%s m%lld n%lld k%lld ta%d tb%d: the same bits on 1, 2, 3, 6 and 16 threads",
               td_gemm_library_name((td_gemm_library)lib), (long long)m, (long long)n,
               (long long)k, t & 1, t >> 1);
-        td_free(a), td_free(b), td_free(f), td_free(c[0]), td_free(c[1]), td_free(c[2]);
+        td_free(a), td_free(b), td_free(f);
+        for (int th = 0; th < RUNS; th++) td_free(c[th]);
       }
   }
 }

@@ -21,8 +21,8 @@
  *                  the same packs (and a transposed A may come in B's pair layout,
  *                  see a_tiles).
  *
- * Threads split the columns of C (whole 32-column blocks; the rows when there are
- * fewer blocks than threads); each packs only the B blocks it uses. Every output
+ * Threads split C's 32 x 32 blocks as a grid of row and column groups (thread_grid);
+ * each packs only the B blocks of its columns. Every output
  * element is one chain of products in k order, whatever the split, so results
  * do not depend on the number of threads. k beyond KMAX is cut into passes of
  * KMAX accumulated through C (which must then be fp32).
@@ -436,6 +436,23 @@ TD_AMX_FN static void compute_range(const pass *s, int64_t i0, int64_t i1, int64
   if (s->amx) _tile_release();
 }
 
+/* Threads as a grid of tr row groups by tc column groups of C's 32 x 32 blocks
+ * (tr tc = nt, each group a contiguous range): the grid whose busiest thread has
+ * the fewest blocks, the most column groups among equals (each column group
+ * packs its own B blocks, so fewer copies). Columns alone leave threads idle
+ * where the blocks do not divide: GPT-2's n = 768 is 24 column blocks, so on 16
+ * threads half of them took 2 and half 1 (75% busy), where 8 x 2 groups give
+ * each 48 of a 1024-row product's 768 blocks. */
+static void thread_grid(int64_t mblocks, int64_t nblocks, int nt, int *tr, int *tc) {
+  int64_t best = -1;
+  for (int c = nt; c >= 1; c--) {
+    if (nt % c) continue;
+    int r = nt / c;
+    int64_t busiest = ((mblocks + r - 1) / r) * ((nblocks + c - 1) / c);
+    if (best < 0 || busiest < best) best = busiest, *tr = r, *tc = c;
+  }
+}
+
 static void run_pass(const pass *s) {
   const td_matmul_desc *g = s->g;
 #pragma omp parallel
@@ -453,13 +470,13 @@ static void run_pass(const pass *s) {
         pack_a_rows(dst + (q - g0) * s->kb_count * 512, s->a, g->lda, g->m, s->k, q, s->kb_count);
 #pragma omp barrier
     int64_t mblocks = s->groups / 2, nblocks = round_up(g->n, 32) / 32;
-    if (nblocks >= nt) {
-      int64_t b0 = nblocks * t / nt, b1 = nblocks * (t + 1) / nt;
-      if (b1 > b0) compute_range(s, 0, mblocks * 32, b0 * 32, min64(b1 * 32, g->n));
-    } else {
-      int64_t b0 = mblocks * t / nt, b1 = mblocks * (t + 1) / nt;
-      if (b1 > b0) compute_range(s, b0 * 32, min64(b1 * 32, g->m), 0, g->n);
-    }
+    int tr = 1, tc = 1;
+    thread_grid(mblocks, nblocks, nt, &tr, &tc);
+    const int64_t rg = t / tc, cg = t % tc;
+    const int64_t r0 = mblocks * rg / tr, r1 = mblocks * (rg + 1) / tr;
+    const int64_t c0 = nblocks * cg / tc, c1 = nblocks * (cg + 1) / tc;
+    if (r1 > r0 && c1 > c0)
+      compute_range(s, r0 * 32, min64(r1 * 32, g->m), c0 * 32, min64(c1 * 32, g->n));
   }
 }
 
