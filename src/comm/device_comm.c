@@ -197,6 +197,10 @@ void td_dcomm_bind(td_comm *c, td_device *d) {
                .lib = l, .next = l->first};
   l->first = b;
   td_comm_attach(c, b, detach);
+  /* the stream of its non-blocking operations now, at set-up: opened at a first
+   * use, its allocations (which stop concurrency between the device's streams)
+   * would land mid-step, at a point that differs between ranks */
+  (void)stream_of(b);
 }
 
 static td_event *event_take(library *l) {

@@ -631,8 +631,8 @@ void td_zero_free(td_zero *z) {
     ops->host_free(z->dev, z->param_shard);
   else if (z->param_shard)
     ops->free(z->dev, z->param_shard);
-  if (z->slot_of)
-    for (int i = 0; i < SLOTS; i++) empty_slot(z, i);
+  if (z->slot_of) /* a prefetch may still be gathering (after a last evaluation) */
+    for (int i = 0; i < SLOTS; i++) land(z, i), empty_slot(z, i);
   for (int k = 0; k < N_COMMS; k++) td_comm_free(z->comm[k]);
   td_free(z->piece), td_free(z->part), td_free(z->shard_off), td_free(z->red), td_free(z->queue);
   td_free(z->grad_buf), td_free(z->slot_of);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "device/cuda/cuda_internal.cuh"
 
@@ -35,11 +36,27 @@ void td_cuda_lt_check(cublasStatus_t s, const char *what, const char *file, int 
   td_fail("cuBLASLt error at %s:%d (%s): status %d", file, line, what, (int)s);
 }
 
+/* ready(): cudaStreamQuery or cudaEventQuery. With NCCL communicators alive the
+ * host polls, so an error NCCL meets on the GPU (a peer gone) fails the run with
+ * NCCL's reason; else it blocks in the CUDA call. */
+template <typename Ready, typename Block>
+static cudaError_t wait_polling_nccl(Ready ready, Block block) {
+  if (!td_nccl_live()) return block();
+  cudaError_t e;
+  while ((e = ready()) == cudaErrorNotReady) {
+    (void)cudaGetLastError(); /* an answer, not an error a later launch check would see */
+    td_nccl_check_async();
+    usleep(50);
+  }
+  return e;
+}
+
 /* The host waits for c's stream under the watchdog (base/watchdog.h): with NCCL a
  * stream can wait forever for a rank that is gone. */
 void td_cuda_wait_stream(td_cuda *c) {
   td_watchdog_enter("a wait for the GPU's stream (cudaStreamSynchronize: kernels, copies, NCCL)");
-  cudaError_t e = cudaStreamSynchronize(c->stream);
+  cudaError_t e = wait_polling_nccl([c] { return cudaStreamQuery(c->stream); },
+                                    [c] { return cudaStreamSynchronize(c->stream); });
   td_watchdog_leave();
   TD_CUDA_OK(e);
 }
@@ -379,7 +396,8 @@ static void cu_event_wait(td_device *d, td_event *e) {
 static void cu_event_synchronize(td_device *d, td_event *e) {
   td_cuda_enter(d);
   td_watchdog_enter("a wait for a GPU event (cudaEventSynchronize: kernels, copies, NCCL)");
-  cudaError_t r = cudaEventSynchronize(e->ev);
+  cudaError_t r = wait_polling_nccl([e] { return cudaEventQuery(e->ev); },
+                                    [e] { return cudaEventSynchronize(e->ev); });
   td_watchdog_leave();
   TD_CUDA_OK(r);
 }

@@ -73,8 +73,13 @@ td_cuda *td_cuda_enter(td_device *d);
 
 /* cuBLASLt's workspace, made at the first call (fails naming the device). */
 void *td_cuda_workspace(td_cuda *c);
-/* The host waits for c's stream (under the watchdog). */
+/* The host waits for c's stream (under the watchdog; while NCCL communicators
+ * exist, polling their asynchronous errors). */
 void td_cuda_wait_stream(td_cuda *c);
+/* cuda_nccl.cu: 1 while any NCCL communicator exists; fail with NCCL's reason (the
+ * communicators aborted) when one has met an error while its operations ran. */
+extern "C" int td_nccl_live(void);
+extern "C" void td_nccl_check_async(void);
 /* Wait for the stream, then fail with the message of any input error a kernel flagged. */
 void td_cuda_sync(td_cuda *c);
 

@@ -12,7 +12,16 @@
  *
  * Every call names itself in a failure with NCCL's error string and its last
  * error message (ncclGetLastError), so a wrong setup (no network, mismatched
- * versions across ranks) says what NCCL saw. */
+ * versions across ranks) says what NCCL saw. An error NCCL meets while its
+ * kernels run (a peer or the network gone) is asynchronous: the backend's waits
+ * poll for it (td_nccl_check_async) and fail with NCCL's reason, the
+ * communicators aborted, rather than spinning until the watchdog's timeout.
+ *
+ * Connections are made when a communicator is created (NCCL_RUNTIME_CONNECT=0,
+ * unless the environment says otherwise): NCCL 2.22 and later otherwise connect
+ * at an operation's first use, a blocking rendezvous with the peers in the
+ * middle of a step, which ranks reach at different points when ZeRO issues its
+ * gathers as earlier exchanges are found complete. */
 #include <dlfcn.h>
 #include <nccl.h>
 #include <pthread.h>
@@ -31,6 +40,8 @@ extern "C" {
   X(ncclGetUniqueId)         \
   X(ncclCommInitRank)        \
   X(ncclCommDestroy)         \
+  X(ncclCommAbort)           \
+  X(ncclCommGetAsyncError)   \
   X(ncclGetErrorString)      \
   X(ncclGetLastError)        \
   X(ncclAllReduce)           \
@@ -102,6 +113,7 @@ static int version_ok(void) {
 }
 
 static void load_once(void) {
+  setenv("NCCL_RUNTIME_CONNECT", "0", 0); /* before any communicator: see the top */
   void *lib = open_library();
   if (!lib) return;
   if (resolve_all(lib) && version_ok()) return;
@@ -127,6 +139,53 @@ struct td_ccl {
   int index; /* the CUDA device */
   int rank, nranks;
 };
+
+/* The live communicators, for td_nccl_check_async. */
+static struct {
+  pthread_mutex_t lock;
+  td_ccl *c[256];
+  int n;
+} g_live = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
+
+static void live_add(td_ccl *c) {
+  pthread_mutex_lock(&g_live.lock);
+  const int room = g_live.n < (int)(sizeof g_live.c / sizeof *g_live.c);
+  if (room) g_live.c[g_live.n++] = c;
+  pthread_mutex_unlock(&g_live.lock);
+  if (!room) td_fail("NCCL: more than %d communicators in one process", (int)(sizeof g_live.c / sizeof *g_live.c));
+}
+
+static void live_remove(td_ccl *c) {
+  pthread_mutex_lock(&g_live.lock);
+  for (int i = 0; i < g_live.n; i++)
+    if (g_live.c[i] == c) {
+      g_live.c[i] = g_live.c[--g_live.n];
+      break;
+    }
+  pthread_mutex_unlock(&g_live.lock);
+}
+
+extern "C" int td_nccl_live(void) { return __atomic_load_n(&g_live.n, __ATOMIC_RELAXED) > 0; }
+
+extern "C" void td_nccl_check_async(void) {
+  pthread_mutex_lock(&g_live.lock);
+  for (int i = 0; i < g_live.n; i++) {
+    ncclResult_t a = ncclSuccess;
+    if (g_nccl.ncclCommGetAsyncError(g_live.c[i]->comm, &a) != ncclSuccess || a == ncclSuccess ||
+        a == ncclInProgress)
+      continue;
+    const td_ccl *bad = g_live.c[i];
+    char last[512];
+    snprintf(last, sizeof last, "%s", g_nccl.ncclGetLastError(bad->comm));
+    for (int j = 0; j < g_live.n; j++) (void)g_nccl.ncclCommAbort(g_live.c[j]->comm);
+    g_live.n = 0; /* aborted: the process ends here */
+    pthread_mutex_unlock(&g_live.lock);
+    td_fail("NCCL: a communicator of %d ranks on cuda:%d failed while its operations ran: %s%s%s%s",
+            bad->nranks, bad->index, g_nccl.ncclGetErrorString(a), *last ? " (" : "", last,
+            *last ? ")" : "");
+  }
+  pthread_mutex_unlock(&g_live.lock);
+}
 
 static void nccl_check(ncclResult_t r, const td_ccl *c, const char *what) {
   const char *last = g_nccl.ncclGetLastError(c ? c->comm : NULL);
@@ -159,11 +218,13 @@ static td_ccl *nccl_create(td_device *d, td_comm *over, int rank, int nranks, co
   ncclResult_t r = g_nccl.ncclCommInitRank(&c->comm, c->nranks, uid, c->rank);
   td_watchdog_leave();
   TD_NCCL_OK(r, c);
+  live_add(c);
   return c;
 }
 
 static void nccl_destroy(td_ccl *c) {
   if (!c) return;
+  live_remove(c);
   TD_CUDA_OK(cudaSetDevice(c->index));
   td_watchdog_enter("ncclCommDestroy (waits for the communicator's operations)");
   ncclResult_t r = g_nccl.ncclCommDestroy(c->comm);
@@ -207,13 +268,19 @@ static cudaStream_t stream_of(const td_ccl *c, td_device *s) {
 static void nccl_all_reduce(td_ccl *c, td_device *s, const void *send, void *recv, int64_t count,
                             td_dtype dt, td_reduce_op op) {
   cudaStream_t st = stream_of(c, s);
-  TD_NCCL_OK(g_nccl.ncclAllReduce(send, recv, (size_t)count, nccl_type(dt), nccl_op(op), c->comm, st), c);
+  td_watchdog_enter("ncclAllReduce (launching it)");
+  ncclResult_t r = g_nccl.ncclAllReduce(send, recv, (size_t)count, nccl_type(dt), nccl_op(op), c->comm, st);
+  td_watchdog_leave();
+  TD_NCCL_OK(r, c);
 }
 
 static void nccl_all_gather(td_ccl *c, td_device *s, const void *send, void *recv, int64_t count,
                             td_dtype dt) {
   cudaStream_t st = stream_of(c, s);
-  TD_NCCL_OK(g_nccl.ncclAllGather(send, recv, (size_t)count, nccl_type(dt), c->comm, st), c);
+  td_watchdog_enter("ncclAllGather (launching it)");
+  ncclResult_t r = g_nccl.ncclAllGather(send, recv, (size_t)count, nccl_type(dt), c->comm, st);
+  td_watchdog_leave();
+  TD_NCCL_OK(r, c);
 }
 
 static void nccl_send(td_ccl *c, td_device *s, const void *buf, int64_t count, td_dtype dt,
@@ -228,10 +295,9 @@ static void nccl_recv(td_ccl *c, td_device *s, void *buf, int64_t count, td_dtyp
 }
 
 static void nccl_group_start(td_ccl *c) { TD_NCCL_OK(g_nccl.ncclGroupStart(), c); }
-/* The group's operations are launched here (and a connection's first use sets
- * it up with the peer): under the watchdog. */
+/* The group's operations are launched here: under the watchdog. */
 static void nccl_group_end(td_ccl *c) {
-  td_watchdog_enter("ncclGroupEnd (launching NCCL's send/recv; a first use connects to the peer)");
+  td_watchdog_enter("ncclGroupEnd (launching NCCL's send/recv)");
   ncclResult_t r = g_nccl.ncclGroupEnd();
   td_watchdog_leave();
   TD_NCCL_OK(r, c);
