@@ -774,6 +774,7 @@ int main(void) {
     test_sum_squares(sizes[i], 270 + i * 10);
     test_count_zeros(sizes[i], 600 + i * 10);
   }
+  test_sum_squares(16384 * 9 + 5, 275); /* two groups of four 16384-element pieces, then two */
   test_sum_squares_special();
   test_dropout_identity();
   static const int64_t dsizes[] = {1, 5, 67, 771, 1000003};

@@ -534,15 +534,23 @@ static void cpu_cast(td_device *d, void *dst, td_dtype dst_dtype, const void *sr
               src_dtype, min64(EW_CHUNK, n - i));
 }
 
-/* sum x^2 in double: one partial per EW_CHUNK piece, added in piece order */
+/* sum x^2 in double: one partial per EW_CHUNK piece, added in piece order; the
+ * pieces four at a time where the ISA reads them side by side */
 static void cpu_sum_squares(td_device *d, double *out, const float *x, int64_t n) {
   (void)d;
   const td_ew_isa *isa = ew_isa();
   int64_t np = (n + EW_CHUNK - 1) / EW_CHUNK;
   double *part = scratch((size_t)np * sizeof(double)), s = 0;
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
-  for (int64_t k = 0; k < np; k++)
-    part[k] = isa->sum_squares(x + k * EW_CHUNK, min64(EW_CHUNK, n - k * EW_CHUNK));
+  for (int64_t g = 0; g < (np + 3) / 4; g++) {
+    int64_t k = 4 * g;
+    if (isa->sum_squares4 && (k + 4) * EW_CHUNK <= n) {
+      isa->sum_squares4(x + k * EW_CHUNK, EW_CHUNK, part + k);
+      continue;
+    }
+    for (; k < 4 * g + 4 && k < np; k++)
+      part[k] = isa->sum_squares(x + k * EW_CHUNK, min64(EW_CHUNK, n - k * EW_CHUNK));
+  }
   for (int64_t k = 0; k < np; k++) s += part[k];
   *out = s;
 }

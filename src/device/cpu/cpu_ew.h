@@ -58,6 +58,10 @@ typedef struct td_ew_isa {
   void (*zero)(void *dst, size_t bytes, int stream);
   /* sum of x[i]^2 in double, in an order fixed by n alone */
   double (*sum_squares)(const float *x, int64_t n);
+  /* optional (NULL: sum_squares per piece): out[p] = sum_squares(x + p piece,
+   * piece) for p < 4, bit for bit, the four pieces read side by side (more loads
+   * in flight than one stream from memory keeps) */
+  void (*sum_squares4)(const float *x, int64_t piece, double out[4]);
 } td_ew_isa;
 
 extern const td_ew_isa td_cpu_ew_generic; /* cpu_ew_generic.c: portable C, libm */

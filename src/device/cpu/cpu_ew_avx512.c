@@ -416,18 +416,41 @@ static void zero(void *dst, size_t bytes, int stream) {
 
 /* ------------------------------------------------------------- sum_squares */
 
+/* Elements [i, i + 16) of x (lanes k) into the accumulators of their low and high
+ * halves. */
+static ALWAYS_INLINE void sum_squares_step(__m512d *a0, __m512d *a1, const float *x, __mmask16 k) {
+  __m512 v = _mm512_maskz_loadu_ps(k, x);
+  __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+  __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1));
+  *a0 = _mm512_fmadd_pd(lo, lo, *a0);
+  *a1 = _mm512_fmadd_pd(hi, hi, *a1);
+}
+
 /* two 8-lane double accumulators (low / high halves of each 16), then reduced */
 static double sum_squares(const float *x, int64_t n) {
   __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
   for (int64_t i = 0; i < n; i += 16) {
     prefetch_ahead(x + i);
-    __m512 v = _mm512_maskz_loadu_ps(v_mask(n - i), x + i);
-    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-    __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1));
-    a0 = _mm512_fmadd_pd(lo, lo, a0);
-    a1 = _mm512_fmadd_pd(hi, hi, a1);
+    sum_squares_step(&a0, &a1, x + i, v_mask(n - i));
   }
   return _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+}
+
+/* sum_squares of four pieces side by side, each with its own accumulators in its
+ * order: from memory, four streams read ~1.4x faster than one (0.5 GB of
+ * gradients on 2 cores of an Emerald Rapids VM: 25-29 -> 20 ms). */
+static void sum_squares4(const float *x, int64_t piece, double out[4]) {
+  __m512d a0[4], a1[4];
+  for (int p = 0; p < 4; p++) a0[p] = a1[p] = _mm512_setzero_pd();
+  for (int64_t i = 0; i < piece; i += 16) {
+    const __mmask16 k = v_mask(piece - i);
+    for (int p = 0; p < 4; p++) {
+      const float *xp = x + p * piece + i;
+      prefetch_ahead(xp);
+      sum_squares_step(&a0[p], &a1[p], xp, k);
+    }
+  }
+  for (int p = 0; p < 4; p++) out[p] = _mm512_reduce_add_pd(_mm512_add_pd(a0[p], a1[p]));
 }
 
 const td_ew_isa td_cpu_ew_avx512 = {
@@ -444,4 +467,5 @@ const td_ew_isa td_cpu_ew_avx512 = {
     .cast = cast,
     .zero = zero,
     .sum_squares = sum_squares,
+    .sum_squares4 = sum_squares4,
 };
