@@ -7,9 +7,10 @@
 # Each count first runs one unmeasured step, so that the GEMM choice (measured
 # per thread count and cached, docs/device.md) is not timed.
 # Usage: bench/thread_scaling.sh [--trident build/trident] [--dtype fp32|bf16]
-#        [--threads "1 2 4 8 16"] [--steps 4] [--warmup 1]
+#        [--threads "1 2 4 8 16"] [--steps 4] [--warmup 1] [--model "FLAGS"]
+# (--model: more `bench train` flags, e.g. "--num-layers 2 --hidden-size 64").
 set -euo pipefail
-bin=build/trident dtype=bf16 steps=4 warmup=1 counts=""
+bin=build/trident dtype=bf16 steps=4 warmup=1 counts="" model=""
 while [ $# -gt 0 ]; do
   case $1 in
     --trident) bin=$2; shift 2 ;;
@@ -17,6 +18,7 @@ while [ $# -gt 0 ]; do
     --threads) counts=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
     *) echo "thread_scaling.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -38,10 +40,12 @@ printf '%-8s %10s %10s %9s %9s %9s %9s %9s %9s\n' threads ms/step tokens/s "vs 2
 base1="" base2=""
 for t in $counts; do
   out=$tmp/t$t.jsonl
-  "$bin" bench train --device cpu --dtype "$dtype" --threads "$t" --steps 1 --warmup 0 \
+  # shellcheck disable=SC2086 # $model: flags, split on purpose
+  "$bin" bench train --device cpu --dtype "$dtype" --threads "$t" --steps 1 --warmup 0 $model \
     >/dev/null 2>&1 || true # the GEMM choice for this thread count, unmeasured
+  # shellcheck disable=SC2086
   "$bin" bench train --device cpu --dtype "$dtype" --threads "$t" --steps "$steps" \
-    --warmup "$warmup" --json >"$out" 2>"$tmp/t$t.err" ||
+    --warmup "$warmup" $model --json >"$out" 2>"$tmp/t$t.err" ||
     { echo "thread_scaling.sh: $t threads failed: $(tail -2 "$tmp/t$t.err")" >&2; exit 1; }
   ms=$(field "$out" '"event": "summary"' median_step_ms)
   tok=$(field "$out" '"event": "summary"' tokens_per_s)

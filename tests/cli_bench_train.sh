@@ -7,8 +7,9 @@
 # = the model's FLOPs per step / median step, MFU = TFLOP/s / the ceiling, and
 # the peak device memory (the peer's max_mem_gib) at least the parameters,
 # gradients and Adam state; then phases whose fractions sum to 1, and the GEMM
-# libraries that ran (the CPU's gemm_choice event). A bad flag
-# exits 1 naming it. Arguments: the trident binary and the source directory.
+# libraries that ran (the CPU's gemm_choice event); bench/thread_scaling.sh's
+# table on 1 and 2 threads. A bad flag exits 1 naming it. Arguments: the
+# trident binary and the source directory.
 set -u
 bin=$1
 source "$(dirname "$0")/train_common.sh" # $tmp, ok, fail
@@ -69,6 +70,17 @@ OPENBLAS_CORETYPE=Nehalem OMP_NUM_THREADS=1 "$bin" bench train "${small[@]}" --s
 grep -q '"gemm_choice"' "$tmp/coretype.log" && ! grep -q "trident set OPENBLAS_CORETYPE" "$tmp/coretype.log" &&
   ok "OPENBLAS_CORETYPE=Nehalem is left alone" ||
   fail "OPENBLAS_CORETYPE=Nehalem: $(grep gemm_choice "$tmp/coretype.log")"
+# bench/thread_scaling.sh (issue #14 item 2's table) on the small model: a row per
+# thread count with its step time, the 2-thread row 1.00x of itself, each phase.
+src=$2
+bash "$src/bench/thread_scaling.sh" --trident "$bin" --dtype fp32 --threads "1 2" --steps 2 \
+  --model "--num-layers 2 --hidden-size 64 --num-heads 2 --vocab 1000 --seq-len 32 --micro-batch 2" \
+  >"$tmp/scaling.txt" 2>&1 || fail "bench/thread_scaling.sh: exit $?: $(tail -2 "$tmp/scaling.txt")"
+awk '$1 == 1 && $2 > 0 && $5 == "1.00x" { one = 1 }
+     $1 == 2 && $2 > 0 && $4 == "1.00x" && $6 > 0 && $9 > 0 { two = 1 }
+     END { exit !(one && two) }' "$tmp/scaling.txt" &&
+  ok "bench/thread_scaling.sh: rows for 1 and 2 threads" ||
+  { fail "bench/thread_scaling.sh's table:"; cat "$tmp/scaling.txt"; }
 "$bin" bench train --steps 0 >"$tmp/bad.log" 2>&1
 rc=$?
 [ $rc = 1 ] && grep -q "\-\-steps '0': expected an integer >= 1" "$tmp/bad.log" &&
