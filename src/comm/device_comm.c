@@ -347,7 +347,9 @@ int td_dcomm_setup(td_comm *world, td_device *d, int want_library, char *line, s
   lib->version(version, sizeof version);
   snprintf(line, n, "%s %s, on the device (compute and communication streams)", lib->name,
            version);
-  td_dcomm_bind(world, d);
+  /* the world itself is not bound: no device collective runs over all ranks, and
+   * a communicator's buffers (all of them, connected at creation) would be spent
+   * on nothing; each group that moves device memory is bound by its user */
   return 1;
 }
 

@@ -73,7 +73,8 @@ int td_dcomm_uses_library(const td_device *d);
  * communicator of one rank, or one bound already). Every communicator of more
  * than one rank that collectives on d's memory use must be bound first, at
  * set-up: a collective through the library on an unbound one is an error.
- * td_dcomm_setup binds the world. */
+ * td_dcomm_setup does not bind the world (no device collective of the trainer
+ * spans all ranks): a user of the world's bind it too. */
 void td_dcomm_bind(td_comm *c, td_device *d);
 /* Collective over `over` (the pipeline's communicator): when d uses its
  * library, each two neighbours r, r + 1 of it get a library communicator per
