@@ -212,25 +212,39 @@ static void cpu_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const 
   TD_CHECK(out_dtype == TD_F32 || out_dtype == TD_BF16, "gelu output must be fp32 or bf16");
   TD_CHECK(x_dtype == TD_F32 || x_dtype == TD_BF16, "gelu input must be fp32 or bf16");
   const td_ew_isa *isa = ew_isa();
-  size_t os = td_dtype_size(out_dtype);
+  size_t os = td_dtype_size(out_dtype), xs = td_dtype_size(x_dtype);
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
   for (int64_t i = 0; i < n; i += EW_CHUNK) {
-    float buf[EW_CHUNK];
     int64_t len = min64(EW_CHUNK, n - i);
+    if (isa->gelu_forward_x) {
+      isa->gelu_forward_x((char *)out + (size_t)i * os, out_dtype, (const char *)x + (size_t)i * xs,
+                          x_dtype, len, kind);
+      continue;
+    }
+    float buf[EW_CHUNK];
     isa->gelu_forward((char *)out + (size_t)i * os, out_dtype, f32_piece(isa, x, x_dtype, i, len, buf),
                       len, kind);
   }
 }
 
-/* dx[i] = g = dout[i] gelu'(x[i]) for len elements, dx in dx_dtype: computed in
- * place for fp32, else in buf (EW_CHUNK floats) and rounded; returns the fp32 g */
-static const float *gelu_grad_piece(const td_ew_isa *isa, void *dx, td_dtype dx_dtype,
-                                    const float *dout, const float *x, int64_t len,
-                                    td_gelu_kind kind, float *buf) {
-  float *g = dx_dtype == TD_F32 ? (float *)dx : buf;
-  isa->gelu_backward(g, dout, x, len, kind);
-  if (dx_dtype != TD_F32) isa->cast(dx, dx_dtype, g, TD_F32, len);
-  return g;
+/* Elements [i, i + len) of gelu_backward: dx = g = dout gelu'(x) in dx_dtype, and
+ * acc[0, len) += g when acc is not NULL. In one pass where the ISA has it; else x
+ * widened into xb, g computed in place for fp32 (else in gb, then rounded), and
+ * the row sum, one pass after another (EW_CHUNK floats each). */
+static void gelu_grad_piece(const td_ew_isa *isa, void *dx, td_dtype dx_dtype, float *acc,
+                            const float *dout, const void *x, td_dtype x_dtype, int64_t i,
+                            int64_t len, td_gelu_kind kind) {
+  char *dxi = (char *)dx + (size_t)i * td_dtype_size(dx_dtype);
+  if (isa->gelu_backward_x) {
+    isa->gelu_backward_x(dxi, dx_dtype, acc, dout + i,
+                         (const char *)x + (size_t)i * td_dtype_size(x_dtype), x_dtype, len, kind);
+    return;
+  }
+  float xb[EW_CHUNK], gb[EW_CHUNK];
+  float *g = dx_dtype == TD_F32 ? (float *)dxi : gb;
+  isa->gelu_backward(g, dout + i, f32_piece(isa, x, x_dtype, i, len, xb), len, kind);
+  if (dx_dtype != TD_F32) isa->cast(dxi, dx_dtype, g, TD_F32, len);
+  if (acc) add_row(acc, g, len);
 }
 
 /* g = dout gelu'(x) (fp32), dx = g in dx_dtype; dbias (may be NULL) += column
@@ -243,16 +257,11 @@ static void cpu_gelu_backward(td_device *d, void *dx, td_dtype dx_dtype, float *
   TD_CHECK(x_dtype == TD_F32 || x_dtype == TD_BF16, "gelu input must be fp32 or bf16");
   TD_CHECK(dx_dtype == TD_F32 || dx_dtype == TD_BF16, "gelu gradient must be fp32 or bf16");
   const td_ew_isa *isa = ew_isa();
-  size_t es = td_dtype_size(dx_dtype);
   int64_t n = rows * cols;
   if (!dbias) {
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
-    for (int64_t i = 0; i < n; i += EW_CHUNK) {
-      float xb[EW_CHUNK], gb[EW_CHUNK];
-      int64_t len = min64(EW_CHUNK, n - i);
-      gelu_grad_piece(isa, (char *)dx + (size_t)i * es, dx_dtype, dout + i,
-                      f32_piece(isa, x, x_dtype, i, len, xb), len, kind, gb);
-    }
+    for (int64_t i = 0; i < n; i += EW_CHUNK)
+      gelu_grad_piece(isa, dx, dx_dtype, NULL, dout, x, x_dtype, i, min64(EW_CHUNK, n - i), kind);
     return;
   }
   int64_t rc = rows_per_chunk(rows), nch = (rows + rc - 1) / rc;
@@ -262,14 +271,9 @@ static void cpu_gelu_backward(td_device *d, void *dx, td_dtype dx_dtype, float *
     float *acc = part + k * cols;
     memset(acc, 0, (size_t)cols * sizeof(float));
     for (int64_t r = k * rc; r < min64(rows, (k + 1) * rc); r++)
-      for (int64_t c0 = 0; c0 < cols; c0 += EW_CHUNK) {
-        float xb[EW_CHUNK], gb[EW_CHUNK];
-        int64_t i = r * cols + c0, len = min64(EW_CHUNK, cols - c0);
-        add_row(acc + c0,
-                gelu_grad_piece(isa, (char *)dx + (size_t)i * es, dx_dtype, dout + i,
-                                f32_piece(isa, x, x_dtype, i, len, xb), len, kind, gb),
-                len);
-      }
+      for (int64_t c0 = 0; c0 < cols; c0 += EW_CHUNK)
+        gelu_grad_piece(isa, dx, dx_dtype, acc + c0, dout, x, x_dtype, r * cols + c0,
+                        min64(EW_CHUNK, cols - c0), kind);
   }
   add_partials(dbias, part, nch, cols, cols);
 }

@@ -34,6 +34,16 @@ typedef struct td_ew_isa {
   /* dx[i] = dout[i] gelu'(x[i]); dx may alias dout */
   void (*gelu_backward)(float *dx, const float *dout, const float *x, int64_t n,
                         td_gelu_kind kind);
+  /* Optional (NULL: x widened to fp32 first, then the passes one after another):
+   * the two above in one pass over x in fp32 or bf16, with those passes' bits.
+   * gelu_forward_x: out[i] = gelu(x[i]) in out_dtype. gelu_backward_x: g =
+   * dout[i] gelu'(x[i]), dx[i] = g rounded to dx_dtype as cast rounds it (an fp32
+   * dx may alias dout), and acc[i] += g where acc is not NULL (the bias gradient's
+   * row sum). */
+  void (*gelu_forward_x)(void *out, td_dtype out_dtype, const void *x, td_dtype x_dtype,
+                         int64_t n, td_gelu_kind kind);
+  void (*gelu_backward_x)(void *dx, td_dtype dx_dtype, float *acc, const float *dout,
+                          const void *x, td_dtype x_dtype, int64_t n, td_gelu_kind kind);
   void (*add)(float *out, const float *a, const float *b, int64_t n); /* out = a + b */
   void (*scale)(float *x, int64_t n, float alpha);                    /* x *= alpha */
   /* out = (resid +) dropout(x) over elements [i0, i1) (resid may be NULL; out

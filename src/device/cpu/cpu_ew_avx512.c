@@ -401,6 +401,58 @@ static void cast(void *dst, td_dtype dst_dtype, const void *src, td_dtype src_dt
   }
 }
 
+/* ---------------------------------------------- gelu on fp32 or bf16 input */
+
+/* One loop per kind and x dtype (each inlined whole): 16 lanes a step, the tail
+ * masked. The math and the roundings of gelu_forward / gelu_backward, cast and
+ * the row sum, so the bits are theirs (x widened from bf16 exactly). */
+static ALWAYS_INLINE void gelu_forward_x_kind(void *out, td_dtype out_dtype, const void *x,
+                                              td_dtype x_dtype, int64_t n, td_gelu_kind kind) {
+  const size_t xs = x_dtype == TD_F32 ? 4 : 2;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = v_mask(n - i);
+    prefetch_ahead((const char *)x + (size_t)i * xs);
+    v_store_f32_or_bf16(out, out_dtype, i, gelu_value(load16(x, x_dtype, i, k), kind), k);
+  }
+}
+
+static void gelu_forward_x(void *out, td_dtype out_dtype, const void *x, td_dtype x_dtype,
+                           int64_t n, td_gelu_kind kind) {
+  if (kind == TD_GELU_ERF)
+    x_dtype == TD_F32 ? gelu_forward_x_kind(out, out_dtype, x, TD_F32, n, TD_GELU_ERF)
+                      : gelu_forward_x_kind(out, out_dtype, x, TD_BF16, n, TD_GELU_ERF);
+  else
+    x_dtype == TD_F32 ? gelu_forward_x_kind(out, out_dtype, x, TD_F32, n, TD_GELU_TANH)
+                      : gelu_forward_x_kind(out, out_dtype, x, TD_BF16, n, TD_GELU_TANH);
+}
+
+static ALWAYS_INLINE void gelu_backward_x_kind(void *dx, td_dtype dx_dtype, float *acc,
+                                               const float *dout, const void *x,
+                                               td_dtype x_dtype, int64_t n,
+                                               td_gelu_kind kind) {
+  const size_t xs = x_dtype == TD_F32 ? 4 : 2;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = v_mask(n - i);
+    prefetch_ahead((const char *)x + (size_t)i * xs), prefetch_ahead(dout + i);
+    __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dout + i),
+                             gelu_grad(load16(x, x_dtype, i, k), kind));
+    v_store_f32_or_bf16(dx, dx_dtype, i, g, k);
+    if (acc) _mm512_mask_storeu_ps(acc + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, acc + i), g));
+  }
+}
+
+static void gelu_backward_x(void *dx, td_dtype dx_dtype, float *acc, const float *dout,
+                            const void *x, td_dtype x_dtype, int64_t n, td_gelu_kind kind) {
+  if (kind == TD_GELU_ERF)
+    x_dtype == TD_F32
+        ? gelu_backward_x_kind(dx, dx_dtype, acc, dout, x, TD_F32, n, TD_GELU_ERF)
+        : gelu_backward_x_kind(dx, dx_dtype, acc, dout, x, TD_BF16, n, TD_GELU_ERF);
+  else
+    x_dtype == TD_F32
+        ? gelu_backward_x_kind(dx, dx_dtype, acc, dout, x, TD_F32, n, TD_GELU_TANH)
+        : gelu_backward_x_kind(dx, dx_dtype, acc, dout, x, TD_BF16, n, TD_GELU_TANH);
+}
+
 /* Plain stores up to a 64-byte boundary, streaming stores of whole lines, plain
  * stores for the tail. */
 static void zero(void *dst, size_t bytes, int stream) {
@@ -458,6 +510,8 @@ const td_ew_isa td_cpu_ew_avx512 = {
     .layernorm_backward_row = layernorm_backward_row,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
+    .gelu_forward_x = gelu_forward_x,
+    .gelu_backward_x = gelu_backward_x,
     .add = add,
     .scale = scale,
     .dropout = dropout,
