@@ -35,7 +35,8 @@ typedef struct td_ew_isa {
   void (*gelu_backward)(float *dx, const float *dout, const float *x, int64_t n,
                         td_gelu_kind kind);
   /* Optional (NULL: x widened to fp32 first, then the passes one after another):
-   * the two above in one pass over x in fp32 or bf16, with those passes' bits.
+   * the two above in one pass over x in fp32 or bf16, with those passes' bits
+   * (cpu_elementwise.c calls them where they save a pass).
    * gelu_forward_x: out[i] = gelu(x[i]) in out_dtype. gelu_backward_x: g =
    * dout[i] gelu'(x[i]), dx[i] = g rounded to dx_dtype as cast rounds it (an fp32
    * dx may alias dout), and acc[i] += g where acc is not NULL (the bias gradient's
