@@ -3,8 +3,9 @@
  * of the query blocks), fp32 and bf16, with and without dropout (the reference
  * applies the keep rule of cpu_attention.h; its backward takes the out the
  * kernel wrote, as the kernel does), through each path the CPU has (the
- * per-head kernels: AVX-512 FMA for fp32, AMX and AVX512-BF16 for bf16; and
- * td_cpu_gemm with the row kernels); the
+ * per-head kernels: AVX-512 or AVX2 FMA for fp32, AMX and AVX512-BF16 for bf16;
+ * and td_cpu_gemm with the row kernels); the fp32 per-head kernels of AVX2 and
+ * AVX-512 against each other where the CPU runs both; the
  * reference backward against central finite differences of the reference
  * forward; bitwise identical results with 1 and 2 threads; the dropout random
  * words of both ISA paths against td_rng_u32. */
@@ -307,24 +308,76 @@ static void check_keep_fraction(void) {
   CHECK(fabs(kept / n - 0.9) < 0.005, "keep rule keeps %.4f of elements at p=0.1", kept / n);
 }
 
+/* The fp32 per-head kernels of the two ISAs on the same heads (a CPU with
+ * AVX-512 runs both): the AVX2 one mirrors the AVX-512 one's arithmetic
+ * (cpu_attention_f32_avx2.c), so their out, lse and dqkv must agree to a few
+ * fp32 roundings; whether they match bit for bit, as written to, is printed. */
+static void check_f32_isas(void) {
+  if (!tst_device_is_cpu() || !__builtin_cpu_supports("avx512f") ||
+      !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl") ||
+      !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx2")) {
+    printf("SKIP fp32 per-head kernels AVX2 vs AVX-512: this CPU has no AVX-512\n");
+    return;
+  }
+  static const int64_t shapes[][4] = {{2, 300, 3, 64}, {1, 130, 2, 80}, {1, 33, 1, 8}};
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+    for (int drop = 0; drop < 2; drop++) {
+      const int64_t B = shapes[i][0], T = shapes[i][1], H = shapes[i][2], D = shapes[i][3];
+      const int64_t n3 = B * T * H * 3 * D, no = B * T * H * D, nl = B * H * T;
+      float *qkv = td_malloc((size_t)n3 * 4), *dout = td_malloc((size_t)no * 4);
+      tst_fill_normal(qkv, n3, 300 + i, 1.0f);
+      tst_fill_normal(dout, no, 400 + i, 1.0f);
+      float *res[2];
+      for (int isa = 0; isa < 2; isa++) {
+        res[isa] = td_malloc((size_t)(no + nl + n3) * 4);
+        td_attention_desc a = {.batch = B, .seq = T, .heads = H, .head_dim = D, .dtype = TD_F32,
+                               .scale = 1.0f / sqrtf((float)D), .qkv = qkv, .out = res[isa],
+                               .lse = res[isa] + no, .dout = dout, .dqkv = res[isa] + no + nl,
+                               .dropout_p = drop ? 0.1f : 0.0f, .seed = 21, .stream = 4};
+        td_attn_dropout dr = {.thr = drop ? (uint32_t)nearbyint((double)0.1f * 4294967296.0) : 0u,
+                              .keep_scale = 1.0f / (1.0f - 0.1f)};
+        size_t bytes = isa ? td_attn_f32_avx2_scratch_bytes(T, D, 1)
+                           : td_attn_f32_scratch_bytes(T, D, 1);
+        void *scratch = td_malloc(bytes);
+        for (int64_t bh = 0; bh < B * H; bh++)
+          (isa ? td_attn_f32_avx2_forward_head : td_attn_f32_forward_head)(&a, bh, dr, scratch);
+        for (int64_t bh = 0; bh < B * H; bh++)
+          (isa ? td_attn_f32_avx2_backward_head : td_attn_f32_backward_head)(&a, bh, dr, scratch);
+        td_free(scratch);
+      }
+      double worst = 0, scale = 0;
+      for (int64_t k = 0; k < no + nl + n3; k++) {
+        worst = fmax(worst, fabs((double)res[0][k] - (double)res[1][k]));
+        scale = fmax(scale, fabs((double)res[0][k]));
+      }
+      const int same = !memcmp(res[0], res[1], (size_t)(no + nl + n3) * 4);
+      CHECK(worst <= 1e-6 * scale,
+            "fp32 per-head AVX2 vs AVX-512 B=%lld T=%lld H=%lld D=%lld p=%g: max diff %.3g of "
+            "max %.3g (%s)",
+            (long long)B, (long long)T, (long long)H, (long long)D, drop ? 0.1 : 0.0, worst, scale,
+            same ? "bitwise equal" : "NOT bitwise equal");
+      td_free(qkv), td_free(dout), td_free(res[0]), td_free(res[1]);
+    }
+}
+
 int main(void) {
   printf("ISA %s\n", td_cpu_isa_name(td_cpu_isa_get()));
   check_reference_gradient(0.0);
   check_reference_gradient(0.3);
   check_rng_rows();
   check_keep_fraction();
+  check_f32_isas();
   static const int64_t shapes[][4] = {{1, 1, 1, 8},    {2, 7, 3, 8},   {1, 65, 3, 64},
                                       {2, 130, 1, 64}, {1, 130, 3, 8}, {2, 65, 1, 8},
                                       {1, 300, 2, 64}, {1, 33, 2, 80}};
   uint64_t stream = 100;
-  /* with the avx512 ISA: the default choice (per-head kernels where the CPU has
-   * them), the per-head kernels without AMX where the default uses AMX, then
-   * td_cpu_gemm forced; avx2 and generic: td_cpu_gemm only (with their rows) */
+  /* the default choice (per-head kernels where the ISA has them: fp32 on avx512
+   * and avx2, bf16 on AMX or AVX512-BF16), the per-head kernels without AMX where
+   * the default uses AMX, then td_cpu_gemm forced (with the ISA's rows); generic:
+   * td_cpu_gemm only */
   int modes[3], paths = 0;
-  if (td_cpu_isa_get() == TD_ISA_AVX512) {
-    modes[paths++] = TD_ATTN_USE_DEFAULT;
-    if (td_cpu_amx_usable()) modes[paths++] = TD_ATTN_USE_NO_AMX;
-  }
+  if (td_cpu_isa_get() != TD_ISA_GENERIC) modes[paths++] = TD_ATTN_USE_DEFAULT;
+  if (td_cpu_isa_get() == TD_ISA_AVX512 && td_cpu_amx_usable()) modes[paths++] = TD_ATTN_USE_NO_AMX;
   modes[paths++] = TD_ATTN_USE_GEMM;
   for (int path = 0; path < paths; path++) {
     td_cpu_attention_use_kernels(modes[path]);

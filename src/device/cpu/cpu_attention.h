@@ -33,6 +33,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <xmmintrin.h>
 
 #include "device/device.h"
 
@@ -111,6 +112,59 @@ void td_attn_softmax_bwd_row_avx2(const float *s, const float *dp, int64_t nvali
                                   float lse, float di, void *p_out, void *ds_out,
                                   td_dtype p_dtype);
 
+/* ------------------------------------------- the per-head kernels' common parts */
+
+/* Head bh = b*H + h of a call, elements esz bytes. */
+typedef struct {
+  int64_t T, H, D, esz;
+  const char *q, *k, *v; /* token 0 of this head in qkv (tokens 3*H*D elements apart) */
+  const char *o, *dout;  /* token 0 of this head in out, dout (tokens H*D elements apart) */
+  float *lse;            /* this head's lse, T */
+  uint64_t g0;           /* dropout index of element (i = 0, j = 0) */
+} td_attn_head;
+
+static inline td_attn_head td_attn_head_of(const td_attention_desc *a, int64_t bh) {
+  td_attn_head e = {
+      .T = a->seq, .H = a->heads, .D = a->head_dim, .esz = a->dtype == TD_BF16 ? 2 : 4};
+  const int64_t tok = (bh / e.H * e.T * e.H + bh % e.H) * e.D; /* (b*T*H + h)*D */
+  e.q = (const char *)a->qkv + 3 * tok * e.esz;
+  e.k = e.q + e.D * e.esz, e.v = e.q + 2 * e.D * e.esz;
+  e.o = (const char *)a->out + tok * e.esz;
+  e.dout = a->dout ? (const char *)a->dout + tok * e.esz : NULL;
+  e.lse = a->lse + bh * e.T;
+  e.g0 = td_attn_dropout_base(a, bh / e.H, bh % e.H);
+  return e;
+}
+
+/* Rows [t, t + n) (row_bytes each, ld_bytes apart, only rows < T) into cache
+ * (hint _MM_HINT_T0 or _T1): the hardware prefetchers do not follow a head's
+ * token rows (one per page or so). _mm_prefetch is SSE: every ISA's file. */
+#define td_attn_prefetch_rows(src, ld_bytes, t, n, T, row_bytes, hint)  \
+  do {                                                                  \
+    for (int64_t u_ = (t); u_ < (t) + (n) && u_ < (T); u_++)            \
+      for (int64_t b_ = 0; b_ < (row_bytes); b_ += 64)                  \
+        _mm_prefetch((const char *)(src) + u_ * (ld_bytes) + b_, hint); \
+  } while (0)
+
+
+/* Forward row (cpu_attention.h's softmax row, before normalising): raw scores s,
+ * visible j < nvalid (0: a padding row), random words or NULL. */
+typedef struct {
+  const float *s;
+  int64_t nvalid;
+  const uint32_t *words;
+} td_attn_fwd_row;
+
+
+/* Backward row (cpu_attention.h's row backward): recomputed raw scores s,
+ * dp' = dO V^T, lse, di = rowsum(dO * O), visible j < nvalid, words or NULL. */
+typedef struct {
+  const float *s, *dp;
+  int64_t nvalid;
+  float lse2, di; /* lse2 = lse log2 e */
+  const uint32_t *words;
+} td_attn_bwd_row;
+
 /* bf16 per-head paths (cpu_attention_bf16_avx512.c), one head bh = b*H + h per call,
  * bf16 desc; scratch of td_attn_bf16_scratch_bytes(T, D, backward) bytes, 64-byte
  * aligned. amx: AMX tiles; dpbf16: AVX512-BF16 dot products. */
@@ -130,5 +184,13 @@ void td_attn_f32_forward_head(const td_attention_desc *a, int64_t bh, td_attn_dr
                               void *scratch);
 void td_attn_f32_backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
                                void *scratch);
+
+/* fp32 AVX2 path (cpu_attention_f32_avx2.c): the AVX-512 path's algorithm, packs
+ * and arithmetic on 8 lanes, for CPUs without AVX-512; same contract. */
+size_t td_attn_f32_avx2_scratch_bytes(int64_t T, int64_t D, int backward);
+void td_attn_f32_avx2_forward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                                   void *scratch);
+void td_attn_f32_avx2_backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
+                                    void *scratch);
 
 #endif

@@ -2,45 +2,15 @@
  * portable versions are in cpu_attention.c, the AVX-512 ones in
  * cpu_attention_avx512.c, whose math this follows on 8 lanes). Compiled with the
  * AVX2 flags and called only after td_cpu_isa_get() == TD_ISA_AVX2, where the
- * attention runs on td_cpu_gemm with these rows between its GEMMs.
+ * attention's td_cpu_gemm path (bf16, or fp32 when forced) runs these rows
+ * between its GEMMs.
  *
- * exp: 2^t as in cpu_attention_avx512.h (n = round(t), 2^f by the degree-5
- * polynomial with constant term 1), times 2^n built from integers in two halves
- * (AVX2 has no vscalefps): p 2^n1 is exact and p 2^n1 2^n2 rounds once, so
- * results in the subnormal range round as vscalefps rounds them; t is clamped
- * to [-160, 128] first (2^-160 rounds to 0, as vscalefps gives below -150).
+ * exp, masks, dropout and sums: cpu_attention_avx2.h.
  * bf16: round to nearest even by integer ops, the bits of td_f32_to_bf16. */
-#include <immintrin.h>
 #include <math.h>
 
 #include "base/dtype.h"
-#include "device/cpu/cpu_attention.h"
-
-#define LOG2E 1.44269504088896341f
-
-/* lanes [0, left) of 8 as an all-ones 32-bit mask (none when left <= 0) */
-static inline __m256i lanes8(int64_t left) {
-  int n = left >= 8 ? 8 : left <= 0 ? 0 : (int)left;
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-/* 2^t on 8 lanes; NaN propagates through the polynomial */
-static inline __m256 exp2_8(__m256 t) {
-  t = _mm256_min_ps(_mm256_set1_ps(128.0f), _mm256_max_ps(_mm256_set1_ps(-160.0f), t));
-  __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 f = _mm256_sub_ps(t, n);
-  __m256 p = _mm256_set1_ps(1.326474228e-3f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.671517975e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550733756e-2f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402224200e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931469776e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-  __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-}
+#include "device/cpu/cpu_attention_avx2.h"
 
 /* 8 floats to bf16 bits (td_f32_to_bf16's rounding; NaN stays a quiet NaN) */
 static inline __m128i bf16_8(__m256 x) {
@@ -68,66 +38,36 @@ static inline void store8(void *dst, td_dtype dt, int64_t j, int64_t left, __m25
   } else if (left >= 8) {
     _mm256_storeu_ps((float *)dst + j, x);
   } else {
-    _mm256_maskstore_ps((float *)dst + j, lanes8(left), x);
+    _mm256_maskstore_ps((float *)dst + j, td_attn_lanes8(left), x);
   }
-}
-
-/* the first `left` lanes of s[j:j+8), 0 elsewhere */
-static inline __m256 load8(const float *s, int64_t j, int64_t left) {
-  return left >= 8 ? _mm256_loadu_ps(s + j) : _mm256_maskload_ps(s + j, lanes8(left));
-}
-
-/* keep_scale where the row's word j + lane is kept (u >= thr, unsigned), 0 where
- * dropped, over the first `left` lanes (0 beyond) */
-static inline __m256 keep8(const uint32_t *words, td_attn_dropout dr, int64_t j, int64_t left) {
-  __m256i live = lanes8(left);
-  __m256i w = _mm256_maskload_epi32((const int *)(words + j), live);
-  const __m256i flip = _mm256_set1_epi32((int)0x80000000u); /* unsigned compare by signed */
-  __m256i dropped = _mm256_cmpgt_epi32(_mm256_xor_si256(_mm256_set1_epi32((int)dr.thr), flip),
-                                       _mm256_xor_si256(w, flip));
-  __m256i kept = _mm256_andnot_si256(dropped, live);
-  return _mm256_and_ps(_mm256_castsi256_ps(kept), _mm256_set1_ps(dr.keep_scale));
-}
-
-/* horizontal sum / max of 8 lanes in a fixed order */
-static inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-static inline float hmax8(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
 }
 
 void td_attn_softmax_row_avx2(float *s, int64_t nvalid, int64_t ncols, float scale,
                               const uint32_t *words, td_attn_dropout dr, float *lse, void *p_out,
                               td_dtype p_dtype) {
-  const __m256 vscale = _mm256_set1_ps(scale), vscale2 = _mm256_set1_ps(scale * LOG2E);
+  const __m256 vscale = _mm256_set1_ps(scale), vscale2 = _mm256_set1_ps(scale * TD_ATTN_LOG2E);
   __m256 vmax = _mm256_set1_ps(-INFINITY);
   for (int64_t j = 0; j < nvalid; j += 8) {
-    __m256 x = _mm256_mul_ps(vscale, load8(s, j, nvalid - j));
-    if (nvalid - j < 8) x = _mm256_blendv_ps(vmax, x, _mm256_castsi256_ps(lanes8(nvalid - j)));
+    __m256 x = _mm256_mul_ps(vscale, td_attn_load8(s, j, nvalid - j));
+    if (nvalid - j < 8) x = _mm256_blendv_ps(vmax, x, _mm256_castsi256_ps(td_attn_lanes8(nvalid - j)));
     vmax = _mm256_max_ps(vmax, x);
   }
-  const float mx = hmax8(vmax);
-  const __m256 vm2 = _mm256_set1_ps(mx * LOG2E);
+  const float mx = td_attn_hmax8(vmax);
+  const __m256 vm2 = _mm256_set1_ps(mx * TD_ATTN_LOG2E);
   __m256 vsum = _mm256_setzero_ps();
   for (int64_t j = 0; j < nvalid; j += 8) {
     int64_t left = nvalid - j;
-    __m256 e = exp2_8(_mm256_fmsub_ps(vscale2, load8(s, j, left), vm2));
-    if (left < 8) e = _mm256_and_ps(e, _mm256_castsi256_ps(lanes8(left)));
+    __m256 e = td_attn_exp2_8(_mm256_fmsub_ps(vscale2, td_attn_load8(s, j, left), vm2));
+    if (left < 8) e = _mm256_and_ps(e, _mm256_castsi256_ps(td_attn_lanes8(left)));
     store8(s, TD_F32, j, left, e);
     vsum = _mm256_add_ps(vsum, e);
   }
-  const float l = hsum8(vsum);
+  const float l = td_attn_hsum8(vsum);
   *lse = mx + logf(l);
   const __m256 vinv = _mm256_set1_ps(1.0f / l);
   for (int64_t j = 0; j < ncols; j += 8) {
-    __m256 p = _mm256_mul_ps(load8(s, j, nvalid - j), vinv); /* 0 past nvalid */
-    if (words) p = _mm256_mul_ps(p, keep8(words, dr, j, nvalid - j));
+    __m256 p = _mm256_mul_ps(td_attn_load8(s, j, nvalid - j), vinv); /* 0 past nvalid */
+    if (words) p = _mm256_mul_ps(p, td_attn_keep8(words, dr, j, nvalid - j));
     store8(p_out, p_dtype, j, ncols - j, p);
   }
 }
@@ -136,15 +76,15 @@ void td_attn_softmax_bwd_row_avx2(const float *s, const float *dp, int64_t nvali
                                   float scale, const uint32_t *words, td_attn_dropout dr,
                                   float lse, float di, void *p_out, void *ds_out,
                                   td_dtype p_dtype) {
-  const __m256 vscale2 = _mm256_set1_ps(scale * LOG2E), vlse2 = _mm256_set1_ps(lse * LOG2E);
+  const __m256 vscale2 = _mm256_set1_ps(scale * TD_ATTN_LOG2E), vlse2 = _mm256_set1_ps(lse * TD_ATTN_LOG2E);
   const __m256 vdi = _mm256_set1_ps(di);
   for (int64_t j = 0; j < ncols; j += 8) {
     int64_t valid = nvalid - j;
-    __m256 live = _mm256_castsi256_ps(lanes8(valid));
-    __m256 p = _mm256_and_ps(exp2_8(_mm256_fmsub_ps(vscale2, load8(s, j, valid), vlse2)), live);
-    __m256 dpv = load8(dp, j, valid), pk = p;
+    __m256 live = _mm256_castsi256_ps(td_attn_lanes8(valid));
+    __m256 p = _mm256_and_ps(td_attn_exp2_8(_mm256_fmsub_ps(vscale2, td_attn_load8(s, j, valid), vlse2)), live);
+    __m256 dpv = td_attn_load8(dp, j, valid), pk = p;
     if (words) {
-      __m256 k = keep8(words, dr, j, valid);
+      __m256 k = td_attn_keep8(words, dr, j, valid);
       pk = _mm256_mul_ps(p, k);
       dpv = _mm256_mul_ps(dpv, k);
     }

@@ -109,40 +109,6 @@ static inline __m512 td_attn_log16(__m512 x) {
   return _mm512_fmadd_ps(k, _mm512_set1_ps(0.693147180559945f), _mm512_mul_ps(q, z));
 }
 
-/* ------------------------------------------------ one head of a call */
-
-/* Head bh = b*H + h of a call, elements esz bytes. */
-typedef struct {
-  int64_t T, H, D, esz;
-  const char *q, *k, *v; /* token 0 of this head in qkv (tokens 3*H*D elements apart) */
-  const char *o, *dout;  /* token 0 of this head in out, dout (tokens H*D elements apart) */
-  float *lse;            /* this head's lse, T */
-  uint64_t g0;           /* dropout index of element (i = 0, j = 0) */
-} td_attn_head;
-
-static inline td_attn_head td_attn_head_of(const td_attention_desc *a, int64_t bh) {
-  td_attn_head e = {
-      .T = a->seq, .H = a->heads, .D = a->head_dim, .esz = a->dtype == TD_BF16 ? 2 : 4};
-  const int64_t tok = (bh / e.H * e.T * e.H + bh % e.H) * e.D; /* (b*T*H + h)*D */
-  e.q = (const char *)a->qkv + 3 * tok * e.esz;
-  e.k = e.q + e.D * e.esz, e.v = e.q + 2 * e.D * e.esz;
-  e.o = (const char *)a->out + tok * e.esz;
-  e.dout = a->dout ? (const char *)a->dout + tok * e.esz : NULL;
-  e.lse = a->lse + bh * e.T;
-  e.g0 = td_attn_dropout_base(a, bh / e.H, bh % e.H);
-  return e;
-}
-
-/* Rows [t, t + n) (row_bytes each, ld_bytes apart, only rows < T) into cache
- * (hint _MM_HINT_T0 or _T1): the hardware prefetchers do not follow a head's
- * token rows (one per page or so). */
-#define td_attn_prefetch_rows(src, ld_bytes, t, n, T, row_bytes, hint)  \
-  do {                                                                  \
-    for (int64_t u_ = (t); u_ < (t) + (n) && u_ < (T); u_++)            \
-      for (int64_t b_ = 0; b_ < (row_bytes); b_ += 64)                  \
-        _mm_prefetch((const char *)(src) + u_ * (ld_bytes) + b_, hint); \
-  } while (0)
-
 /* The random words of query row i for keys [0, i + 1), NULL without dropout. */
 static inline const uint32_t *td_attn_words(const td_attention_desc *a, const td_attn_head *e,
                                             td_attn_dropout dr, int64_t i, uint32_t *buf) {
@@ -159,14 +125,6 @@ static inline __mmask16 td_attn_kept(const uint32_t *words, td_attn_dropout dr, 
 }
 
 /* ------------------------------------------------ row kernels by chunks */
-
-/* Forward row (cpu_attention.h's softmax row, before normalising): raw scores s,
- * visible j < nvalid (0: a padding row), random words or NULL. */
-typedef struct {
-  const float *s;
-  int64_t nvalid;
-  const uint32_t *words;
-} td_attn_fwd_row;
 
 /* running max (scale >= 0) or min of a row's chunk j (16 lanes) */
 TD_ATTN_INLINE __m512 td_attn_fwd_extreme(const td_attn_fwd_row *r, int64_t j, float scale,
@@ -207,15 +165,6 @@ TD_ATTN_INLINE __m512 td_attn_fwd_exp(const td_attn_fwd_row *r, int64_t j, __m51
   *sum = _mm512_add_ps(*sum, e);
   return r->words ? _mm512_maskz_mov_ps(td_attn_kept(r->words, dr, j, valid), e) : e;
 }
-
-/* Backward row (cpu_attention.h's row backward): recomputed raw scores s,
- * dp' = dO V^T, lse, di = rowsum(dO * O), visible j < nvalid, words or NULL. */
-typedef struct {
-  const float *s, *dp;
-  int64_t nvalid;
-  float lse2, di; /* lse2 = lse log2 e */
-  const uint32_t *words;
-} td_attn_bwd_row;
 
 /* p' and dS of a row's chunk j (16 lanes; 0 outside the visible part) */
 TD_ATTN_INLINE void td_attn_bwd_chunk(const td_attn_bwd_row *r, int64_t j, __m512 vscale2,
