@@ -185,139 +185,24 @@ static float dot(const float *x, const float *y, int64_t D) {
   return _mm512_reduce_add_ps(acc);
 }
 
-/* ------------------------------------------------------------------ scratch */
-
-typedef struct {
-  int64_t Tp, Dp, pt; /* pt: pitch of rows up to Tp long (KT, VT, QT, dOT, S, dP, dKT, dVT) */
-  float *Qp, *Kp, *Vp, *dOp, *KT, *VT, *QT, *dOT, *S, *dP, *Ob, *dKT, *dVT, *rowm, *rowl, *di;
-  uint32_t *rng0, *rng1;
-} f32_bufs;
-
-static void *take(char *base, size_t *off, size_t bytes) {
-  void *p = base ? base + *off : NULL;
-  *off += round64(bytes);
-  return p;
+/* The random words of query row i for keys [0, i + 1), NULL without dropout. */
+static inline const uint32_t *row_words(const td_attention_desc *a, const td_attn_head *e,
+                                        td_attn_dropout dr, int64_t i, uint32_t *buf) {
+  return td_attn_words(a, e, dr, i, buf);
 }
 
-/* Carve the scratch (base NULL: only count); returns its size. */
-static size_t layout(f32_bufs *b, char *base, int64_t Tp, int64_t Dp, int backward) {
-  memset(b, 0, sizeof *b);
-  b->Tp = Tp, b->Dp = Dp, b->pt = Tp + 16;
-  const size_t rows = (size_t)(Tp * Dp) * 4, tr = (size_t)(Dp * b->pt) * 4;
-  const size_t blk = (size_t)(BQ * b->pt) * 4, rng = (size_t)(Tp + 67) * 4;
-  size_t off = 0;
-  b->Qp = take(base, &off, rows);
-  b->KT = take(base, &off, tr);
-  b->S = take(base, &off, blk);
-  b->Ob = take(base, &off, (size_t)(BQ * Dp) * 4); /* O block, dQ block, transposes */
-  b->rng0 = take(base, &off, rng);
-  b->rng1 = take(base, &off, rng);
-  if (!backward) {
-    b->Vp = take(base, &off, rows);
-    b->rowm = take(base, &off, BQ * 4);
-    b->rowl = take(base, &off, BQ * 4);
-    return off;
+/* The block's lse = max + log l (rows < valid) and O's row factors keep_scale / l
+ * over l; rows a multiple of 16. */
+static void lse_and_row_factors(const float *rowm, float *rowl, float *lse, int64_t rows,
+                                int64_t valid, float keep_scale) {
+  for (int64_t r = 0; r < rows; r += 16) {
+    __m512 l = _mm512_loadu_ps(rowl + r);
+    _mm512_mask_storeu_ps(lse + r, td_attn_lanes(valid - r),
+                          _mm512_add_ps(_mm512_loadu_ps(rowm + r),
+                                        td_attn_log16(_mm512_max_ps(l, _mm512_set1_ps(1.0f)))));
+    _mm512_storeu_ps(rowl + r, _mm512_div_ps(_mm512_set1_ps(keep_scale), l));
   }
-  b->Kp = take(base, &off, rows);
-  b->dOp = take(base, &off, rows);
-  b->VT = take(base, &off, tr);
-  b->QT = take(base, &off, tr);
-  b->dOT = take(base, &off, tr);
-  b->dP = take(base, &off, blk);
-  b->dKT = take(base, &off, tr);
-  b->dVT = take(base, &off, tr);
-  b->di = take(base, &off, (size_t)Tp * 4);
-  return off;
 }
 
-size_t td_attn_f32_scratch_bytes(int64_t T, int64_t D, int backward) {
-  f32_bufs b;
-  return layout(&b, NULL, round32(T), round32(D), backward);
-}
-
-/* ------------------------------------------------------------------ heads */
-
-void td_attn_f32_forward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
-                              void *scratch) {
-  const td_attn_head e = td_attn_head_of(a, bh);
-  const int64_t T = e.T, D = e.D, ld = 3 * e.H * D;
-  f32_bufs m;
-  layout(&m, scratch, round32(T), round32(D), 0);
-  const int64_t Tp = m.Tp, Dp = m.Dp, pt = m.pt;
-  pack_head((const float *)e.q, ld, T, D, Tp, Dp, m.Qp, NULL, 0);
-  pack_head((const float *)e.k, ld, T, D, Tp, Dp, NULL, m.KT, pt);
-  pack_head((const float *)e.v, ld, T, D, Tp, Dp, m.Vp, NULL, 0);
-  float *out = (float *)e.o;
-  for (int64_t i0 = 0; i0 < T; i0 += BQ) {
-    const int64_t rows = BQ < Tp - i0 ? BQ : Tp - i0, n = i0 + rows; /* keys [0, n) */
-    fma_gemm(rows, n, Dp, m.Qp + i0 * Dp, Dp, m.KT, pt, m.S, pt, 0);
-    for (int64_t r = 0; r < rows; r += 2) {
-      td_attn_fwd_row rr[2];
-      for (int u = 0; u < 2; u++) {
-        const int64_t i = i0 + r + u;
-        rr[u] = (td_attn_fwd_row){.s = m.S + (r + u) * pt};
-        if (i >= T) continue; /* padding: nvalid 0 gives a zero row */
-        rr[u].nvalid = i + 1;
-        rr[u].words = td_attn_words(a, &e, dr, i, u ? m.rng1 : m.rng0);
-      }
-      fwd_row_pair(&rr[0], &rr[1], n, a->scale, dr, m.rowm + r, m.rowl + r);
-    }
-    for (int64_t r = 0; r < rows; r += 16) { /* lse = max + log l;  O's row factor keep_scale / l */
-      __m512 l = _mm512_loadu_ps(m.rowl + r);
-      _mm512_mask_storeu_ps(e.lse + i0 + r, td_attn_lanes(T - i0 - r),
-                            _mm512_add_ps(_mm512_loadu_ps(m.rowm + r),
-                                          td_attn_log16(_mm512_max_ps(l, _mm512_set1_ps(1.0f)))));
-      _mm512_storeu_ps(m.rowl + r, _mm512_div_ps(_mm512_set1_ps(dr.keep_scale), l));
-    }
-    fma_gemm(rows, Dp, n, m.S, pt, m.Vp, Dp, m.Ob, Dp, 0);
-    store_rows(out + i0 * e.H * D, e.H * D, m.Ob, (T - i0 < rows ? T - i0 : rows), D, Dp, 1.0f,
-               m.rowl);
-  }
-  _mm_sfence(); /* the streaming stores */
-}
-
-void td_attn_f32_backward_head(const td_attention_desc *a, int64_t bh, td_attn_dropout dr,
-                               void *scratch) {
-  const td_attn_head e = td_attn_head_of(a, bh);
-  const int64_t T = e.T, D = e.D, ld = 3 * e.H * D, ldo = e.H * D;
-  const float *O = (const float *)e.o;
-  f32_bufs m;
-  layout(&m, scratch, round32(T), round32(D), 1);
-  const int64_t Tp = m.Tp, Dp = m.Dp, pt = m.pt;
-  pack_head((const float *)e.q, ld, T, D, Tp, Dp, m.Qp, m.QT, pt);
-  pack_head((const float *)e.k, ld, T, D, Tp, Dp, m.Kp, m.KT, pt);
-  pack_head((const float *)e.v, ld, T, D, Tp, Dp, NULL, m.VT, pt);
-  pack_head((const float *)e.dout, ldo, T, D, Tp, Dp, m.dOp, m.dOT, pt);
-  for (int64_t t = 0; t < T; t++) { /* D_t = rowsum(dO_t * O_t) */
-    if (t % 16 == 0) td_attn_prefetch_rows(O, ldo * 4, t + 16, 16, T, D * 4, _MM_HINT_T0);
-    m.di[t] = dot(m.dOp + t * Dp, O + t * ldo, D);
-  }
-  float *dq = (float *)((char *)a->dqkv + (e.q - (const char *)a->qkv));
-  const int64_t last = (T - 1) / BQ * BQ;
-  for (int64_t i0 = last; i0 >= 0; i0 -= BQ) {
-    const int64_t rows = BQ < Tp - i0 ? BQ : Tp - i0, n = i0 + rows;
-    const int acc = i0 != last; /* the last block covers every key: it initialises dK^T, dV^T */
-    fma_gemm(rows, n, Dp, m.Qp + i0 * Dp, Dp, m.KT, pt, m.S, pt, 0);
-    fma_gemm(rows, n, Dp, m.dOp + i0 * Dp, Dp, m.VT, pt, m.dP, pt, 0);
-    for (int64_t r = 0; r < rows; r += 2) {
-      td_attn_bwd_row rr[2];
-      for (int u = 0; u < 2; u++) {
-        const int64_t i = i0 + r + u;
-        rr[u] = (td_attn_bwd_row){.s = m.S + (r + u) * pt, .dp = m.dP + (r + u) * pt};
-        if (i >= T) continue; /* padding: nvalid 0 gives zero rows */
-        rr[u].nvalid = i + 1;
-        rr[u].lse2 = e.lse[i] * TD_ATTN_LOG2E;
-        rr[u].di = m.di[i];
-        rr[u].words = td_attn_words(a, &e, dr, i, u ? m.rng1 : m.rng0);
-      }
-      bwd_row_pair(&rr[0], &rr[1], n, a->scale, dr);
-    }
-    fma_gemm(Dp, n, rows, m.dOT + i0, pt, m.S, pt, m.dVT, pt, acc);
-    fma_gemm(Dp, n, rows, m.QT + i0, pt, m.dP, pt, m.dKT, pt, acc);
-    fma_gemm(rows, Dp, n, m.dP, pt, m.Kp, Dp, m.Ob, Dp, 0);
-    store_rows(dq + i0 * ld, ld, m.Ob, (T - i0 < rows ? T - i0 : rows), D, Dp, a->scale, NULL);
-  }
-  store_transposed(dq + D, ld, m.dKT, pt, T, D, Dp, a->scale, m.Ob);
-  store_transposed(dq + 2 * D, ld, m.dVT, pt, T, D, Dp, 1.0f, m.Ob);
-  _mm_sfence(); /* the streaming stores */
-}
+#define F32_HEADS_NAME(x) td_attn_f32_##x
+#include "device/cpu/cpu_attention_f32_heads.inc"
