@@ -371,8 +371,8 @@ int main(void) {
                                       {2, 130, 1, 64}, {1, 130, 3, 8}, {2, 65, 1, 8},
                                       {1, 300, 2, 64}, {1, 33, 2, 80}};
   uint64_t stream = 100;
-  /* the default choice (per-head kernels where the ISA has them: fp32 on avx512
-   * and avx2, bf16 on AMX or AVX512-BF16), the per-head kernels without AMX where
+  /* the default choice (per-head kernels where the ISA has them: fp32 on avx512,
+   * bf16 on AMX or AVX512-BF16, both on avx2), the per-head kernels without AMX where
    * the default uses AMX, then td_cpu_gemm forced (with the ISA's rows); generic:
    * td_cpu_gemm only */
   int modes[3], paths = 0;

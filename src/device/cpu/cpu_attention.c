@@ -109,7 +109,7 @@ static row_kernels row_kernels_get(void) {
 }
 
 /* The per-head kernels (AMX, else AVX512-BF16 dot products for bf16; AVX-512 FMA
- * for fp32, AVX2 FMA for fp32 on the avx2 ISA), or NULLs: the td_cpu_gemm path.
+ * for fp32, AVX2 FMA for fp32 and bf16 on the avx2 ISA), or NULLs: the td_cpu_gemm path.
  * AMX needs the CPU's AMX-BF16 and AVX512-BF16, and Linux to grant the tile data
  * state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). */
 typedef struct {
@@ -125,11 +125,9 @@ void td_cpu_attention_use_kernels(int mode) { g_head_kernels = mode; }
 static head_kernels head_kernels_get(td_dtype dt) {
   head_kernels none = {NULL, NULL, NULL};
   if (g_head_kernels == TD_ATTN_USE_GEMM || td_cpu_isa_get() == TD_ISA_GENERIC) return none;
-  if (td_cpu_isa_get() == TD_ISA_AVX2)
-    return dt == TD_F32 ? (head_kernels){td_attn_f32_avx2_scratch_bytes,
-                                         td_attn_f32_avx2_forward_head,
-                                         td_attn_f32_avx2_backward_head}
-                        : none;
+  if (td_cpu_isa_get() == TD_ISA_AVX2) /* fp32 and bf16 alike */
+    return (head_kernels){td_attn_f32_avx2_scratch_bytes, td_attn_f32_avx2_forward_head,
+                          td_attn_f32_avx2_backward_head};
   if (dt == TD_F32)
     return (head_kernels){td_attn_f32_scratch_bytes, td_attn_f32_forward_head,
                           td_attn_f32_backward_head};

@@ -11,15 +11,18 @@
  *             into fp32 T x D accumulators; query blocks last to first).
  * Scratch is O(block * T + T * D) per thread, reused across calls.
  * Three implementations of it:
- *   - per-head kernels (the avx512 ISA): fp32 on our own AVX-512 FMA GEMM
+ *   - per-head kernels, operands packed once per head, one OpenMP task per
+ *     (batch, head): on the avx512 ISA, fp32 on our own AVX-512 FMA GEMM
  *     (cpu_attention_f32_avx512.c), bf16 on our own GEMM on AMX tiles (needs
  *     AMX-BF16, AVX512-BF16 and the OS's grant of the tile state), else on
- *     AVX512-BF16 dot products (cpu_attention_bf16_avx512.c), operands packed
- *     once per head, one OpenMP task per (batch, head);
+ *     AVX512-BF16 dot products (cpu_attention_bf16_avx512.c); on the avx2 ISA,
+ *     fp32 and bf16 on our own AVX2 FMA GEMM (cpu_attention_f32_avx2.c; bf16
+ *     widened, its P and dS rounded to bf16);
  *   - td_cpu_gemm (a library GEMM, single-threaded per task) on strided blocks
  *     with the row kernels below, AVX-512, AVX2 (cpu_attention_avx2.c) or
- *     portable C (cpu_attention.c): bf16 on a CPU without AVX512-BF16, and
- *     everything on a CPU without AVX-512 or with TRIDENT_CPU_ISA=generic / avx2.
+ *     portable C (cpu_attention.c): bf16 on an AVX-512 CPU without AVX512-BF16,
+ *     everything with TRIDENT_CPU_ISA=generic, and any call when forced
+ *     (td_cpu_attention_use_kernels).
  * Every task computes its outputs alone in a fixed order, so results do not
  * depend on the number of threads. Bench FLOPs: td_cpu_attention_flops.
  *

@@ -2,8 +2,8 @@
  * portable versions are in cpu_attention.c, the AVX-512 ones in
  * cpu_attention_avx512.c, whose math this follows on 8 lanes). Compiled with the
  * AVX2 flags and called only after td_cpu_isa_get() == TD_ISA_AVX2, where the
- * attention's td_cpu_gemm path (bf16, or fp32 when forced) runs these rows
- * between its GEMMs.
+ * attention's td_cpu_gemm path (when forced: the per-head kernels run
+ * otherwise) runs these rows between its GEMMs.
  *
  * exp, masks, dropout and sums: cpu_attention_avx2.h.
  * bf16: round to nearest even by integer ops, the bits of td_f32_to_bf16. */

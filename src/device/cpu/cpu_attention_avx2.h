@@ -77,6 +77,44 @@ static inline float td_attn_hmax8(__m256 v) {
 }
 
 
+/* x rounded to bf16 (td_f32_to_bf16's bits: nearest even, NaN kept quiet), as fp32 */
+static inline __m256 td_attn_round_bf16_8(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x), hi = _mm256_srli_epi32(u, 16);
+  __m256i r = _mm256_add_epi32(
+      u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(hi, _mm256_set1_epi32(1))));
+  r = _mm256_srli_epi32(r, 16);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(r, 16));
+}
+
+/* the first `left` of the 8 bf16 at s + j as fp32, 0 elsewhere */
+static inline __m256 td_attn_load_bf16_8(const uint16_t *s, int64_t j, int64_t left) {
+  __m128i h;
+  if (left >= 8) {
+    h = _mm_loadu_si128((const __m128i *)(s + j));
+  } else {
+    uint16_t tmp[8] = {0};
+    for (int64_t i = 0; i < left; i++) tmp[i] = s[j + i];
+    h = _mm_loadu_si128((const __m128i *)tmp);
+  }
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* the first `left` lanes of x (already bf16 values, as td_attn_round_bf16_8 gives)
+ * stored as bf16 at d + j */
+static inline void td_attn_store_bf16_8(uint16_t *d, int64_t j, int64_t left, __m256 x) {
+  const __m256i w = _mm256_srli_epi32(_mm256_castps_si256(x), 16);
+  const __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+  if (left >= 8) {
+    _mm_storeu_si128((__m128i *)(d + j), h);
+  } else {
+    uint16_t tmp[8];
+    _mm_storeu_si128((__m128i *)tmp, h);
+    for (int64_t i = 0; i < left; i++) d[j + i] = tmp[i];
+  }
+}
+
 /* _mm512_reduce_add_ps of the 16 lanes (lo, hi) */
 static inline float td_attn_reduce16_add(__m256 lo, __m256 hi) {
   __m256 t3 = _mm256_add_ps(hi, lo);

@@ -11,7 +11,10 @@
  * one chain of FMAs over k in order, as in the AVX-512 GEMM, and the rows keep
  * their sums as 16 lanes (two halves) reduced in the AVX-512 kernels' order
  * (cpu_attention_avx2.h), so the two paths are written to give the same bits.
- * Transposes go 8 x 8 at a time. */
+ * Transposes go 8 x 8 at a time. bf16 calls (a CPU without AVX512-BF16 has no
+ * bf16 arithmetic) run on the same fp32 products: inputs widened in the packs,
+ * e_j, P' and dS rounded to bf16 in the rows as the bf16 heads round them,
+ * outputs rounded when stored. */
 #include <math.h>
 #include <string.h>
 
@@ -83,19 +86,22 @@ static void fma_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t ld
 
 /* ---------------------------------------------------------------- packing */
 
-/* Packs of one head's matrix X (T rows of D floats, ld elements apart), zero
- * padded to Tp x Dp; rows (row-major, Tp x Dp) and tr (X^T, Dp rows tr_pitch
- * apart) may each be NULL. X is read once, 8 x 8 at a time. */
-static void pack_head(const float *src, int64_t ld, int64_t T, int64_t D, int64_t Tp, int64_t Dp,
-                      float *rows, float *tr, int64_t tr_pitch) {
-  td_attn_prefetch_rows(src, ld * 4, 0, 8, T, D * 4, _MM_HINT_T0);
+/* Packs of one head's matrix X (T rows of D fp32 or bf16, ld elements apart) in
+ * fp32, zero padded to Tp x Dp; rows (row-major, Tp x Dp) and tr (X^T, Dp rows
+ * tr_pitch apart) may each be NULL. X is read once, 8 x 8 at a time. */
+static void pack_head(const void *src, int bf16, int64_t ld, int64_t T, int64_t D, int64_t Tp,
+                      int64_t Dp, float *rows, float *tr, int64_t tr_pitch) {
+  const int64_t esz = bf16 ? 2 : 4;
+  td_attn_prefetch_rows(src, ld * esz, 0, 8, T, D * esz, _MM_HINT_T0);
   for (int64_t t0 = 0; t0 < Tp; t0 += 8) {
-    td_attn_prefetch_rows(src, ld * 4, t0 + 8, 8, T, D * 4, _MM_HINT_T0);
+    td_attn_prefetch_rows(src, ld * esz, t0 + 8, 8, T, D * esz, _MM_HINT_T0);
     for (int64_t c = 0; c < Dp; c += 8) {
       __m256 r[8];
 #pragma GCC unroll 8
       for (int i = 0; i < 8; i++)
-        r[i] = t0 + i < T ? td_attn_load8(src + (t0 + i) * ld, c, D - c) : _mm256_setzero_ps();
+        r[i] = t0 + i >= T ? _mm256_setzero_ps()
+               : bf16      ? td_attn_load_bf16_8((const uint16_t *)src + (t0 + i) * ld, c, D - c)
+                           : td_attn_load8((const float *)src + (t0 + i) * ld, c, D - c);
       if (rows) {
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) _mm256_storeu_ps(rows + (t0 + i) * Dp + c, r[i]);
@@ -108,30 +114,36 @@ static void pack_head(const float *src, int64_t ld, int64_t T, int64_t D, int64_
   }
 }
 
-/* dst[0:D) = mult * x[0:D); full aligned 32-byte pieces are streamed (no read
- * for ownership: dst is not read again soon). */
-static inline void store_row(float *dst, const float *x, int64_t D, __m256 mult) {
+/* dst[0:D) = mult * x[0:D), fp32 or rounded to bf16; full aligned 32-byte fp32
+ * pieces are streamed (no read for ownership: dst is not read again soon). */
+static inline void store_row(void *dst, int bf16, const float *x, int64_t D, __m256 mult) {
   for (int64_t d = 0; d < D; d += 8) {
     __m256 v = _mm256_mul_ps(mult, _mm256_loadu_ps(x + d));
-    if (d + 8 <= D && ((uintptr_t)(dst + d) & 31) == 0)
-      _mm256_stream_ps(dst + d, v);
+    float *f = (float *)dst + d;
+    if (bf16)
+      td_attn_store_bf16_8(dst, d, D - d, td_attn_round_bf16_8(v));
+    else if (d + 8 <= D && ((uintptr_t)f & 31) == 0)
+      _mm256_stream_ps(f, v);
     else
-      _mm256_maskstore_ps(dst + d, td_attn_lanes8(D - d), v);
+      _mm256_maskstore_ps(f, td_attn_lanes8(D - d), v);
   }
 }
 
-/* dst rows r < rows (ld apart) = mult * row_mult[r] * src[r][0:D) (row_mult NULL:
- * 1); src rows Dp apart. */
-static void store_rows(float *dst, int64_t ld, const float *src, int64_t rows, int64_t D,
+/* dst rows r < rows (ld elements apart) = mult * row_mult[r] * src[r][0:D)
+ * (row_mult NULL: 1); src rows Dp apart. */
+static void store_rows(void *dst, int bf16, int64_t ld, const float *src, int64_t rows, int64_t D,
                        int64_t Dp, float mult, const float *row_mult) {
+  const int64_t esz = bf16 ? 2 : 4;
   for (int64_t r = 0; r < rows; r++)
-    store_row(dst + r * ld, src + r * Dp, D, _mm256_set1_ps(row_mult ? mult * row_mult[r] : mult));
+    store_row((char *)dst + r * ld * esz, bf16, src + r * Dp, D,
+              _mm256_set1_ps(row_mult ? mult * row_mult[r] : mult));
 }
 
-/* dst[t][d] (rows ld apart) = mult * src[d][t] for t < T, d < D; src Dp rows
- * pitch apart, transposed 8 x 8 at a time through buf (8 rows of Dp). */
-static void store_transposed(float *dst, int64_t ld, const float *src, int64_t pitch, int64_t T,
-                             int64_t D, int64_t Dp, float mult, float *buf) {
+/* dst[t][d] (rows ld elements apart) = mult * src[d][t] for t < T, d < D; src Dp
+ * rows pitch apart, transposed 8 x 8 at a time through buf (8 rows of Dp). */
+static void store_transposed(void *dst, int bf16, int64_t ld, const float *src, int64_t pitch,
+                             int64_t T, int64_t D, int64_t Dp, float mult, float *buf) {
+  const int64_t esz = bf16 ? 2 : 4;
   const __m256 vm = _mm256_set1_ps(mult);
   for (int64_t t0 = 0; t0 < T; t0 += 8) {
     for (int64_t d0 = 0; d0 < Dp; d0 += 8) {
@@ -142,7 +154,8 @@ static void store_transposed(float *dst, int64_t ld, const float *src, int64_t p
 #pragma GCC unroll 8
       for (int i = 0; i < 8; i++) _mm256_storeu_ps(buf + i * Dp + d0, r[i]);
     }
-    for (int i = 0; i < 8 && t0 + i < T; i++) store_row(dst + (t0 + i) * ld, buf + i * Dp, D, vm);
+    for (int i = 0; i < 8 && t0 + i < T; i++)
+      store_row((char *)dst + (t0 + i) * ld * esz, bf16, buf + i * Dp, D, vm);
   }
 }
 
@@ -179,10 +192,11 @@ static inline __m256 row_exp(const td_attn_fwd_row *r, int64_t j, __m256 vscale2
 }
 
 /* Forward rows r0, r1 (two at a time for instruction-level parallelism), n
- * columns (a multiple of 16): e_j over the row's scores; mx = max_j scale s_j,
- * l = sum_j exp(scale s_j - mx), each kept as 16 lanes (lo, hi). */
+ * columns (a multiple of 16): e_j over the row's scores (rounded to bf16 for a
+ * bf16 call); mx = max_j scale s_j, l = sum_j exp(scale s_j - mx) (unrounded),
+ * each kept as 16 lanes (lo, hi). */
 static void fwd_row_pair(const td_attn_fwd_row *r0, const td_attn_fwd_row *r1, int64_t n,
-                         float scale, td_attn_dropout dr, float mx[2], float l[2]) {
+                         float scale, td_attn_dropout dr, int bf16, float mx[2], float l[2]) {
   const td_attn_fwd_row *rr[2] = {r0, r1};
   const int64_t live = r0->nvalid > r1->nvalid ? r0->nvalid : r1->nvalid;
   __m256 ext[2][2], vm[2], sum[2][2];
@@ -201,14 +215,15 @@ static void fwd_row_pair(const td_attn_fwd_row *r0, const td_attn_fwd_row *r1, i
     for (int u = 0; u < 2; u++)
       for (int h = 0; h < 2; h++) {
         __m256 e = row_exp(rr[u], j + 8 * h, vscale2, vm[u], dr, &sum[u][h]);
-        _mm256_storeu_ps((float *)rr[u]->s + j + 8 * h, e);
+        _mm256_storeu_ps((float *)rr[u]->s + j + 8 * h, bf16 ? td_attn_round_bf16_8(e) : e);
       }
   for (int u = 0; u < 2; u++) l[u] = td_attn_reduce16_add(sum[u][0], sum[u][1]);
 }
 
-/* Backward row r, lanes [j, j + 8): P' over s, dS over dp. */
+/* Backward row r, lanes [j, j + 8): P' over s, dS over dp (both rounded to bf16
+ * for a bf16 call). */
 static inline void bwd_chunk(const td_attn_bwd_row *r, int64_t j, __m256 vscale2,
-                             td_attn_dropout dr) {
+                             td_attn_dropout dr, int bf16) {
   const int64_t left = r->nvalid - j;
   const __m256 live = _mm256_castsi256_ps(td_attn_lanes8(left));
   __m256 x2 = _mm256_fmsub_ps(vscale2, td_attn_load8(r->s, j, left), _mm256_set1_ps(r->lse2));
@@ -219,27 +234,32 @@ static inline void bwd_chunk(const td_attn_bwd_row *r, int64_t j, __m256 vscale2
     pk = _mm256_mul_ps(p, k);
     dp = _mm256_mul_ps(dp, k);
   }
+  __m256 ds = _mm256_mul_ps(p, _mm256_sub_ps(dp, _mm256_set1_ps(r->di)));
+  if (bf16) pk = td_attn_round_bf16_8(pk), ds = td_attn_round_bf16_8(ds);
   _mm256_storeu_ps((float *)r->s + j, pk);
-  _mm256_storeu_ps((float *)r->dp + j, _mm256_mul_ps(p, _mm256_sub_ps(dp, _mm256_set1_ps(r->di))));
+  _mm256_storeu_ps((float *)r->dp + j, ds);
 }
 
 /* Backward rows r0, r1, n columns (a multiple of 8). */
 static void bwd_row_pair(const td_attn_bwd_row *r0, const td_attn_bwd_row *r1, int64_t n,
-                         float scale, td_attn_dropout dr) {
+                         float scale, td_attn_dropout dr, int bf16) {
   const __m256 vscale2 = _mm256_set1_ps(scale * TD_ATTN_LOG2E);
   for (int64_t j = 0; j < n; j += 8) {
-    bwd_chunk(r0, j, vscale2, dr);
-    bwd_chunk(r1, j, vscale2, dr);
+    bwd_chunk(r0, j, vscale2, dr, bf16);
+    bwd_chunk(r1, j, vscale2, dr, bf16);
   }
 }
 
-/* sum_d x[d] y[d], kept as 16 lanes (x zero-padded to a multiple of 16) */
-static float dot(const float *x, const float *y, int64_t D) {
+/* sum_d x[d] y[d], kept as 16 lanes (x zero-padded to a multiple of 16; y fp32
+ * or bf16) */
+static float dot(const float *x, const void *y, int bf16, int64_t D) {
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t d = 0; d < D; d += 16)
     for (int h = 0; h < 2; h++) {
       const int64_t j = d + 8 * h;
-      acc[h] = _mm256_fmadd_ps(td_attn_load8(x, j, D - j), td_attn_load8(y, j, D - j), acc[h]);
+      const __m256 yv = bf16 ? td_attn_load_bf16_8((const uint16_t *)y, j, D - j)
+                             : td_attn_load8((const float *)y, j, D - j);
+      acc[h] = _mm256_fmadd_ps(td_attn_load8(x, j, D - j), yv, acc[h]);
     }
   return td_attn_reduce16_add(acc[0], acc[1]);
 }

@@ -79,8 +79,10 @@ static void fma_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t ld
 /* Packs of one head's matrix X (T rows of D floats, ld elements apart), zero
  * padded to Tp x Dp; rows (row-major, Tp x Dp) and tr (X^T, Dp rows tr_pitch
  * apart) may each be NULL. X is read once, 16 x 16 at a time. */
-static void pack_head(const float *src, int64_t ld, int64_t T, int64_t D, int64_t Tp, int64_t Dp,
-                      float *rows, float *tr, int64_t tr_pitch) {
+static void pack_head(const void *x, int bf16, int64_t ld, int64_t T, int64_t D, int64_t Tp,
+                      int64_t Dp, float *rows, float *tr, int64_t tr_pitch) {
+  (void)bf16; /* fp32 only here (cpu_attention_f32_heads.inc) */
+  const float *src = (const float *)x;
   td_attn_prefetch_rows(src, ld * 4, 0, 16, T, D * 4, _MM_HINT_T0);
   for (int64_t t0 = 0; t0 < Tp; t0 += 16) {
     td_attn_prefetch_rows(src, ld * 4, t0 + 16, 16, T, D * 4, _MM_HINT_T0);
@@ -116,16 +118,20 @@ static inline void store_row(float *dst, const float *x, int64_t D, __m512 mult)
 
 /* dst rows r < rows (ld apart) = mult * row_mult[r] * src[r][0:D) (row_mult NULL:
  * 1); src rows Dp apart. */
-static void store_rows(float *dst, int64_t ld, const float *src, int64_t rows, int64_t D,
+static void store_rows(void *out, int bf16, int64_t ld, const float *src, int64_t rows, int64_t D,
                        int64_t Dp, float mult, const float *row_mult) {
+  (void)bf16;
+  float *dst = (float *)out;
   for (int64_t r = 0; r < rows; r++)
     store_row(dst + r * ld, src + r * Dp, D, _mm512_set1_ps(row_mult ? mult * row_mult[r] : mult));
 }
 
 /* dst[t][d] (rows ld apart) = mult * src[d][t] for t < T, d < D; src Dp rows
  * pitch apart, transposed 16 x 16 at a time through buf (16 rows of Dp). */
-static void store_transposed(float *dst, int64_t ld, const float *src, int64_t pitch, int64_t T,
-                             int64_t D, int64_t Dp, float mult, float *buf) {
+static void store_transposed(void *out, int bf16, int64_t ld, const float *src, int64_t pitch,
+                             int64_t T, int64_t D, int64_t Dp, float mult, float *buf) {
+  (void)bf16;
+  float *dst = (float *)out;
   const __m512 vm = _mm512_set1_ps(mult);
   for (int64_t t0 = 0; t0 < T; t0 += 16) {
     for (int64_t d0 = 0; d0 < Dp; d0 += 16) {
@@ -146,7 +152,8 @@ static void store_transposed(float *dst, int64_t ld, const float *src, int64_t p
  * columns (a multiple of 32): e_j (td_attn_fwd_exp, exp to 9.2e-8) over the
  * row's scores; mx = max_j scale s_j, l = sum_j exp(scale s_j - mx). */
 static void fwd_row_pair(const td_attn_fwd_row *r0, const td_attn_fwd_row *r1, int64_t n,
-                         float scale, td_attn_dropout dr, float mx[2], float l[2]) {
+                         float scale, td_attn_dropout dr, int bf16, float mx[2], float l[2]) {
+  (void)bf16;
   __m512 vm[2];
   td_attn_fwd_max2(r0, r1, scale, mx, vm);
   const __m512 vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E), vm0 = vm[0], vm1 = vm[1];
@@ -162,7 +169,8 @@ static void fwd_row_pair(const td_attn_fwd_row *r0, const td_attn_fwd_row *r1, i
 
 /* Backward rows r0, r1, n columns (a multiple of 16): P' over s, dS over dp. */
 static void bwd_row_pair(const td_attn_bwd_row *r0, const td_attn_bwd_row *r1, int64_t n,
-                         float scale, td_attn_dropout dr) {
+                         float scale, td_attn_dropout dr, int bf16) {
+  (void)bf16;
   const __m512 vscale2 = _mm512_set1_ps(scale * TD_ATTN_LOG2E);
   for (int64_t j = 0; j < n; j += 16) {
     __m512 pk0, ds0, pk1, ds1;
@@ -176,7 +184,9 @@ static void bwd_row_pair(const td_attn_bwd_row *r0, const td_attn_bwd_row *r1, i
 }
 
 /* sum_d x[d] y[d] */
-static float dot(const float *x, const float *y, int64_t D) {
+static float dot(const float *x, const void *yv, int bf16, int64_t D) {
+  (void)bf16;
+  const float *y = (const float *)yv;
   __m512 acc = _mm512_setzero_ps();
   for (int64_t d = 0; d < D; d += 16) {
     __mmask16 m = td_attn_lanes(D - d);

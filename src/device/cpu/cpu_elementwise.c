@@ -27,7 +27,7 @@
  * cache anyway (zeroing the 0.5 GB gradient of GPT-2 124M: 25.8 -> 11.4 ms). */
 #define EW_STREAM_BYTES ((size_t)16 << 20)
 
-static const td_ew_isa *ew_isa(void) {
+const td_ew_isa *td_cpu_ew_isa(void) {
   switch (td_cpu_isa_get()) {
   case TD_ISA_AVX512: return &td_cpu_ew_avx512;
   case TD_ISA_AVX2: return &td_cpu_ew_avx2;
@@ -89,7 +89,7 @@ static void cpu_fill(td_device *d, void *dst, td_dtype dt, int64_t n, float valu
   (void)d;
   const uint64_t pattern = td_dtype_bits_of(dt, value);
   size_t es = td_dtype_size(dt);
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
   int stream = (size_t)n * es > EW_STREAM_BYTES;
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
   for (int64_t i = 0; i < n; i += EW_CHUNK) {
@@ -146,7 +146,7 @@ static void cpu_bias_backward(td_device *d, float *dbias, const void *dout, td_d
   TD_CHECK(!dout_cast || (dout_dtype == TD_F32 && cast_dtype == TD_BF16),
            "bias_backward: the cast of dout is fp32 to bf16, not %s to %s",
            td_dtype_name(dout_dtype), td_dtype_name(cast_dtype));
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
   int64_t rc = rows_per_chunk(rows), nch = (rows + rc - 1) / rc;
   size_t es = td_dtype_size(dout_dtype), cs = dout_cast ? td_dtype_size(cast_dtype) : 0;
   float *part = scratch((size_t)(nch * cols) * sizeof(float));
@@ -167,7 +167,7 @@ static void cpu_layernorm_forward(td_device *d, void *out, td_dtype out_dtype, f
                                   int64_t rows, int64_t cols, float eps) {
   (void)d;
   TD_CHECK(out_dtype == TD_F32 || out_dtype == TD_BF16, "layernorm output must be fp32 or bf16");
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
   size_t os = td_dtype_size(out_dtype);
 #pragma omp parallel for schedule(static) if (rows * cols > EW_PAR_MIN)
   for (int64_t r = 0; r < rows; r++) {
@@ -188,7 +188,7 @@ static void cpu_layernorm_backward(td_device *d, float *dx, float *dw, float *db
                                    const float *mean, const float *rstd, int64_t rows,
                                    int64_t cols) {
   (void)d;
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
   int64_t rc = rows_per_chunk(rows), nch = (rows + rc - 1) / rc;
   float *part = scratch((size_t)(2 * nch * cols) * sizeof(float));
 #pragma omp parallel for schedule(static) if (nch > 1 && rows * cols > EW_PAR_MIN)
@@ -211,7 +211,7 @@ static void cpu_gelu_forward(td_device *d, void *out, td_dtype out_dtype, const 
   (void)d;
   TD_CHECK(out_dtype == TD_F32 || out_dtype == TD_BF16, "gelu output must be fp32 or bf16");
   TD_CHECK(x_dtype == TD_F32 || x_dtype == TD_BF16, "gelu input must be fp32 or bf16");
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
   size_t os = td_dtype_size(out_dtype), xs = td_dtype_size(x_dtype);
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
   for (int64_t i = 0; i < n; i += EW_CHUNK) {
@@ -258,7 +258,7 @@ static void cpu_gelu_backward(td_device *d, void *dx, td_dtype dx_dtype, float *
   (void)d;
   TD_CHECK(x_dtype == TD_F32 || x_dtype == TD_BF16, "gelu input must be fp32 or bf16");
   TD_CHECK(dx_dtype == TD_F32 || dx_dtype == TD_BF16, "gelu gradient must be fp32 or bf16");
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
   int64_t n = rows * cols;
   if (!dbias) {
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
@@ -285,7 +285,7 @@ static void cpu_gelu_backward(td_device *d, void *dx, td_dtype dx_dtype, float *
 /* out = a + b (out may alias a or b) */
 static void cpu_add(td_device *d, float *out, const float *a, const float *b, int64_t n) {
   (void)d;
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
   for (int64_t i = 0; i < n; i += EW_CHUNK) isa->add(out + i, a + i, b + i, min64(EW_CHUNK, n - i));
 }
@@ -293,7 +293,7 @@ static void cpu_add(td_device *d, float *out, const float *a, const float *b, in
 /* x *= alpha */
 static void cpu_scale(td_device *d, float *x, int64_t n, float alpha) {
   (void)d;
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
   for (int64_t i = 0; i < n; i += EW_CHUNK) isa->scale(x + i, min64(EW_CHUNK, n - i), alpha);
 }
@@ -310,7 +310,7 @@ static void cpu_dropout(td_device *d, float *out, const float *resid, const floa
       memmove(out, x, (size_t)n * sizeof(float));
     return;
   }
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
   for (int64_t i = 0; i < n; i += EW_CHUNK)
     isa->dropout(out, resid, x, i, min64(i + EW_CHUNK, n), p, seed, stream, first);
@@ -391,7 +391,7 @@ static void cpu_cross_entropy_forward(td_device *d, float *losses, float *lse, c
                                       int64_t vocab) {
   (void)d;
   check_logits_dtype("cross_entropy_forward", logits_dtype);
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
   const size_t es = td_dtype_size(logits_dtype);
 #pragma omp parallel for schedule(static) if (n * vocab > EW_PAR_MIN)
   for (int64_t r = 0; r < n; r++) {
@@ -410,7 +410,7 @@ static void cpu_cross_entropy_slice(td_device *d, float *lse, float *target_logi
                                     int64_t vocab_start) {
   (void)d;
   check_logits_dtype("cross_entropy_slice", logits_dtype);
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
   const size_t es = td_dtype_size(logits_dtype);
 #pragma omp parallel for schedule(static) if (n * vocab > EW_PAR_MIN)
   for (int64_t r = 0; r < n; r++) {
@@ -456,7 +456,7 @@ static void cpu_cross_entropy_backward(td_device *d, void *dlogits, td_dtype dlo
            "cross_entropy_backward: dlogits are fp32 or bf16, not %s",
            td_dtype_name(dlogits_dtype));
   check_logits_dtype("cross_entropy_backward", logits_dtype);
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
   const size_t es = td_dtype_size(dlogits_dtype), ls = td_dtype_size(logits_dtype);
 #pragma omp parallel for schedule(static) if (n * vocab > EW_PAR_MIN)
   for (int64_t r = 0; r < n; r++)
@@ -475,7 +475,7 @@ static void cpu_cross_entropy_fused(td_device *d, float *losses, float *lse, voi
   TD_CHECK(dlogits_dtype == TD_F32 || dlogits_dtype == TD_BF16,
            "cross_entropy_fused: dlogits are fp32 or bf16, not %s", td_dtype_name(dlogits_dtype));
   check_logits_dtype("cross_entropy_fused", logits_dtype);
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
   const size_t es = td_dtype_size(dlogits_dtype), ls = td_dtype_size(logits_dtype);
 #pragma omp parallel for schedule(static) if (n * vocab > EW_PAR_MIN)
   for (int64_t r = 0; r < n; r++) {
@@ -508,7 +508,7 @@ static void cpu_adamw(td_device *d, float *param, const float *grad, float *m, f
       .grad_scale = grad_scale,
       .inv_bc1 = (float)(1.0 / (1.0 - pow(beta1, (double)step))),
       .inv_bc2 = (float)(1.0 / (1.0 - pow(beta2, (double)step)))};
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
   for (int64_t i = 0; i < n; i += EW_CHUNK) {
     uint16_t *bf16 = copy && copy_dtype == TD_BF16 ? (uint16_t *)copy + i : NULL;
@@ -533,7 +533,7 @@ static void cpu_cast(td_device *d, void *dst, td_dtype dst_dtype, const void *sr
     if (n > 0 && dst != src) memmove(dst, src, (size_t)n * ds);
     return;
   }
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)
   for (int64_t i = 0; i < n; i += EW_CHUNK)
     isa->cast((char *)dst + (size_t)i * ds, dst_dtype, (const char *)src + (size_t)i * ss,
@@ -544,7 +544,7 @@ static void cpu_cast(td_device *d, void *dst, td_dtype dst_dtype, const void *sr
  * pieces four at a time where the ISA reads them side by side */
 static void cpu_sum_squares(td_device *d, double *out, const float *x, int64_t n) {
   (void)d;
-  const td_ew_isa *isa = ew_isa();
+  const td_ew_isa *isa = td_cpu_ew_isa();
   int64_t np = (n + EW_CHUNK - 1) / EW_CHUNK;
   double *part = scratch((size_t)np * sizeof(double)), s = 0;
 #pragma omp parallel for schedule(static) if (n > EW_PAR_MIN)

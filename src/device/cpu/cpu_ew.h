@@ -79,4 +79,7 @@ extern const td_ew_isa td_cpu_ew_generic; /* cpu_ew_generic.c: portable C, libm 
 extern const td_ew_isa td_cpu_ew_avx512;  /* cpu_ew_avx512.c: AVX-512 F/BW/VL/DQ + FMA */
 extern const td_ew_isa td_cpu_ew_avx2;    /* cpu_ew_avx2.c: AVX2 + FMA + F16C, 8 lanes */
 
+/* The table of the ISA td_cpu_isa_get() chose (cpu_elementwise.c). */
+const td_ew_isa *td_cpu_ew_isa(void);
+
 #endif

@@ -29,6 +29,7 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "device/cpu/cpu_gemm.h"
+#include "device/cpu/cpu_ew.h"
 #include "device/cpu/cpu_gemm_bf16.h"
 #include "device/cpu/cpu_kernels.h"
 #include "device/cpu/cpu_openblas.h"
@@ -234,29 +235,25 @@ static __thread td_cpu_workspace t_wide;
 enum { WIDE_MAX = 8 << 20, WIDE_BM = 2048, WIDE_BN = 2048, WIDE_BK = 1024 };
 
 /* dst = the batch x rows x cols bf16 matrices at src (row stride ld, matrix stride
- * stride) as dense fp32 */
+ * stride) as dense fp32; a row at a time by the ISA's cast (exact). */
 static void widen(float *dst, const uint16_t *src, int64_t batch, int64_t rows, int64_t cols,
                   int64_t ld, int64_t stride) {
+  const td_ew_isa *isa = td_cpu_ew_isa();
 #pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel() && batch * rows * cols > (1 << 16))
   for (int64_t b = 0; b < batch; b++)
-    for (int64_t r = 0; r < rows; r++) {
-      const uint16_t *s = src + b * stride + r * ld;
-      float *d = dst + (b * rows + r) * cols;
-      for (int64_t c = 0; c < cols; c++) d[c] = td_bf16_to_f32(s[c]);
-    }
+    for (int64_t r = 0; r < rows; r++)
+      isa->cast(dst + (b * rows + r) * cols, TD_F32, src + b * stride + r * ld, TD_BF16, cols);
 }
 
 /* dst (row stride ld, matrix stride stride) = the dense batch x rows x cols fp32
- * matrices at src, rounded to bf16 */
+ * matrices at src, rounded to bf16 by the ISA's cast (td_f32_to_bf16's bits) */
 static void narrow(uint16_t *dst, const float *src, int64_t batch, int64_t rows, int64_t cols,
                    int64_t ld, int64_t stride) {
+  const td_ew_isa *isa = td_cpu_ew_isa();
 #pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel() && batch * rows * cols > (1 << 16))
   for (int64_t b = 0; b < batch; b++)
-    for (int64_t r = 0; r < rows; r++) {
-      uint16_t *d = dst + b * stride + r * ld;
-      const float *s = src + (b * rows + r) * cols;
-      for (int64_t c = 0; c < cols; c++) d[c] = td_f32_to_bf16(s[c]);
-    }
+    for (int64_t r = 0; r < rows; r++)
+      isa->cast(dst + b * stride + r * ld, TD_BF16, src + (b * rows + r) * cols, TD_F32, cols);
 }
 
 static void gemm_onednn(const td_matmul_desc *g, int measure_widened);
