@@ -49,7 +49,8 @@ void td_attn_softmax_row_avx2(float *s, int64_t nvalid, int64_t ncols, float sca
   __m256 vmax = _mm256_set1_ps(-INFINITY);
   for (int64_t j = 0; j < nvalid; j += 8) {
     __m256 x = _mm256_mul_ps(vscale, td_attn_load8(s, j, nvalid - j));
-    if (nvalid - j < 8) x = _mm256_blendv_ps(vmax, x, _mm256_castsi256_ps(td_attn_lanes8(nvalid - j)));
+    if (nvalid - j < 8)
+      x = _mm256_blendv_ps(vmax, x, _mm256_castsi256_ps(td_attn_lanes8(nvalid - j)));
     vmax = _mm256_max_ps(vmax, x);
   }
   const float mx = td_attn_hmax8(vmax);
@@ -76,12 +77,14 @@ void td_attn_softmax_bwd_row_avx2(const float *s, const float *dp, int64_t nvali
                                   float scale, const uint32_t *words, td_attn_dropout dr,
                                   float lse, float di, void *p_out, void *ds_out,
                                   td_dtype p_dtype) {
-  const __m256 vscale2 = _mm256_set1_ps(scale * TD_ATTN_LOG2E), vlse2 = _mm256_set1_ps(lse * TD_ATTN_LOG2E);
+  const __m256 vscale2 = _mm256_set1_ps(scale * TD_ATTN_LOG2E);
+  const __m256 vlse2 = _mm256_set1_ps(lse * TD_ATTN_LOG2E);
   const __m256 vdi = _mm256_set1_ps(di);
   for (int64_t j = 0; j < ncols; j += 8) {
     int64_t valid = nvalid - j;
     __m256 live = _mm256_castsi256_ps(td_attn_lanes8(valid));
-    __m256 p = _mm256_and_ps(td_attn_exp2_8(_mm256_fmsub_ps(vscale2, td_attn_load8(s, j, valid), vlse2)), live);
+    __m256 x2 = _mm256_fmsub_ps(vscale2, td_attn_load8(s, j, valid), vlse2);
+    __m256 p = _mm256_and_ps(td_attn_exp2_8(x2), live);
     __m256 dpv = td_attn_load8(dp, j, valid), pk = p;
     if (words) {
       __m256 k = td_attn_keep8(words, dr, j, valid);

@@ -53,7 +53,8 @@ static inline __m256 td_attn_load8(const float *s, int64_t j, int64_t left) {
 
 /* keep_scale where the row's word j + lane is kept (u >= thr, unsigned), 0 where
  * dropped, over the first `left` lanes (0 beyond) */
-static inline __m256 td_attn_keep8(const uint32_t *words, td_attn_dropout dr, int64_t j, int64_t left) {
+static inline __m256 td_attn_keep8(const uint32_t *words, td_attn_dropout dr, int64_t j,
+                                   int64_t left) {
   __m256i live = td_attn_lanes8(left);
   __m256i w = _mm256_maskload_epi32((const int *)(words + j), live);
   const __m256i flip = _mm256_set1_epi32((int)0x80000000u); /* unsigned compare by signed */
