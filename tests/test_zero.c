@@ -8,6 +8,7 @@
  * the shards and scattered back round-trip exactly. Multi-rank equality (DP=2,
  * DP=4, TP=2 x DP=2) is cli_train_dp.sh's and cli_train_tp.sh's; the
  * round trip across ranks is mpi_zero_checkpoint's. */
+#include <math.h>
 #include <string.h>
 
 #include "base/mem.h"
@@ -138,10 +139,25 @@ static double max_rel(const float *got, const float *want, int64_t n) {
   return d / w;
 }
 
+/* ||got - want|| / ||want|| (2-norms) */
+static double norm_rel(const float *got, const float *want, int64_t n) {
+  double d = 0, w = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double e = (double)got[i] - want[i];
+    d += e * e, w += (double)want[i] * want[i];
+  }
+  return sqrt(d / w);
+}
+
 /* One micro-batch per step: every stage gives stage 0's bits. With gradient
  * accumulation stages 2 and 3 add each micro-batch's reduced gradient to the
  * shard (DeepSpeed's order), stage 0/1 the gradient the backwards accumulated:
- * the same sum, rounded in another order. */
+ * the same sum, rounded in another order. The parameters are compared normwise:
+ * a gradient element that is rounding noise (bf16: a sum that cancels) can take
+ * the other sign in the other order, and Adam turns that into an update of the
+ * other sign, lr in size, whatever the gradient's size (0.011 of the largest
+ * parameter for one seed in ~30 on a Zen 3); the largest element's difference is
+ * printed too. */
 static void test_stages_train_alike(void) {
   static const td_dtype dts[2] = {TD_F32, TD_BF16};
   for (int d = 0; d < 2; d++)
@@ -163,10 +179,11 @@ static void test_stages_train_alike(void) {
                     "%s, %s output layer, recompute %d, %d micro-batches: stage %d trains to "
                     "stage 0's bits", td_dtype_name(dts[d]), layout, rc, micro, stage);
             } else {
-              double e = max_rel(got, want, n), tol = dts[d] == TD_F32 ? 3e-5 : 1e-2;
+              double e = norm_rel(got, want, n), tol = dts[d] == TD_F32 ? 3e-5 : 1e-2;
               CHECK(e < tol, "%s, %s output layer, recompute %d, %d micro-batches: stage %d "
-                    "within %.0e of stage 0 (%.2g)", td_dtype_name(dts[d]), layout, rc, micro,
-                    stage, tol, e);
+                    "within %.0e of stage 0, normwise (%.2g; largest element %.2g)",
+                    td_dtype_name(dts[d]), layout, rc, micro, stage, tol, e,
+                    max_rel(got, want, n));
             }
             td_free(got);
             close_run(&z);
