@@ -6,40 +6,20 @@
  * otherwise) runs these rows between its GEMMs.
  *
  * exp, masks, dropout and sums: cpu_attention_avx2.h.
- * bf16: round to nearest even by integer ops, the bits of td_f32_to_bf16. */
+ * bf16: td_attn_round_bf16_8, the bits of td_f32_to_bf16. */
 #include <math.h>
 
 #include "base/dtype.h"
 #include "device/cpu/cpu_attention_avx2.h"
 
-/* 8 floats to bf16 bits (td_f32_to_bf16's rounding; NaN stays a quiet NaN) */
-static inline __m128i bf16_8(__m256 x) {
-  __m256i u = _mm256_castps_si256(x), hi = _mm256_srli_epi32(u, 16);
-  __m256i r = _mm256_add_epi32(
-      u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(hi, _mm256_set1_epi32(1))));
-  r = _mm256_srli_epi32(r, 16);
-  __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-  r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
-  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-}
-
 /* dst[j:j+8) (only its first `left` lanes) = x as fp32 or bf16 */
 static inline void store8(void *dst, td_dtype dt, int64_t j, int64_t left, __m256 x) {
-  if (dt == TD_BF16) {
-    uint16_t *d = (uint16_t *)dst + j;
-    __m128i h = bf16_8(x);
-    if (left >= 8) {
-      _mm_storeu_si128((__m128i *)d, h);
-    } else {
-      uint16_t tmp[8];
-      _mm_storeu_si128((__m128i *)tmp, h);
-      for (int64_t i = 0; i < left; i++) d[i] = tmp[i];
-    }
-  } else if (left >= 8) {
+  if (dt == TD_BF16)
+    td_attn_store_bf16_8(dst, j, left, td_attn_round_bf16_8(x));
+  else if (left >= 8)
     _mm256_storeu_ps((float *)dst + j, x);
-  } else {
+  else
     _mm256_maskstore_ps((float *)dst + j, td_attn_lanes8(left), x);
-  }
 }
 
 void td_attn_softmax_row_avx2(float *s, int64_t nvalid, int64_t ncols, float scale,

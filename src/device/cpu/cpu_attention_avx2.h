@@ -51,17 +51,22 @@ static inline __m256 td_attn_load8(const float *s, int64_t j, int64_t left) {
   return left >= 8 ? _mm256_loadu_ps(s + j) : _mm256_maskload_ps(s + j, td_attn_lanes8(left));
 }
 
-/* keep_scale where the row's word j + lane is kept (u >= thr, unsigned), 0 where
- * dropped, over the first `left` lanes (0 beyond) */
-static inline __m256 td_attn_keep8(const uint32_t *words, td_attn_dropout dr, int64_t j,
+/* all-ones lanes where the row's word j + lane is kept (u >= thr, unsigned),
+ * over the first `left` lanes (0 beyond) */
+static inline __m256 td_attn_kept8(const uint32_t *words, td_attn_dropout dr, int64_t j,
                                    int64_t left) {
   __m256i live = td_attn_lanes8(left);
   __m256i w = _mm256_maskload_epi32((const int *)(words + j), live);
   const __m256i flip = _mm256_set1_epi32((int)0x80000000u); /* unsigned compare by signed */
   __m256i dropped = _mm256_cmpgt_epi32(_mm256_xor_si256(_mm256_set1_epi32((int)dr.thr), flip),
                                        _mm256_xor_si256(w, flip));
-  __m256i kept = _mm256_andnot_si256(dropped, live);
-  return _mm256_and_ps(_mm256_castsi256_ps(kept), _mm256_set1_ps(dr.keep_scale));
+  return _mm256_castsi256_ps(_mm256_andnot_si256(dropped, live));
+}
+
+/* keep_scale where the row's word j + lane is kept, 0 where dropped or past `left` */
+static inline __m256 td_attn_keep8(const uint32_t *words, td_attn_dropout dr, int64_t j,
+                                   int64_t left) {
+  return _mm256_and_ps(td_attn_kept8(words, dr, j, left), _mm256_set1_ps(dr.keep_scale));
 }
 
 /* horizontal sum / max of 8 lanes in a fixed order */

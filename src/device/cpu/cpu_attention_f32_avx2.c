@@ -186,9 +186,7 @@ static inline __m256 row_exp(const td_attn_fwd_row *r, int64_t j, __m256 vscale2
   __m256 e = _mm256_and_ps(td_attn_exp2_8(x2), live);
   *sum = _mm256_add_ps(*sum, e);
   if (!r->words) return e;
-  const __m256 kept = _mm256_cmp_ps(td_attn_keep8(r->words, dr, j, left), _mm256_setzero_ps(),
-                                    _CMP_NEQ_UQ); /* keep_scale > 0 where kept */
-  return _mm256_and_ps(e, kept);
+  return _mm256_and_ps(e, td_attn_kept8(r->words, dr, j, left));
 }
 
 /* Forward rows r0, r1 (two at a time for instruction-level parallelism), n
