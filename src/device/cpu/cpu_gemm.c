@@ -56,11 +56,19 @@ const char *td_gemm_library_name(td_gemm_library lib) {
 
 /* ---------------------------------------------------------------- OpenBLAS */
 
-/* C <- beta*C + bias on every row, so the library call can then accumulate (beta = 1). */
+/* C <- beta*C + bias on every row, so the library call can then accumulate (beta = 1).
+ * OpenBLAS itself makes such a pass over C for any beta but 1 (its beta kernel), so
+ * this costs nothing beyond it, as long as it runs on every thread: on one thread
+ * it took 7% of the forward GEMMs' time at GPT-2 124M (bench/RESULTS.md). */
 static void fold_bias(float *c, int64_t m, int64_t n, int64_t ldc, const float *bias, float beta) {
-  for (int64_t i = 0; i < m; i++)
-    for (int64_t j = 0; j < n; j++)
-      c[i * ldc + j] = (beta == 0.0f ? 0.0f : beta * c[i * ldc + j]) + bias[j];
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && m * n > (1 << 16))
+  for (int64_t i = 0; i < m; i++) {
+    float *row = c + i * ldc;
+    if (beta == 0.0f)
+      memcpy(row, bias, (size_t)n * sizeof *row);
+    else
+      for (int64_t j = 0; j < n; j++) row[j] = beta * row[j] + bias[j];
+  }
 }
 
 static void openblas_one(const td_matmul_desc *g, const float *a, const float *b, float *c,
