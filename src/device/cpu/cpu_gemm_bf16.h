@@ -17,11 +17,6 @@ int td_cpu_gemm_amx_usable(void);
  * AVX512-BF16. */
 int td_cpu_gemm_dpbf16_usable(void);
 
-/* Raise when these kernels change speed: the GEMM choice file names it in its
- * machine string (cpu_gemm_cache.c), so choices measured on an older revision are
- * measured again. */
-#define TD_GEMM_BF16_REVISION 4
-
 /* Deepest k of one pass: deeper products run in passes accumulated through C,
  * which must then be fp32. */
 #define TD_GEMM_BF16_KMAX 4096

@@ -23,7 +23,6 @@
 
 #include "base/log.h"
 #include "base/mem.h"
-#include "device/cpu/cpu_gemm_bf16.h"
 #include "device/cpu/cpu_gemm_select.h"
 #include "device/cpu/cpu_isa.h"
 #include "device/cpu/cpu_openblas.h"
@@ -86,7 +85,7 @@ const char *td_gemm_machine(void) {
              "%s | kernels %s | oneDNN %d.%d.%d%s%s | %s | trident GEMMs %s rev %d", cpu,
              td_cpu_isa_name(td_cpu_isa_get()), v->major, v->minor, v->patch,
              dnnl_cap && *dnnl_cap ? " ONEDNN_MAX_CPU_ISA=" : "", dnnl_cap ? dnnl_cap : "",
-             td_openblas_get()->config, libs, TD_GEMM_BF16_REVISION);
+             td_openblas_get()->config, libs, TD_GEMM_REVISION);
   }
   return machine;
 }

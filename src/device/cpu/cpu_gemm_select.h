@@ -37,11 +37,17 @@ void td_cpu_gemm_prepare(const td_matmul_desc *g, td_gemm_library lib);
  * "" when TRIDENT_GEMM_CACHE=off or no home is known. Resolved once (until
  * td_gemm_cache_reset). */
 const char *td_gemm_cache_path(void);
+
+/* Raise when trident's side of a GEMM path changes speed: its own kernels, or how
+ * it calls a library (5: OpenBLAS's bias fill on every thread), so that choices
+ * measured on an older revision are measured again. */
+#define TD_GEMM_REVISION 5
+
 /* The CPU (cpuid brand string, family, model, stepping), trident's vector ISA and
  * oneDNN's ONEDNN_MAX_CPU_ISA cap when set, and the libraries'
  * versions (oneDNN, OpenBLAS's build string with the core it chose) and the
  * names of the libraries measured (a library added since was never timed) with the
- * revision of trident's own (TD_GEMM_BF16_REVISION): a file
+ * revision of trident's GEMM paths (TD_GEMM_REVISION): a file
  * measured under another string is ignored. */
 const char *td_gemm_machine(void);
 
