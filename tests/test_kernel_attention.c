@@ -3,8 +3,10 @@
  * of the query blocks), fp32 and bf16, with and without dropout (the reference
  * applies the keep rule of cpu_attention.h; its backward takes the out the
  * kernel wrote, as the kernel does), through each path the CPU has (the
- * per-head kernels: AVX-512 or AVX2 FMA for fp32, AMX and AVX512-BF16 for bf16;
- * and td_cpu_gemm with the row kernels); the fp32 per-head kernels of AVX2 and
+ * per-head kernels: AVX-512 or AVX2 FMA for fp32, AMX and AVX512-BF16 for bf16,
+ * and for bf16 on AVX-512 without them the AVX2 heads, which the no-bf16-units
+ * path runs on any AVX-512 CPU; and td_cpu_gemm with the row kernels); the fp32
+ * per-head kernels of AVX2 and
  * AVX-512 against each other where the CPU runs both; the
  * reference backward against central finite differences of the reference
  * forward; bitwise identical results with 1 and 2 threads; the dropout random
@@ -371,19 +373,24 @@ int main(void) {
                                       {2, 130, 1, 64}, {1, 130, 3, 8}, {2, 65, 1, 8},
                                       {1, 300, 2, 64}, {1, 33, 2, 80}};
   uint64_t stream = 100;
-  /* the default choice (per-head kernels where the ISA has them: fp32 on avx512,
-   * bf16 on AMX or AVX512-BF16, both on avx2), the per-head kernels without AMX where
-   * the default uses AMX, then td_cpu_gemm forced (with the ISA's rows); generic:
+  /* the default choice (per-head kernels: fp32 on avx512, bf16 on AMX or
+   * AVX512-BF16, else on the AVX2 heads; both on avx2), the per-head kernels without
+   * AMX where the default uses AMX, those of an AVX-512 CPU without bf16 units where
+   * this one has them, then td_cpu_gemm forced (with the ISA's rows); generic:
    * td_cpu_gemm only */
-  int modes[3], paths = 0;
+  int modes[4], paths = 0;
+  const int avx512 = td_cpu_isa_get() == TD_ISA_AVX512;
   if (td_cpu_isa_get() != TD_ISA_GENERIC) modes[paths++] = TD_ATTN_USE_DEFAULT;
-  if (td_cpu_isa_get() == TD_ISA_AVX512 && td_cpu_amx_usable()) modes[paths++] = TD_ATTN_USE_NO_AMX;
+  if (avx512 && td_cpu_amx_usable()) modes[paths++] = TD_ATTN_USE_NO_AMX;
+  /* what an AVX-512 CPU without AMX and AVX512-BF16 runs (bf16 on the AVX2 heads) */
+  if (avx512 && td_cpu_has_avx512_bf16()) modes[paths++] = TD_ATTN_USE_NO_BF16_UNITS;
   modes[paths++] = TD_ATTN_USE_GEMM;
   for (int path = 0; path < paths; path++) {
     td_cpu_attention_use_kernels(modes[path]);
-    g_path = modes[path] == TD_ATTN_USE_DEFAULT  ? "default"
-             : modes[path] == TD_ATTN_USE_NO_AMX ? "no-AMX"
-                                                 : "td_cpu_gemm";
+    g_path = modes[path] == TD_ATTN_USE_DEFAULT         ? "default"
+             : modes[path] == TD_ATTN_USE_NO_AMX        ? "no-AMX"
+             : modes[path] == TD_ATTN_USE_NO_BF16_UNITS ? "no-bf16-units"
+                                                        : "td_cpu_gemm";
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
       for (int dt = 0; dt < 2; dt++)
         for (int drop = 0; drop < 2; drop++) {

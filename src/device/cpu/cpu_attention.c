@@ -109,7 +109,10 @@ static row_kernels row_kernels_get(void) {
 }
 
 /* The per-head kernels (AMX, else AVX512-BF16 dot products for bf16; AVX-512 FMA
- * for fp32, AVX2 FMA for fp32 and bf16 on the avx2 ISA), or NULLs: the td_cpu_gemm path.
+ * for fp32; AVX2 FMA for fp32 and bf16 on the avx2 ISA, and for bf16 on an AVX-512
+ * CPU with neither AMX nor AVX512-BF16, as Skylake-SP, Cascade Lake and Ice Lake:
+ * the AVX2 heads widen bf16 to fp32, where the td_cpu_gemm path would pack and
+ * widen every block of every head again), or NULLs: the td_cpu_gemm path.
  * AMX needs the CPU's AMX-BF16 and AVX512-BF16, and Linux to grant the tile data
  * state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). */
 typedef struct {
@@ -131,13 +134,15 @@ static head_kernels head_kernels_get(td_dtype dt) {
   if (dt == TD_F32)
     return (head_kernels){td_attn_f32_scratch_bytes, td_attn_f32_forward_head,
                           td_attn_f32_backward_head};
-  if (g_head_kernels != TD_ATTN_USE_NO_AMX && td_cpu_amx_usable())
+  const int bf16_units = g_head_kernels != TD_ATTN_USE_NO_BF16_UNITS;
+  if (bf16_units && g_head_kernels != TD_ATTN_USE_NO_AMX && td_cpu_amx_usable())
     return (head_kernels){td_attn_bf16_scratch_bytes, td_attn_amx_forward_head,
                           td_attn_amx_backward_head};
-  if (td_cpu_has_avx512_bf16())
+  if (bf16_units && td_cpu_has_avx512_bf16())
     return (head_kernels){td_attn_bf16_scratch_bytes, td_attn_dpbf16_forward_head,
                           td_attn_dpbf16_backward_head};
-  return none;
+  return (head_kernels){td_attn_f32_avx2_scratch_bytes, td_attn_f32_avx2_forward_head,
+                        td_attn_f32_avx2_backward_head};
 }
 
 /* ------------------------------------------------------------------ helpers */

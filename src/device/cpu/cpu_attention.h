@@ -53,9 +53,16 @@ double td_cpu_attention_flops(const td_attention_desc *desc, int backward);
 /* Which implementation runs (tests compare them): TD_ATTN_USE_GEMM forces the
  * td_cpu_gemm implementation even where the per-head kernels run,
  * TD_ATTN_USE_NO_AMX the per-head kernels without AMX (bf16 on AVX512-BF16 dot
- * products where the CPU has them), TD_ATTN_USE_DEFAULT (the default) restores
- * the choice above. Not thread-safe: call between attention calls. */
-enum { TD_ATTN_USE_GEMM = 0, TD_ATTN_USE_DEFAULT = 1, TD_ATTN_USE_NO_AMX = 2 };
+ * products where the CPU has them), TD_ATTN_USE_NO_BF16_UNITS those of an AVX-512
+ * CPU without AMX and AVX512-BF16 (bf16 on the AVX2 heads, widened to fp32),
+ * TD_ATTN_USE_DEFAULT (the default) restores the choice above. Not thread-safe:
+ * call between attention calls. */
+enum {
+  TD_ATTN_USE_GEMM = 0,
+  TD_ATTN_USE_DEFAULT = 1,
+  TD_ATTN_USE_NO_AMX = 2,
+  TD_ATTN_USE_NO_BF16_UNITS = 3
+};
 void td_cpu_attention_use_kernels(int mode);
 
 /* Dropout parameters of one call: thr as in the keep rule above (0: no dropout),
