@@ -22,7 +22,8 @@
 #include "device/cpu/cpu_attention_avx2.h"
 
 #define BQ TD_ATTN_F32_BQ
-#define CS 16 /* rows per causal slice (cpu_attention_f32_heads.inc): the GEMM steps 2 rows, 16 columns */
+/* rows per causal slice (cpu_attention_f32_heads.inc): the GEMM steps 2 rows, 16 columns */
+#define CS 16
 #define KC 256 /* K chunk of the GEMM */
 
 static int64_t round32(int64_t x) { return (x + 31) & ~(int64_t)31; }

@@ -23,7 +23,8 @@
 #include "device/cpu/cpu_attention_avx512.h"
 
 #define BQ TD_ATTN_F32_BQ
-#define CS 32 /* rows per causal slice (cpu_attention_f32_heads.inc): the GEMM steps 8 rows, 32 columns */
+/* rows per causal slice (cpu_attention_f32_heads.inc): the GEMM steps 8 rows, 32 columns */
+#define CS 32
 #define KC 256 /* K chunk of the GEMM */
 
 static int64_t round32(int64_t x) { return (x + 31) & ~(int64_t)31; }

@@ -621,7 +621,10 @@ static void sum_squares4(const float *x, int64_t piece, double out[4]) {
       sum_squares_step(a[0], x0 + i, 16);
       sum_squares_step(a[1], x1 + i, 16);
     }
-    if (i < piece) sum_squares_step(a[0], x0 + i, piece - i), sum_squares_step(a[1], x1 + i, piece - i);
+    if (i < piece) {
+      sum_squares_step(a[0], x0 + i, piece - i);
+      sum_squares_step(a[1], x1 + i, piece - i);
+    }
     for (int h = 0; h < 2; h++)
       out[p + h] = v_reduce_add8d(_mm256_add_pd(a[h][0], a[h][2]), _mm256_add_pd(a[h][1], a[h][3]));
   }

@@ -59,7 +59,7 @@ const char *td_gemm_library_name(td_gemm_library lib) {
 /* C <- beta*C + bias on every row, so the library call can then accumulate (beta = 1).
  * OpenBLAS itself makes such a pass over C for any beta but 1 (its beta kernel), so
  * this costs nothing beyond it, as long as it runs on every thread: on one thread
- * it took 7% of the forward GEMMs' time at GPT-2 124M (bench/RESULTS.md). */
+ * it took 5-6% of the forward GEMMs' time at GPT-2 124M (bench/RESULTS.md). */
 static void fold_bias(float *c, int64_t m, int64_t n, int64_t ldc, const float *bias, float beta) {
 #pragma omp parallel for schedule(static) if (!omp_in_parallel() && m * n > (1 << 16))
   for (int64_t i = 0; i < m; i++) {
