@@ -158,10 +158,12 @@ static void select_path(int lib) {
 }
 
 /* the last two (6.4 and 4.4 MFLOP) are measured; the others run the default library;
- * 300 x 37 (m >= 8n) takes the AVX512-BF16 GEMM's C^T pass with a transposed A */
+ * 300 x 37 (m >= 8n) takes the AVX512-BF16 GEMM's C^T pass with a transposed A;
+ * 129 x 520 (3.2 MFLOP) is a C large enough that OpenBLAS's bias fill runs on
+ * every thread (more than 2^16 elements), split over an odd number of rows */
 static const int64_t k_shapes[][3] = {{1, 1, 1},      {7, 5, 3},      {33, 17, 65},
-                                      {300, 37, 90},  {64, 771, 48},  {130, 96, 257},
-                                      {75, 67, 433}};
+                                      {300, 37, 90},  {64, 771, 48},  {129, 520, 24},
+                                      {130, 96, 257}, {75, 67, 433}};
 
 /* Every shape, for the input dtypes the path serves (lib -1: the measured choice, or
  * another device's matmul, serves both). */
