@@ -95,7 +95,7 @@ run_tests() { # REGEX [CTEST ARGS]: ctest on the tests REGEX matches, until t_en
     >>"$out/tests.log" 2>&1
 }
 : >"$out/tests.log"
-run_tests '^(test_device_cuda|cli_train_cuda|cli_train_sealed|mpi_device_comm_np.|test_kernel_.*_cuda|test_gpt_(parity|grad)_cuda)$'
+run_tests '^(test_device_cuda|cli_train_cuda|cli_train_sealed|mpi_device_comm_np.|test_kernel_.*_cuda|test_gpt_(parity|grad|forward_rows)_cuda)$'
 rc_gpu=$?
 run_tests '^test_kernel_.*$' -E _cuda
 rc_tests=$?

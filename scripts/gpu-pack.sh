@@ -32,7 +32,7 @@ readelf -S "$build/trident" | grep -q nv_fatbin || # (the GPU code's section)
   { echo "gpu-pack: $build/trident does not run here" >&2; exit 1; }
 mkdir -p "$dir"
 # the tests gpu-check.sh runs, and the binaries they name
-tests='^(test_device_cuda|cli_train_cuda|cli_train_sealed|mpi_device_comm_np.|test_kernel_.*|test_gpt_(parity|grad)_cuda)$'
+tests='^(test_device_cuda|cli_train_cuda|cli_train_sealed|mpi_device_comm_np.|test_kernel_.*|test_gpt_(parity|grad|forward_rows)_cuda)$'
 bins=$(cd "$build" && ctest -N -V -R "$tests" | sed -n 's/.*Test command: //p' | tr ' ' '\n' | tr -d '"' |
   grep "^$root/$build/" | sort -u)
 [ -n "$bins" ] || { echo "gpu-pack: ctest in $build names none of gpu-check.sh's tests" >&2; exit 1; }

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # trident generate: a model trained (a minute's worth) on one repeated sentence
 # continues its start greedily with the rest of it and stops at the end of the
-# document; sampling is reproducible by --seed and varies with it; --json gives
-# the tokens; bad flags and a checkpoint of another vocabulary are refused with
-# exit code 1. Arguments: the trident binary and the source directory.
+# document (a token at a time against the cached keys and values; and with a
+# prompt longer than the context, which slides); sampling is reproducible by
+# --seed and varies with it; --json gives the tokens; bad flags and a checkpoint
+# of another vocabulary are refused with exit code 1. Arguments: the trident
+# binary and the source directory.
 set -u
 bin=$1
 src=$2
@@ -24,6 +26,13 @@ out=$(gen --prompt "the quick brown" --out-seq-length 12 --greedy 2>&1)
 case "$out" in
 "the quick brown fox jumps over the lazy dog."*) ok "greedy: '$out'" ;;
 *) fail "greedy continuation: '$out' ($(grep -o 'lm loss: [^ ]*' "$tmp/train.log"))" ;;
+esac
+# a prompt longer than the model's 32 positions: the context slides with every token
+long="the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog. the quick brown"
+out=$(gen --prompt "$long" --out-seq-length 12 --greedy 2>&1)
+case "$out" in
+"$long fox jumps over the lazy dog."*) ok "greedy past the context's 32 tokens: '${out:${#long}}'" ;;
+*) fail "greedy continuation of a prompt longer than the context: '$out'" ;;
 esac
 json=$(gen --prompt "the quick brown" --out-seq-length 12 --greedy --json)
 case "$json" in

@@ -233,7 +233,8 @@ static void test_parse_errors(void) {
       {"--seq-length 1.5", 0, "--seq-length expects a positive integer; got '1.5'"},
       {"--lr fast", 0, "--lr expects a non-negative number; got 'fast'"},
       {"--lr nan", 0, "--lr expects a non-negative number; got 'nan'"},
-      {"--hidden-dropout 1.5", 0, "--hidden-dropout expects a number in [0, 1]; got '1.5'"},
+      {"--hidden-dropout 1.5", 0, "--hidden-dropout expects a number in [0, 1); got '1.5'"},
+      {"--attention-dropout 1", 0, "--attention-dropout expects a number in [0, 1); got '1'"}, /* all dropped: 1/(1-p) */
       {"--adam-beta2 1", 0, "--adam-beta2 expects a number in [0, 1); got '1'"},
       {"--lr-decay-style exp", 0,
        "--lr-decay-style expects one of constant, linear, cosine, inverse-square-root, WSD; got "

@@ -10,7 +10,9 @@
  * AVX-512 against each other where the CPU runs both; the
  * reference backward against central finite differences of the reference
  * forward; bitwise identical results with 1 and 2 threads; the dropout random
- * words of both ISA paths against td_rng_u32. */
+ * words of both ISA paths against td_rng_u32; attention_forward_rows (a few
+ * query rows against the keys before them: generation's cache) against the
+ * same reference, leaving the other rows alone. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -242,6 +244,72 @@ static void check_case(const att_case *c, uint64_t stream) {
   free(out), free(lse), free(g);
 }
 
+/* attention_forward_rows: rows [q0, q0 + nq) of one sequence against the double
+ * reference of the whole forward (dropout too), for several splits (one row, a
+ * few, more than a query block, from row 0, the last row); the other rows of out
+ * and lse keep what they held. */
+static void check_rows(td_dtype dt, double p, uint64_t stream) {
+  td_device *dev = tst_device();
+  if (!dev->ops->attention_forward_rows) {
+    printf("SKIP: %s has no attention_forward_rows\n", dev->ops->name);
+    return;
+  }
+  const att_case c = {.s = {.B = 1, .T = 150, .H = 3, .D = 24, .scale = 1.0 / sqrt(24.0), .p = p,
+                            .seed = tst_seed(), .stream = 9},
+                      .dt = dt};
+  const ref_shape *s = &c.s;
+  const int64_t n3 = s->T * s->H * 3 * s->D, no = s->T * s->H * s->D, nl = s->H * s->T;
+  float *qkv = malloc((size_t)n3 * 4), *dout = malloc((size_t)no * 4);
+  random_inputs(&c, qkv, dout, n3, no, stream);
+  double *dq = malloc((size_t)n3 * 8), *ro = malloc((size_t)no * 8), *rl = malloc((size_t)nl * 8);
+  for (int64_t i = 0; i < n3; i++) dq[i] = qkv[i];
+  reference(s, dq, ro, rl, NULL, NULL, NULL);
+  att_run r = run_setup(dev, &c, qkv, dout);
+  float *out = malloc((size_t)no * 4), *lse = malloc((size_t)nl * 4);
+  float *sentinel = malloc((size_t)no * 4);
+  for (int64_t i = 0; i < no; i++) sentinel[i] = 1536.0f; /* exact in bf16 */
+  static const int64_t splits[][2] = {{0, 1}, {0, 150}, {7, 1}, {7, 5}, {20, 70}, {100, 50}, {149, 1}};
+  for (size_t k = 0; k < sizeof splits / sizeof *splits; k++) {
+    const int64_t q0 = splits[k][0], nq = splits[k][1];
+    float *up = malloc((size_t)no * 4); /* out and lse start as the sentinel */
+    memcpy(up, sentinel, (size_t)no * 4);
+    void *o = upload(dev, up, no, dt);
+    dev->ops->copy_d2d(dev, r.a.out, o, (size_t)no * td_dtype_size(dt));
+    dev->ops->copy_h2d(dev, r.a.lse, sentinel, (size_t)nl * 4);
+    dev->ops->free(dev, o), free(up);
+    dev->ops->attention_forward_rows(dev, &r.a, q0, nq);
+    download(dev, out, r.a.out, no, dt);
+    dev->ops->copy_d2h(dev, lse, r.a.lse, (size_t)nl * 4);
+    double num = 0, den = 0, lerr = 0;
+    int64_t untouched = 1;
+    for (int64_t t = 0; t < s->T; t++)
+      for (int64_t h = 0; h < s->H; h++) {
+        const int64_t o0 = o_at(s, 0, t, h), li = h * s->T + t;
+        const int in = t >= q0 && t < q0 + nq;
+        for (int64_t e = 0; e < s->D; e++) {
+          if (in) {
+            double d = out[o0 + e] - ro[o0 + e];
+            num += d * d, den += ro[o0 + e] * ro[o0 + e];
+          } else {
+            untouched &= out[o0 + e] == 1536.0f;
+          }
+        }
+        if (in)
+          lerr = fmax(lerr, fabs(lse[li] - rl[li]) / fmax(1.0, fabs(rl[li])));
+        else
+          untouched &= lse[li] == 1536.0f;
+      }
+    const double tol = dt == TD_BF16 ? 1e-2 : 1e-5, e = sqrt(num / den);
+    CHECK(e < tol && lerr < 1e-5 && untouched,
+          "attention_forward_rows %s p=%g rows [%lld, %lld) of %lld: rel err out %.3g lse %.3g "
+          "(tol %.0e), other rows untouched: %s",
+          td_dtype_name(dt), p, (long long)q0, (long long)(q0 + nq), (long long)s->T, e, lerr,
+          tol, untouched ? "yes" : "NO");
+  }
+  run_free(dev, &r);
+  free(qkv), free(dout), free(dq), free(ro), free(rl), free(out), free(lse), free(sentinel);
+}
+
 /* Forward + backward with 1 and with 2 threads give the same bits. */
 static void check_threads(td_dtype dt, uint64_t stream) {
   td_device *dev = tst_device();
@@ -408,5 +476,7 @@ int main(void) {
     check_threads(TD_F32, stream += 2);
     check_threads(TD_BF16, stream += 2);
   }
+  for (int dt = 0; dt < 2; dt++) /* one path: rows always run on td_cpu_gemm */
+    for (int drop = 0; drop < 2; drop++) check_rows(dt ? TD_BF16 : TD_F32, drop ? 0.1 : 0.0, stream += 2);
   return tst_finish();
 }

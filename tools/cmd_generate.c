@@ -4,10 +4,10 @@
  * the last position (greedy, or sampled with temperature / top-k / top-p, from
  * a seeded counter-based generator), until --out-seq-length tokens or the
  * end-of-document token. The model, its sizes from the checkpoint's metadata,
- * is loaded at tensor-parallel size 1 whatever size it was saved with, and runs
- * the whole context (at most seq-length tokens, the last ones when longer) for
- * each token: no key/value cache, which is simple and fast enough for the
- * models trained here. */
+ * is loaded at tensor-parallel size 1 whatever size it was saved with. The
+ * context is at most seq-length tokens (the last ones when longer); each new
+ * token runs one row through the model against the keys and values the earlier
+ * rows left (a key/value cache) until the context slides. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -161,25 +161,28 @@ static loaded load_model(const char *dir, const char *device) {
 /* ------------------------------------------------------------------ generation */
 
 /* Continue ids[0..*n) (capacity *n + out_len) by up to out_len tokens; stops
- * after an end-of-document token. Sample k draws from RNG stream k. */
+ * after an end-of-document token. Sample k draws from RNG stream k. The context
+ * is the last T tokens at positions 0..T-1; while it only grows, each token runs
+ * one row through the model against the cached keys and values of the rows
+ * before (td_gpt_forward_rows); once it slides, every row moves to a new
+ * position and the whole context runs again. */
 static void generate(const loaded *l, const gen_args *a, int32_t eod, int64_t k, int32_t *ids,
                      int64_t *n) {
   const td_gpt_config *cfg = td_gpt_get_config(l->model);
-  const int64_t T = cfg->seq_len, V = cfg->vocab_size;
-  int32_t *tokens = td_malloc((size_t)T * sizeof *tokens), *targets = td_calloc((size_t)T * 4);
-  float *mask = td_calloc((size_t)T * sizeof *mask), *row = td_malloc((size_t)V * sizeof *row);
+  const int64_t T = cfg->seq_len;
+  float *row = td_malloc((size_t)cfg->vocab_size * sizeof *row);
+  int64_t cached = 0, cached_from = -1; /* rows of the context in the model, from ids[cached_from] */
   for (int64_t step = 0; step < a->out_len; step++) {
-    int64_t L = *n < T ? *n : T; /* the context: the last T tokens */
-    for (int64_t t = 0; t < T; t++) tokens[t] = t < L ? ids[*n - L + t] : eod; /* causal: padding after is unseen */
-    double ms;
-    td_gpt_forward(l->model, tokens, targets, mask, 0, 0, &ms);
-    td_gpt_logits_row_to_host(l->model, L - 1, row);
+    int64_t L = *n < T ? *n : T, from = *n - L; /* the context: the last T tokens */
+    if (from != cached_from) cached = 0;
+    td_gpt_forward_rows(l->model, ids + from, cached, L, row);
+    cached = L, cached_from = from;
     double u = (td_rng_u32((uint64_t)a->seed, (uint64_t)k, (uint64_t)step) + 0.5) / 4294967296.0;
     int32_t next = (int32_t)td_sample_token(row, l->true_vocab, &a->sample, u);
     ids[(*n)++] = next;
     if (next == eod) break;
   }
-  td_free(tokens), td_free(targets), td_free(mask), td_free(row);
+  td_free(row);
 }
 
 static void print_sample(const td_bpe *bpe, const gen_args *a, const int32_t *ids, int64_t first,

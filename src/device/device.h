@@ -244,6 +244,15 @@ typedef struct td_device_ops {
   /* ---- attention ---- */
   void (*attention_forward)(td_device *d, const td_attention_desc *desc);
   void (*attention_backward)(td_device *d, const td_attention_desc *desc);
+  /* attention_forward's rows [q0, q0 + nq) of one sequence (desc->batch 1, q0 + nq
+   * <= desc->seq): those queries against the keys and values of rows [0, q0 + nq)
+   * of desc->qkv, writing out and lse of those rows only (the other rows are left
+   * as they are), with attention_forward's dropout decisions. Generation with a
+   * key/value cache (td_gpt_forward_rows): a new token's query reads the keys and
+   * values the earlier tokens left in qkv. NULL where a backend has none
+   * (td_gpt_forward_rows then recomputes the earlier rows). */
+  void (*attention_forward_rows)(td_device *d, const td_attention_desc *desc, int64_t q0,
+                                 int64_t nq);
 
   /* ---- embedding ---- */
   /* out[r] (+)= table[ids[r] - vocab_start] for ids in [vocab_start, vocab_start + rows_in_table),

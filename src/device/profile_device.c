@@ -197,6 +197,19 @@ static void p_attention_forward(td_device *d, const td_attention_desc *a) {
   attention_name(name, "attention_forward", a);
   done(d, t0, "attention_forward", name, TD_PROF_ATTENTION, attention_flops(a, 1.0));
 }
+/* Rows [q0, q0 + nq): each query row i against i + 1 keys, 4 D FLOPs a key a head. */
+static void p_attention_forward_rows(td_device *d, const td_attention_desc *a, int64_t q0,
+                                     int64_t nq) {
+  double t0 = td_now_seconds();
+  IN(d)->ops->attention_forward_rows(IN(d), a, q0, nq);
+  char name[TD_PROF_NAME_MAX];
+  snprintf(name, TD_PROF_NAME_MAX, "attention_forward_rows %s rows=[%lld,%lld) H=%lld D=%lld",
+           td_dtype_name(a->dtype), (long long)q0, (long long)(q0 + nq), (long long)a->heads,
+           (long long)a->head_dim);
+  double keys = (double)nq * (double)q0 + (double)nq * (double)(nq + 1) / 2.0;
+  done(d, t0, "attention_forward_rows", name, TD_PROF_ATTENTION,
+       4.0 * keys * (double)a->heads * (double)a->head_dim);
+}
 static void p_attention_backward(td_device *d, const td_attention_desc *a) {
   double t0 = td_now_seconds();
   IN(d)->ops->attention_backward(IN(d), a);
@@ -340,6 +353,7 @@ td_device *td_profile_device_open(td_device *inner) {
   o->gelu_forward = p_gelu_forward, o->gelu_backward = p_gelu_backward;
   o->add = p_add, o->dropout = p_dropout;
   o->attention_forward = p_attention_forward, o->attention_backward = p_attention_backward;
+  o->attention_forward_rows = inner->ops->attention_forward_rows ? p_attention_forward_rows : NULL;
   o->embedding_forward = p_embedding_forward, o->embedding_backward = p_embedding_backward;
   o->cross_entropy_forward = p_cross_entropy_forward;
   o->cross_entropy_slice = p_cross_entropy_slice;

@@ -654,6 +654,12 @@ static void s_attention_forward(td_device *d, const td_attention_desc *a) {
   FWD(attention_forward, a);
   leave();
 }
+static void s_attention_forward_rows(td_device *d, const td_attention_desc *a, int64_t q0,
+                                     int64_t nq) {
+  ENTER(d, "attention_forward_rows", a->qkv, a->out, a->lse);
+  FWD(attention_forward_rows, a, q0, nq);
+  leave();
+}
 static void s_attention_backward(td_device *d, const td_attention_desc *a) {
   ENTER(d, "attention_backward", a->qkv, a->out, a->lse, a->dout, a->dqkv);
   FWD(attention_backward, a);
@@ -785,6 +791,7 @@ static const td_device_ops k_ops = {
     .add = s_add,
     .dropout = s_dropout,
     .attention_forward = s_attention_forward,
+    .attention_forward_rows = s_attention_forward_rows,
     .attention_backward = s_attention_backward,
     .embedding_forward = s_embedding_forward,
     .embedding_backward = s_embedding_backward,

@@ -668,6 +668,101 @@ void td_gpt_logits_row_to_host(const td_gpt *m, int64_t token, float *out) {
 }
 
 
+/* ------------------------------------------- generation: rows of one sequence */
+
+/* Row r0 of an activation of `width` columns of dtype dt. */
+static void *at_row(const void *x, int64_t r0, int64_t width, td_dtype dt) {
+  return (char *)x + (size_t)(r0 * width) * td_dtype_size(dt);
+}
+
+/* Layer l's forward of rows [r0, r0 + n), every op of layer_forward on those rows
+ * (tensor-parallel size 1, no dropout); the attention's queries see the keys and
+ * values of rows [0, r0 + n) in a->qkv. */
+static void layer_forward_rows(td_gpt *m, int64_t l, int64_t r0, int64_t n) {
+  const td_device_ops *ops = OPS(m);
+  const td_gpt_layer_acts *a = &m->acts[l];
+  const int64_t C = m->C, A = m->A, F = m->F;
+  const td_dtype md = m->md;
+  const float *x = a->x + r0 * C;
+  float *mid = a->mid + r0 * C, *out = a->out + r0 * C;
+  void *ln1 = at_row(a->ln1, r0, C, md), *qkv = at_row(a->qkv, r0, 3 * A, md);
+  void *att = at_row(a->att, r0, A, md), *ln2 = at_row(a->ln2, r0, C, md);
+  void *fc1 = at_row(a->fc1, r0, F, md), *gelu = at_row(a->gelu, r0, F, md);
+  ops->layernorm_forward(m->dev, ln1, md, a->ln1_mean + r0, a->ln1_rstd + r0, x,
+                         P(m, LT(m, l, TD_LN1_W)), P(m, LT(m, l, TD_LN1_B)), n, C,
+                         m->cfg.layernorm_eps);
+  matmul_input(m, ln1, n * C);
+  td_linear_forward(m->dev, qkv, md, ln1, W(m, LT(m, l, TD_QKV_W)), P(m, LT(m, l, TD_QKV_B)), n,
+                    C, 3 * A, md);
+  matmul_input(m, qkv, n * 3 * A);
+  td_attention_desc ad = attention_desc(m, a, l);
+  if (r0 == 0) { /* the whole causal attention of rows [0, n) (lse laid out [H, n]) */
+    ad.seq = n;
+    ops->attention_forward(m->dev, &ad);
+  } else {
+    ops->attention_forward_rows(m->dev, &ad, r0, n);
+  }
+  matmul_input(m, att, n * A);
+  td_linear_forward_residual(m->dev, mid, x, att, W(m, LT(m, l, TD_PROJ_W)),
+                             P(m, LT(m, l, TD_PROJ_B)), n, A, C, md, !m->lay.no_residual_fusion);
+  ops->layernorm_forward(m->dev, ln2, md, a->ln2_mean + r0, a->ln2_rstd + r0, mid,
+                         P(m, LT(m, l, TD_LN2_W)), P(m, LT(m, l, TD_LN2_B)), n, C,
+                         m->cfg.layernorm_eps);
+  matmul_input(m, ln2, n * C);
+  td_linear_forward_gelu(m->dev, gelu, fc1, md, ln2, W(m, LT(m, l, TD_FC1_W)),
+                         P(m, LT(m, l, TD_FC1_B)), n, C, F, md, gelu_kind(m),
+                         !m->lay.no_gelu_fusion);
+  matmul_input(m, gelu, n * F);
+  td_linear_forward_residual(m->dev, out, mid, gelu, W(m, LT(m, l, TD_FC2_W)),
+                             P(m, LT(m, l, TD_FC2_B)), n, F, C, md, !m->lay.no_residual_fusion);
+}
+
+/* The last row's logits [V] (md) in m->logits: the final LayerNorm of that row
+ * and its product with the output layer, then to the host as fp32. */
+static void last_row_logits(td_gpt *m, int64_t r, float *out) {
+  const int64_t C = m->C, V = m->V;
+  void *lnf = at_row(m->lnf, r, C, m->md);
+  OPS(m)->layernorm_forward(m->dev, lnf, m->md, m->lnf_mean + r, m->lnf_rstd + r,
+                            last_hidden(m) + r * C, P(m, m->lnf_w), P(m, m->lnf_b), 1, C,
+                            m->cfg.layernorm_eps);
+  matmul_input(m, lnf, C);
+  td_linear_forward(m->dev, m->logits, m->md, lnf, W(m, m->head_w), NULL, 1, C, V, m->md);
+  const size_t es = td_dtype_size(m->md);
+  void *host = m->md == TD_F32 ? (void *)out : td_malloc((size_t)V * es);
+  OPS(m)->copy_d2h(m->dev, host, m->logits, (size_t)V * es);
+  if (host != out) { /* bf16 */
+    for (int64_t j = 0; j < V; j++) out[j] = td_bf16_to_f32(((const uint16_t *)host)[j]);
+    td_free(host);
+  }
+}
+
+void td_gpt_forward_rows(td_gpt *m, const int32_t *tokens, int64_t r0, int64_t r1,
+                         float *last_logits) {
+  TD_CHECK(m->B == 1 && m->lay.tp_size == 1 && m->lay.has_embedding && m->lay.has_head &&
+               m->lay.recompute == TD_RECOMPUTE_NONE && !m->hooks.params_needed,
+           "td_gpt_forward_rows needs one sequence through the whole model at tensor-parallel "
+           "size 1 without recomputation or hooks");
+  TD_CHECK(0 <= r0 && r0 < r1 && r1 <= m->N, "rows [%lld, %lld) of a sequence of %lld",
+           (long long)r0, (long long)r1, (long long)m->N);
+  if (!OPS(m)->attention_forward_rows) r0 = 0; /* no cache on this backend: recompute */
+  const int64_t n = r1 - r0, C = m->C;
+  for (int64_t i = r0; i < r1; i++)
+    if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
+      td_fail("token id %d (position %lld) is outside the model's vocabulary [0, %lld)",
+              tokens[i], (long long)i, (long long)m->cfg.vocab_size);
+  if (m->upload_pending) OPS(m)->event_synchronize(m->dev, m->uploaded), m->upload_pending = 0;
+  OPS(m)->copy_h2d(m->dev, m->tokens + r0, tokens + r0, (size_t)n * sizeof *tokens);
+  m->p_hidden = m->p_attn = 0.0f;
+  OPS(m)->embedding_forward(m->dev, m->emb + r0 * C, m->tokens + r0, n, P(m, m->wte), 0,
+                            m->tensors[m->wte].local_shape[0], C, 0);
+  OPS(m)->embedding_forward(m->dev, m->emb + r0 * C, m->positions + r0, n, P(m, m->wpe), 0,
+                            m->cfg.max_positions, C, 1);
+  for (int64_t l = 0; l < m->n_layers; l++) layer_forward_rows(m, l, r0, n);
+  last_row_logits(m, r1 - 1, last_logits);
+  m->pending_backward = 0, m->logits_whole = 0;
+}
+
+
 /* The head's backward with its units' parameters and gradients (the word
  * embeddings' gradient, when tied, is final only after the embedding's). After
  * td_gpt_forward_train_to only the marking is left. */

@@ -254,6 +254,20 @@ const float *td_gpt_stage_input_grad(const td_gpt *m);
  * model with logits chunks (logits_chunk) keeps none (td_fail). */
 void td_gpt_logits_row_to_host(const td_gpt *m, int64_t token, float *out);
 
+/* Generation with a key/value cache: the forward of rows [r0, r1) of one
+ * sequence whose tokens[0, r1) are in host memory, reusing rows [0, r0) of the
+ * activations from the calls before (each layer's qkv holds the earlier tokens'
+ * keys and values), and the logits of row r1 - 1 into last_logits (V floats,
+ * host memory, this model's whole vocabulary). Inference: no dropout, no
+ * backward after it. The model must be one sequence (micro-batch 1) with every
+ * layer, the embedding and the head at tensor-parallel size 1, no recomputation
+ * and no hooks (a td_gpt_layout_single model); rows [0, r0) must come from calls
+ * with the same tokens since the model's last other forward. A backend without
+ * attention_forward_rows recomputes rows [0, r0) too: the same logits, within a
+ * rounding. */
+void td_gpt_forward_rows(td_gpt *m, const int32_t *tokens, int64_t r0, int64_t r1,
+                         float *last_logits);
+
 /* Backward of the last forward (once: it consumes the logits), token t's loss weighted by loss_mask_t * dloss_scale
  * (the trainer passes loss_scale / tokens in the global batch); ACCUMULATES into
  * the gradients. After td_gpt_forward_to the logits must have been kept whole

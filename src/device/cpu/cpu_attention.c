@@ -242,9 +242,10 @@ static const uint32_t *row_words(const attn_shape *s, const td_attention_desc *a
 
 /* ------------------------------------------------------------------ forward */
 
-static void forward_block(const attn_shape *s, const td_attention_desc *a, int64_t b, int64_t h,
-                          int64_t qb) {
-  const int64_t i0 = qb * TD_ATTN_BQ, i1 = i0 + TD_ATTN_BQ < s->T ? i0 + TD_ATTN_BQ : s->T;
+/* Query rows [i0, i1) of head (b, h), at most TD_ATTN_BQ of them, against keys
+ * [0, i1). */
+static void forward_rows(const attn_shape *s, const td_attention_desc *a, int64_t b, int64_t h,
+                         int64_t i0, int64_t i1) {
   const int64_t bq = i1 - i0, n = i1, D = s->D;
   size_t s_bytes = round64((size_t)(bq * n) * 4), p_bytes = round64((size_t)(bq * n) * 2);
   char *base = scratch(s_bytes + p_bytes + (size_t)(n + 67) * 4);
@@ -265,6 +266,12 @@ static void forward_block(const attn_shape *s, const td_attention_desc *a, int64
        (char *)a->out + o_off(s, b, h, i0) * (int64_t)s->esz, s->ld_o, 1.0f, 0.0f);
 }
 
+static void forward_block(const attn_shape *s, const td_attention_desc *a, int64_t b, int64_t h,
+                          int64_t qb) {
+  const int64_t i0 = qb * TD_ATTN_BQ;
+  forward_rows(s, a, b, h, i0, i0 + TD_ATTN_BQ < s->T ? i0 + TD_ATTN_BQ : s->T);
+}
+
 static void cpu_attention_forward(td_device *d, const td_attention_desc *a) {
   (void)d;
   const attn_shape s = shape_of(a);
@@ -281,6 +288,24 @@ static void cpu_attention_forward(td_device *d, const td_attention_desc *a) {
   for (int64_t t = 0; t < ntasks; t++) {
     int64_t qb = s.nqb - 1 - t / bh, b = (t % bh) / s.H, h = t % s.H;
     forward_block(&s, a, b, h, qb);
+  }
+}
+
+/* Rows [q0, q0 + nq) only, on the td_cpu_gemm path (a generated token is one row:
+ * the per-head kernels' packing would cost more than its products). One task per
+ * (head, block of TD_ATTN_BQ rows), the last blocks first. */
+static void cpu_attention_forward_rows(td_device *d, const td_attention_desc *a, int64_t q0,
+                                       int64_t nq) {
+  (void)d;
+  const attn_shape s = shape_of(a);
+  TD_CHECK(a->batch == 1 && q0 >= 0 && nq > 0 && q0 + nq <= s.T,
+           "attention rows [%lld, %lld) of a sequence of %lld (batch %lld; one sequence only)",
+           (long long)q0, (long long)(q0 + nq), (long long)s.T, (long long)a->batch);
+  const int64_t nb = (nq + TD_ATTN_BQ - 1) / TD_ATTN_BQ, ntasks = s.H * nb;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < ntasks; t++) {
+    const int64_t i0 = q0 + (nb - 1 - t / s.H) * TD_ATTN_BQ, end = q0 + nq;
+    forward_rows(&s, a, 0, t % s.H, i0, i0 + TD_ATTN_BQ < end ? i0 + TD_ATTN_BQ : end);
   }
 }
 
@@ -361,5 +386,6 @@ static void cpu_attention_backward(td_device *d, const td_attention_desc *a) {
 
 void td_cpu_register_attention(td_device_ops *ops) {
   ops->attention_forward = cpu_attention_forward;
+  ops->attention_forward_rows = cpu_attention_forward_rows;
   ops->attention_backward = cpu_attention_backward;
 }
