@@ -89,7 +89,10 @@ static inline TD_HD uint32_t td_hd_rng_u32(uint64_t seed, uint64_t stream, uint6
   return b.w[i % 4];
 }
 
-/* Uniform in (0, 1) (== td_rng_bits_to_unit). */
+/* Uniform in (0, 1] (== td_rng_bits_to_unit): the midpoint (k + 1/2) 2^-24 of
+ * the top 24 bits k, except the last, 1 - 2^-25, which rounds to 1.0f. A dropout
+ * keeping unit >= p would keep 2^-24 of the elements at p = 1 (scaled by an
+ * infinite 1 / (1 - p)): dropout probabilities are in [0, 1) (the flags). */
 static inline TD_HD float td_hd_bits_to_unit(uint32_t bits) {
   return (float)(bits >> 8) * 5.9604644775390625e-8f + 2.98023223876953125e-8f;
 }

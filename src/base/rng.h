@@ -19,7 +19,8 @@ void td_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out
 
 /* 32 random bits for element i of stream s. */
 uint32_t td_rng_u32(uint64_t seed, uint64_t stream, uint64_t i);
-/* Uniform in (0, 1): (bits >> 8) * 2^-24 + 2^-25 (never 0 or 1). */
+/* Uniform in (0, 1]: (bits >> 8) * 2^-24 + 2^-25 in fp32 (never 0; 1 for the top
+ * 2^8 bit patterns: hostdev.h). */
 static inline float td_rng_bits_to_unit(uint32_t bits) { return td_hd_bits_to_unit(bits); }
 
 /* out[k] = value of element (offset + k) of the stream, k < n. OpenMP-parallel;

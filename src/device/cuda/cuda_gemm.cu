@@ -265,7 +265,9 @@ static gemm_plan *plan_for(td_cuda *c, const gemm_key *k) {
   if (p->used) return p;
   plan_create(c, p, k);
   g->used++;
-  if (p->naive && !g->warned) {
+  /* a fused form without an algorithm is only a "no" to matmul_fuses (the caller
+   * runs the plain product on cuBLASLt): only a plain form's plan runs the kernel */
+  if (p->naive && !k->has_c_in && k->epilogue == TD_EPILOGUE_NONE && !g->warned) {
     td_warn("cuda:%d: cuBLASLt has no algorithm for matmul m=%lld n=%lld k=%lld (alignments "
             "%u/%u/%u bytes); using trident's plain kernel for such shapes",
             c->index, (long long)k->m, (long long)k->n, (long long)k->k, k->align_a, k->align_b,
