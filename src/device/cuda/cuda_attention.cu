@@ -485,7 +485,88 @@ static void cu_attention_backward(td_device *d, const td_attention_desc *ad) {
   }
 }
 
+/* ------------------------------------------------------------ rows (generation) */
+
+/* attention_forward_rows: one block per (query row i in [q0, q0 + nq), head h) of
+ * batch 0, ATTN_THREADS threads. S (global scratch, i + 1 floats of this block's
+ * row) holds the scaled scores, then P; the softmax's max and sum over the block
+ * (td_block_max / td_block_sum: a fixed order), lse = m + log l; then output
+ * column e is summed by the threads of column e, one slice of the keys each
+ * (keys j = slice, slice + slices, ...), and the slices' sums added in slice
+ * order: results reproducible bit for bit. Dropout as the forward kernel's. A
+ * generated token is one row: nothing here is tiled for reuse. */
+template <typename ST>
+__global__ void __launch_bounds__(ATTN_THREADS)
+    td_attn_rows_kernel(const attn_args a, int64_t q0, float *S, int64_t ld_s) {
+  extern __shared__ float rows_smem[];
+  const int D = (int)a.D, t = threadIdx.x;
+  float *q = rows_smem, *part = q + D, *red = part + ATTN_THREADS;
+  const int64_t h = blockIdx.x % a.H, i = q0 + blockIdx.x / a.H, n = i + 1;
+  const int64_t ld = 3 * a.H * a.D;
+  const ST *qkv = (const ST *)a.qkv;
+  float *s = S + (int64_t)blockIdx.x * ld_s;
+  for (int e = t; e < D; e += ATTN_THREADS) q[e] = td_ld(qkv, i * ld + h * 3 * D + e);
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int64_t j = t; j < n; j += ATTN_THREADS) {
+    const int64_t k0 = j * ld + h * 3 * D + D;
+    float dot = 0.0f;
+    for (int e = 0; e < D; e++) dot = fmaf(q[e], td_ld(qkv, k0 + e), dot);
+    s[j] = a.scale * dot;
+    mx = fmaxf(mx, s[j]);
+  }
+  mx = td_block_max(mx, red);
+  float sum = 0.0f;
+  for (int64_t j = t; j < n; j += ATTN_THREADS) {
+    s[j] = expf(s[j] - mx);
+    sum += s[j];
+  }
+  sum = td_block_sum(sum, red); /* synchronises: every s[j] is written */
+  if (t == 0) a.lse[h * a.T + i] = mx + logf(sum);
+  const float inv = 1.0f / sum;
+  const uint64_t row = td_attn_base(a, 0, h) + (uint64_t)i * (uint64_t)a.T;
+  const int slices = ATTN_THREADS / D, e = t % D, slice = t / D;
+  float acc = 0.0f;
+  if (slice < slices)
+    for (int64_t j = slice; j < n; j += slices) {
+      float p = s[j] * inv;
+      if (a.thr) p = td_hd_rng_u32(a.seed, a.stream, row + (uint64_t)j) >= a.thr ? p * a.keep_scale : 0.0f;
+      acc = fmaf(p, td_ld(qkv, j * ld + h * 3 * D + 2 * D + e), acc);
+    }
+  part[t] = acc;
+  __syncthreads();
+  if (t < D) {
+    float o = 0.0f;
+    for (int k = 0; k < slices; k++) o += part[k * D + t];
+    td_st((ST *)a.out, (i * a.H + h) * a.D + t, o);
+  }
+}
+
+static void cu_attention_forward_rows(td_device *d, const td_attention_desc *ad, int64_t q0,
+                                      int64_t nq) {
+  td_cuda *c = td_cuda_enter(d);
+  attn_check(ad);
+  if (!(ad->batch == 1 && q0 >= 0 && nq > 0 && q0 + nq <= ad->seq))
+    td_fail("attention rows [%lld, %lld) of a sequence of %lld (batch %lld; one sequence only)",
+            (long long)q0, (long long)(q0 + nq), (long long)ad->seq, (long long)ad->batch);
+  int bt;
+  attn_args a = attn_setup(c, ad, &bt);
+  if (nq * a.H > INT32_MAX)
+    td_fail("attention rows: %lld rows x %lld heads, too many blocks for one launch",
+            (long long)nq, (long long)a.H);
+  const int64_t ld_s = q0 + nq; /* the longest row's keys */
+  float *S = (float *)td_cuda_scratch(c, (size_t)(nq * a.H * ld_s) * sizeof(float));
+  const size_t smem = (size_t)(a.D + ATTN_THREADS + 33) * sizeof(float);
+  const unsigned grid = (unsigned)(nq * a.H);
+  if (ad->dtype == TD_BF16)
+    td_attn_rows_kernel<uint16_t><<<grid, ATTN_THREADS, smem, c->stream>>>(a, q0, S, ld_s);
+  else
+    td_attn_rows_kernel<float><<<grid, ATTN_THREADS, smem, c->stream>>>(a, q0, S, ld_s);
+  TD_CUDA_LAUNCHED();
+}
+
 void td_cuda_register_attention(td_device_ops *ops) {
   ops->attention_forward = cu_attention_forward;
+  ops->attention_forward_rows = cu_attention_forward_rows;
   ops->attention_backward = cu_attention_backward;
 }
