@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Resume is exact: 20 iterations straight and 10 + save + load + 10 print the same
-# losses to the last digit (fp32 and bf16, dropout on); the checkpoint has
-# Megatron's layout; a damaged checkpoint is refused with a message and exit 1.
+# losses to the last digit (fp32 and bf16, dropout on), also with the model flags
+# from the checkpoint (--use-checkpoint-args); the checkpoint has Megatron's layout; a damaged checkpoint is refused with a message and exit 1.
 # Arguments: the trident binary and the source directory.
 set -u
 bin=$1
@@ -67,6 +67,34 @@ rm "$rngf"
 rc=$?
 [ $rc -eq 1 ] && grep -q "trident: error: .*rng_dp000.json.*--no-load-rng" "$tmp/err" &&
   ok "a missing RNG state is refused: $(head -c 200 "$tmp/err")" || fail "missing rng: rc $rc $(cat "$tmp/err")"
+
+# --use-checkpoint-args (Megatron's): the model flags not given come from the
+# checkpoint (sizes, sequence length, tokenizer type, vocabulary), so a resume
+# that names only the training flags is the resume with every flag, bit for bit;
+# a flag given is kept (and --load names the difference); no --load is refused.
+u="$tmp/useargs"
+cp -r "$c" "$u" && rm -rf "$u/iter_0000020" && echo 10 >"$u/latest_checkpointed_iteration.txt"
+train_only=(--micro-batch-size 2 --global-batch-size 8 --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine
+  --lr-warmup-iters 3 --weight-decay 0.1 --clip-grad 1.0 --mock-data --log-interval 1
+  --eval-interval 1000 --eval-iters 0 --seed 7)
+"$bin" train "${train_only[@]}" --train-iters 20 --load "$u" --use-checkpoint-args >"$tmp/out" 2>"$tmp/err" ||
+  fail "--use-checkpoint-args resume: $(tail -3 "$tmp/out") $(cat "$tmp/err")"
+losses "$tmp/out" >"$tmp/useargs_got"
+tail -10 "$tmp/fp32/a" >"$tmp/useargs_expect"
+cmp -s "$tmp/useargs_expect" "$tmp/useargs_got" &&
+  grep -q "note: --use-checkpoint-args: from the checkpoint of iteration 10 in $u: --num-layers 2, --hidden-size 32,.* --seq-length 32,.* --tokenizer-type NullTokenizer,.* --vocab-size 200" "$tmp/err" &&
+  ok "--use-checkpoint-args: the model flags from the checkpoint resume bit for bit ($(grep -o 'use-checkpoint-args: .*' "$tmp/err" | head -c 300))" ||
+  fail "--use-checkpoint-args: $(diff "$tmp/useargs_expect" "$tmp/useargs_got" | head -3) $(cat "$tmp/err")"
+"$bin" train "${train_only[@]}" --num-attention-heads 8 --train-iters 20 --load "$u" --use-checkpoint-args \
+  >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "trident: error: .*--num-attention-heads: 4 in the checkpoint, 8 in this run" "$tmp/err" &&
+  ok "--use-checkpoint-args keeps a flag that is given: $(head -c 160 "$tmp/err")" ||
+  fail "--use-checkpoint-args with a given flag: rc $rc $(cat "$tmp/err")"
+"$bin" train "${train_only[@]}" --train-iters 20 --use-checkpoint-args >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "trident: error: --use-checkpoint-args needs --load" "$tmp/err" &&
+  ok "--use-checkpoint-args without --load is refused" || fail "--use-checkpoint-args without --load: rc $rc $(cat "$tmp/err")"
 
 # Leaving early with a checkpoint, as Megatron does: --exit-duration-in-mins
 # (a fraction here, to be quick) and --exit-signal-handler (SIGTERM, e.g. a

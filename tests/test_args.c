@@ -367,7 +367,7 @@ static void test_validation_errors(void) {
       {"--train-iters 10 --kv-channels 8", 1,
        "--kv-channels 8: heads of hidden-size / num-attention-heads = 16 channels"},
       {"--train-iters 10 --num-query-groups 2", 1, "--num-query-groups: trident's GPT is GPT-2"},
-      {"--train-iters 10 --use-checkpoint-args", 1, "--use-checkpoint-args: not built"},
+      {"--train-iters 10 --use-checkpoint-args", 1, "--use-checkpoint-args needs --load"},
       {"--train-iters 10 --position-embedding-type rope", 1,
        "--position-embedding-type rope: trident's GPT is GPT-2"},
       {"--train-iters 10 --normalization RMSNorm", 1, "--normalization RMSNorm: trident's GPT is GPT-2"},

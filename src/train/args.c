@@ -1,5 +1,6 @@
 #include "train/args.h"
 
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 #include "base/spelling.h"
 #include "data/blend.h"
 #include "model/gpt_config.h"
+#include "train/checkpoint.h"
 #include "train/args_foreign.h"
 #include "train/ds_config.h"
 
@@ -287,6 +289,8 @@ static const flag k_flags[] = {
      .help = "with --load: fail instead of starting from random when there is no checkpoint"},
     {.name = "finetune", BOOL(finetune), .g = G_LOG,
      .help = "load only the weights and start at iteration 0"},
+    {.name = "use-checkpoint-args", BOOL(use_checkpoint_args), .g = G_LOG,
+     .help = "take the model flags not given (sizes, sequence length, tokenizer type, vocabulary padding) from the --load checkpoint"},
     {.name = "log-interval", INT(log_interval), .def = "100", .c = C_POS, .g = G_LOG, .meta = "N",
      .help = "print the training log line every N iterations"},
     {.name = "tensorboard-dir", STR(tensorboard_dir), .g = G_LOG, .meta = "DIR",
@@ -510,8 +514,6 @@ static const flag k_flags[] = {
      .note = "a separate learning rate for the embedding and output layer is not built"},
     {.name = "decoupled-min-lr", REFUSED, .c = C_NONNEG, .fl = 1, .meta = "LR",
      .note = "a separate learning rate for the embedding and output layer is not built"},
-    {.name = "use-checkpoint-args", REFUSED,
-     .note = "not built: give the model flags; --load checks them against the checkpoint's and names any difference"},
 };
 // clang-format on
 #define N_FLAGS ((int)(sizeof k_flags / sizeof *k_flags))
@@ -1410,11 +1412,128 @@ static int check_samples(const td_args *a, char *err, size_t errlen) {
   return 0;
 }
 
+/* ------------------------------------------------------------ --use-checkpoint-args */
+
+/* Megatron's load_args_from_checkpoint: the flags it takes from the checkpoint,
+ * those it takes even when given (force: the architecture's switches), and
+ * trident's own architecture flags that --load checks (LayerNorm epsilon, tanh
+ * GELU) and that fix the padded vocabulary (Megatron stores padded_vocab_size).
+ * The parallel layout is not taken: trident's checkpoints load at any. */
+static const struct {
+  const char *flag;
+  int force;
+} k_checkpoint_args[] = {
+    {"num-layers", 0},          {"hidden-size", 0},
+    {"ffn-hidden-size", 0},     {"seq-length", 0},
+    {"num-attention-heads", 0}, {"kv-channels", 0},
+    {"max-position-embeddings", 0},
+    {"position-embedding-type", 1},
+    {"untie-embeddings-and-output-weights", 1},
+    {"normalization", 1},       {"tokenizer-type", 0},
+    {"make-vocab-size-divisible-by", 0},
+    {"vocab-size", 0},          {"layernorm-epsilon", 0},
+    {"openai-gelu", 0},
+};
+
+/* The checkpoint's value of flag f (its args key: the name with underscores) as
+ * the command line would give it; 1 when the checkpoint has none (null, absent). */
+static int checkpoint_value(const cJSON *args, const flag *f, char *text, size_t n, char *err,
+                            size_t errlen) {
+  char key[64];
+  snprintf(key, sizeof key, "%s", f->name);
+  for (char *c = key; *c; c++) *c = *c == '-' ? '_' : *c;
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(args, key);
+  if (!v || cJSON_IsNull(v)) return 1;
+  if (f->k == K_BOOL && cJSON_IsBool(v)) return snprintf(text, n, "%d", cJSON_IsTrue(v)), 0;
+  if (f->k == K_INT && cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) &&
+      fabs(v->valuedouble) < 9e15)
+    return snprintf(text, n, "%.0f", v->valuedouble), 0;
+  if (f->k == K_FLOAT && cJSON_IsNumber(v)) { /* the shortest text of the same double */
+    snprintf(text, n, "%.15g", v->valuedouble);
+    if (strtod(text, NULL) != v->valuedouble) snprintf(text, n, "%.17g", v->valuedouble);
+    return 0;
+  }
+  if (f->k == K_CHOICE && cJSON_IsString(v)) return snprintf(text, n, "%s", v->valuestring), 0;
+  return td_errorf(err, errlen,
+                   "--use-checkpoint-args: the checkpoint's \"%s\" is not a value of --%s", key,
+                   f->name);
+}
+
+/* The flags of k_checkpoint_args from args (the checkpoint's), noted in
+ * a->checkpoint_args_note for td_args_print_notes. */
+static int take_checkpoint_flags(td_args *a, const cJSON *args, int64_t it, char *err,
+                                 size_t errlen) {
+  size_t len = (size_t)snprintf(a->checkpoint_args_note, sizeof a->checkpoint_args_note,
+                                "from the checkpoint of iteration %lld in %s:", (long long)it,
+                                a->load);
+  int taken = 0;
+  for (size_t i = 0; i < sizeof k_checkpoint_args / sizeof *k_checkpoint_args; i++) {
+    const int idx = find_flag(k_checkpoint_args[i].flag, strlen(k_checkpoint_args[i].flag));
+    TD_CHECK(idx >= 0, "--use-checkpoint-args: no flag --%s", k_checkpoint_args[i].flag);
+    const flag *f = &k_flags[idx];
+    char text[64], msg[256];
+    if (a->given[idx] && !k_checkpoint_args[i].force) continue;
+    int rc = checkpoint_value(args, f, text, sizeof text, err, errlen);
+    if (rc < 0) return -1;
+    if (rc > 0) continue;
+    if (f->k == K_BOOL)
+      *FIELD(a, f, int) = text[0] == '1';
+    else if (set_value(a, f, text, msg, sizeof msg))
+      return td_errorf(err, errlen, "--use-checkpoint-args: the checkpoint's value: %s", msg);
+    a->given[idx] = 1;
+    if (len < sizeof a->checkpoint_args_note)
+      len += (size_t)snprintf(a->checkpoint_args_note + len, sizeof a->checkpoint_args_note - len,
+                              "%s --%s%s%s", taken++ ? "," : "", f->name, f->k == K_BOOL ? "=" : " ",
+                              f->k == K_BOOL ? (text[0] == '1' ? "on" : "off") : text);
+  }
+  if (!taken) snprintf(a->checkpoint_args_note + len, sizeof a->checkpoint_args_note - len, " nothing");
+  if (a->position_embedding_type > 0 || a->normalization > 0)
+    return td_errorf(err, errlen,
+                     "--use-checkpoint-args: the checkpoint's model has --position-embedding-type "
+                     "%s and --normalization %s; trident builds learned_absolute and LayerNorm",
+                     k_position_embeddings[a->position_embedding_type],
+                     k_normalizations[a->normalization]);
+  return 0;
+}
+
+/* --use-checkpoint-args: the model flags of --load's latest checkpoint, as
+ * Megatron takes them before its checks; without a checkpoint there (a first
+ * run) the flags stay as given, as in Megatron. */
+static int use_checkpoint_args(td_args *a, char *err, size_t errlen) {
+  if (!a->use_checkpoint_args) return 0;
+  if (!a->load)
+    return td_errorf(err, errlen,
+                     "--use-checkpoint-args needs --load (the checkpoint whose model flags to take)");
+  char why[768], *state = NULL;
+  int64_t it = td_checkpoint_latest(a->load, why, sizeof why);
+  if (it == -2) return td_errorf(err, errlen, "--use-checkpoint-args: --load %s", why);
+  if (it == -1) {
+    snprintf(a->checkpoint_args_note, sizeof a->checkpoint_args_note,
+             "no checkpoint in %s: the flags as given", a->load);
+    return 0;
+  }
+  td_ckpt_contents probe = {.iteration = it}; /* no tensors: the metadata only */
+  if (td_checkpoint_load(NULL, a->load, it, &probe, &state, why, sizeof why))
+    return td_errorf(err, errlen, "--use-checkpoint-args: --load %s", why);
+  cJSON *root = cJSON_Parse(state);
+  td_free(state);
+  const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "args");
+  int rc = cJSON_IsObject(args)
+               ? take_checkpoint_flags(a, args, it, err, errlen)
+               : td_errorf(err, errlen,
+                           "--use-checkpoint-args: the checkpoint of iteration %lld in %s saved no "
+                           "\"args\"",
+                           (long long)it, a->load);
+  cJSON_Delete(root);
+  return rc;
+}
+
 int td_args_validate(td_args *a, int world_size, char *err, size_t errlen) {
   /* the DeepSpeed config first: it sets the flags the checks below read (the
-   * data-parallel size of its batch identity comes from world_size) */
+   * data-parallel size of its batch identity comes from world_size); then the
+   * checkpoint's model flags, before the checks that need them */
   /* refused flags and values were reported by td_args_parse, all at once */
-  if (td_ds_config_apply(a, world_size, err, errlen) ||
+  if (td_ds_config_apply(a, world_size, err, errlen) || use_checkpoint_args(a, err, errlen) ||
       check_weight_decay(a, err, errlen) || check_required(a, err, errlen) || check_sizes(a, err, errlen) || check_model(a, err, errlen) ||
       check_precision(a, err, errlen) || check_length(a, err, errlen) ||
       check_layout(a, world_size, err, errlen) || check_batch(a, err, errlen) || check_samples(a, err, errlen) ||
@@ -1478,6 +1597,8 @@ int64_t td_args_padded_vocab_size(const td_args *a, int64_t tokenizer_vocab_size
 /* ------------------------------------------------------------------ notes, help, JSON */
 
 void td_args_print_notes(const td_args *a, FILE *f) {
+  if (a->use_checkpoint_args && a->checkpoint_args_note[0])
+    fprintf(f, "trident: note: --use-checkpoint-args: %s\n", a->checkpoint_args_note);
   for (int i = 0; i < N_FLAGS; i++)
     if (a->given[i] && k_flags[i].k == K_NOTE)
       fprintf(f, "trident: note: --%s: %s\n", k_flags[i].name, k_flags[i].note);

@@ -90,6 +90,8 @@ typedef struct {
   int timing_log_level;
   const char *save, *load;
   int no_load_optim, no_load_rng, finetune, log_throughput;
+  int use_checkpoint_args; /* the model flags not given from --load's checkpoint */
+  char checkpoint_args_note[768]; /* what td_args_validate took from it (td_args_print_notes) */
   int log_params_norm, log_num_zeros_in_grad, exit_signal_handler;
   int no_save_optim, no_save_rng, exit_on_missing_checkpoint;
   int no_check_for_nan_in_loss_and_grad; /* skip non-finite steps instead of stopping */
