@@ -261,7 +261,7 @@ static void test_all_at_once(void) {
   cmdline c;
   char err[4096] = "";
   CHECK(run(&a, &c, SMALL " --hiden-size 64 --num-layers x stray --swiglu --foo-bar-baz 3 "
-                      "--data-impl cached --decoupled-lr 5.0e-4",
+                      "--data-impl cached --num-layers-per-virtual-pipeline-stage 2",
             0, err, sizeof err) == -1,
         "bad command line refused");
   const char *want[] = {"unknown flag '--hiden-size' (did you mean --hidden-size?)",
@@ -269,7 +269,7 @@ static void test_all_at_once(void) {
                         "unknown flag '--foo-bar-baz' (not a flag of Megatron-LM",
                         "--swiglu: trident's GPT is GPT-2",
                         "--data-impl cached: trident reads Megatron's mmap format only",
-                        "--decoupled-lr: a separate learning rate"};
+                        "--num-layers-per-virtual-pipeline-stage: the interleaved pipeline"};
   for (int i = 0; i < 6; i++) CHECK(strstr(err, want[i]) != NULL, "reported together: %s", want[i]);
   CHECK(strstr(err, "'3'") == NULL && strstr(err, "unexpected argument 'stray'"),
         "an unknown flag's value is not a stray word; a stray word is");
@@ -360,8 +360,7 @@ static void test_validation_errors(void) {
       {"--train-iters 10 --num-experts 1 1 4", 1, "--num-experts 4: mixture of experts is not built"},
       {"--train-iters 10 --moe-expert-parallel-size 2", 1, "--moe-expert-parallel-size 2: mixture"},
       {"--train-iters 10 --data-impl lazy", 1, "--data-impl lazy: trident reads Megatron's mmap"},
-      {"--train-iters 10 --decoupled-lr 5.0e-4", 1,
-       "--decoupled-lr: a separate learning rate for the embedding and output layer is not built"},
+      {"--train-iters 10 --decoupled-min-lr 5.0e-5", 1, "--decoupled-min-lr needs --decoupled-lr"},
       {"--train-iters 10 --fp8-format hybrid", 1, "--fp8-format: lower-precision"},
       {"--train-iters 10 --batch-size 4", 1, "--batch-size: an old flag Megatron keeps"},
       {"--train-iters 10 --kv-channels 8", 1,

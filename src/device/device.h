@@ -114,6 +114,8 @@ typedef struct {
   int64_t grad_offset;  /* elements of the grads base */
   int64_t numel;
   int weight_decay; /* 1: decayed group, 0: no decay */
+  int decoupled_lr; /* 1: Megatron's --decoupled-lr group (the word embeddings and the output
+                       layer), which optim/adamw.h runs at its own rate; backends do not read it */
 } td_adam_run;
 
 /* What a backend can do (td_device_ops.caps, a bit set). */

@@ -151,6 +151,8 @@ typedef struct td_gpt_tensor {
   int64_t slice_start;        /* first index of the slice along split_dim */
   int64_t offset, numel;      /* elements in the flat buffers; numel of the slice */
   int weight_decay;           /* 0 for biases and LayerNorm parameters (Megatron) */
+  int embedding_or_output;    /* the word embeddings and the output layer's weight: Megatron's
+                                 is_embedding_or_output_parameter (--decoupled-lr's group) */
   float init_std;             /* normal(0, init_std), or when 0 the constant init_value */
   float init_value;
 } td_gpt_tensor;

@@ -133,6 +133,7 @@ void td_gpt_build_tensors(td_gpt *m) {
   if (m->lay.has_embedding) {
     m->wte = add(&b, "embedding.word_embeddings.weight", 2, c->vocab_size, c->hidden, COLUMN,
                  c->init_std, 0);
+    m->tensors[m->wte].embedding_or_output = 1;
     m->wpe = add(&b, "embedding.position_embeddings.weight", 2, c->max_positions, c->hidden,
                  REPLICATED, c->init_std, 0);
     end_unit(&b, m->wte);
@@ -157,6 +158,7 @@ void td_gpt_build_tensors(td_gpt *m) {
       m->head_w = m->wte >= 0 ? m->wte
                               : add(&b, "embedding.word_embeddings.weight", 2, c->vocab_size,
                                     c->hidden, COLUMN, c->init_std, 0);
+    m->tensors[m->head_w].embedding_or_output = 1;
     end_unit(&b, first);
   }
   m->unit_of = td_malloc(sizeof *m->unit_of * (size_t)(m->n_tensors ? m->n_tensors : 1));

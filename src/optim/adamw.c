@@ -7,8 +7,8 @@
 /* Run b continues run a across a gap that is the same in all three buffers. */
 static int mergeable(const td_adam_run *a, const td_adam_run *b) {
   int64_t gap = b->state_offset - a->state_offset;
-  return a->weight_decay == b->weight_decay && b->param_offset - a->param_offset == gap &&
-         b->grad_offset - a->grad_offset == gap;
+  return a->weight_decay == b->weight_decay && a->decoupled_lr == b->decoupled_lr &&
+         b->param_offset - a->param_offset == gap && b->grad_offset - a->grad_offset == gap;
 }
 
 /* Merge consecutive runs of the same group (across the zero gaps between them),
@@ -32,6 +32,15 @@ static void init_common(td_adamw *o, td_device *dev, int64_t numel, const td_ada
                   .weight_decay = weight_decay};
   o->runs = td_malloc(sizeof *o->runs * (size_t)(n_runs ? n_runs : 1));
   o->n_runs = merge_runs(runs, n_runs, o->runs);
+  for (int g = 0; g < 2; g++) { /* the runs by rate, each list in state order */
+    o->rate_runs[g] = td_malloc(sizeof *o->runs * (size_t)(o->n_runs ? o->n_runs : 1));
+    for (int i = 0; i < o->n_runs; i++)
+      if (!o->runs[i].decoupled_lr == !g) o->rate_runs[g][o->n_rate_runs[g]++] = o->runs[i];
+  }
+}
+
+static void free_runs(td_adamw *o) {
+  td_free(o->runs), td_free(o->rate_runs[0]), td_free(o->rate_runs[1]);
 }
 
 void td_adamw_init(td_adamw *o, td_device *dev, int64_t numel, const td_adam_run *runs,
@@ -70,7 +79,7 @@ int td_adamw_init_nvme(td_adamw *o, td_device *dev, int64_t numel, const td_adam
   init_common(o, dev, numel, runs, n_runs, beta1, beta2, eps, weight_decay);
   o->nvme = td_nvme_state_open(dev, dir, stem, numel, chunk_elems, err, errlen);
   if (o->nvme) return 0;
-  td_free(o->runs);
+  free_runs(o);
   return -1;
 }
 
@@ -87,16 +96,19 @@ void td_adamw_free(td_adamw *o) {
     o->dev->ops->free(o->dev, o->exp_avg);
     o->dev->ops->free(o->dev, o->exp_avg_sq);
   }
-  td_free(o->runs);
+  free_runs(o);
 }
 
 /* AdamW over the runs on device d, with params and grads d's buffers (and the
- * copy laid out as params, or NULL). */
+ * copy laid out as params, or NULL): one pass per rate (one without
+ * --decoupled-lr). */
 static void step_on(td_adamw *o, td_device *d, float *params, const float *grads, void *copy,
                     td_dtype copy_dtype, float lr, float grad_scale) {
-  td_device_adamw_runs(d, params, grads, o->exp_avg, o->exp_avg_sq, o->runs, o->n_runs, lr,
-                       o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, o->step, copy,
-                       copy_dtype);
+  for (int g = 0; g < 2; g++)
+    if (o->n_rate_runs[g])
+      td_device_adamw_runs(d, params, grads, o->exp_avg, o->exp_avg_sq, o->rate_runs[g],
+                           o->n_rate_runs[g], g ? o->decoupled_lr : lr, o->beta1, o->beta2,
+                           o->eps, o->weight_decay, grad_scale, o->step, copy, copy_dtype);
 }
 
 /* The host update: the runs' parameters (unless they live on the host) and

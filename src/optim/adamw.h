@@ -1,5 +1,6 @@
 /* AdamW over fp32 parameters, with Megatron's parameter groups: weight decay on
- * the matrices, none on biases and LayerNorm parameters. The optimizer sees only
+ * the matrices, none on biases and LayerNorm parameters; with --decoupled-lr the
+ * word embeddings and the output layer at a rate of their own. The optimizer sees only
  * runs of elements (optim/ sits below model/): each run's parameters, gradients
  * and Adam state may sit at different offsets of their own buffers, as they do
  * under ZeRO (the state and, from stage 2, the gradients are this rank's shard;
@@ -30,7 +31,11 @@ typedef struct {
   td_nvme_state *nvme; /* non-NULL: m and v live in a file (td_adamw_init_nvme) */
   td_adam_run *runs;   /* the runs merged into maximal runs of one group */
   int n_runs;
+  td_adam_run *rate_runs[2]; /* the runs at the step's lr [0] and at decoupled_lr [1] */
+  int n_rate_runs[2];
   float beta1, beta2, eps, weight_decay;
+  float decoupled_lr; /* the rate of the runs marked decoupled_lr (Megatron's --decoupled-lr,
+                         set before each step); the others take the step's lr */
   int64_t step; /* updates applied so far (skipped iterations do not count) */
 } td_adamw;
 

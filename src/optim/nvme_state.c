@@ -166,7 +166,7 @@ void td_nvme_state_close(td_nvme_state *s) {
  * param and grad. */
 typedef struct {
   int64_t state, param, grad, n;
-  int weight_decay;
+  int weight_decay, decoupled_lr;
 } chunk;
 
 /* What the two threads share during a step (under mu): chunks [0, read) have
@@ -194,7 +194,7 @@ static chunk *make_chunks(const td_nvme_state *s, const td_adamw *o, int64_t *n)
       c[k++] = (chunk){.state = r->state_offset + j, .param = r->param_offset + j,
                        .grad = r->grad_offset + j,
                        .n = r->numel - j < s->chunk ? r->numel - j : s->chunk,
-                       .weight_decay = r->weight_decay};
+                       .weight_decay = r->weight_decay, .decoupled_lr = r->decoupled_lr};
   }
   *n = count;
   return c;
@@ -266,7 +266,8 @@ static void update_chunk(td_nvme_state *s, const td_adamw *o, const chunk *c, in
     d->ops->copy_h2d(d, m, b->io, bytes);
     d->ops->copy_h2d(d, v, b->io + s->chunk, bytes);
   }
-  d->ops->adamw(d, params + c->param, grads + c->grad, m, v, c->n, lr, o->beta1, o->beta2, o->eps,
+  d->ops->adamw(d, params + c->param, grads + c->grad, m, v, c->n,
+                c->decoupled_lr ? o->decoupled_lr : lr, o->beta1, o->beta2, o->eps,
                 c->weight_decay ? o->weight_decay : 0.0f, grad_scale, o->step, NULL, TD_F32);
   if (s->staged) {
     d->ops->copy_d2h(d, b->io, m, bytes);

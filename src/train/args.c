@@ -196,6 +196,10 @@ static const flag k_flags[] = {
      .help = "peak learning rate"},
     {.name = "min-lr", FLOAT(min_lr), .def = "0.0", .c = C_NONNEG, .g = G_LR, .meta = "LR",
      .help = "learning rate at the end of the decay"},
+    {.name = "decoupled-lr", FLOAT(decoupled_lr), .c = C_NONNEG, .g = G_LR, .meta = "LR",
+     .help = "peak learning rate of the word embeddings and the output layer (their own group, on the same schedule)"},
+    {.name = "decoupled-min-lr", FLOAT(decoupled_min_lr), .defdoc = "--min-lr", .c = C_NONNEG, .g = G_LR, .meta = "LR",
+     .help = "with --decoupled-lr: that group's learning rate at the end of the decay"},
     {.name = "lr-decay-style", CHOICE(lr_decay_style), .def = "linear", .choices = td_lr_style_names, .g = G_LR, .meta = "STYLE",
      .help = "decay after warmup"},
     {.name = "lr-wsd-decay-style", CHOICE(lr_wsd_decay_style), .def = "exponential", .choices = td_wsd_style_names, .g = G_LR, .meta = "STYLE",
@@ -510,10 +514,6 @@ static const flag k_flags[] = {
     {.name = "apply-residual-connection-post-layernorm", REFUSED, .note = NOTE_GPT2 "; post-LayerNorm residuals are not built"},
     {.name = "apply-layernorm-1p", REFUSED, .note = NOTE_GPT2 "; the 1 + w LayerNorm is not built"},
     {.name = "qk-layernorm", REFUSED, .note = NOTE_GPT2 "; LayerNorm on queries and keys is not built"},
-    {.name = "decoupled-lr", REFUSED, .c = C_NONNEG, .fl = 1, .meta = "LR",
-     .note = "a separate learning rate for the embedding and output layer is not built"},
-    {.name = "decoupled-min-lr", REFUSED, .c = C_NONNEG, .fl = 1, .meta = "LR",
-     .note = "a separate learning rate for the embedding and output layer is not built"},
 };
 // clang-format on
 #define N_FLAGS ((int)(sizeof k_flags / sizeof *k_flags))
@@ -1200,12 +1200,19 @@ static int check_schedule(td_args *a, char *err, size_t errlen) {
     a->lr_decay_samples = a->train_samples;
   if (a->min_lr > a->lr)
     return td_errorf(err, errlen, "--min-lr %g is larger than --lr %g", a->min_lr, a->lr);
+  if (!isnan(a->decoupled_min_lr) && isnan(a->decoupled_lr))
+    return td_errorf(err, errlen, "--decoupled-min-lr needs --decoupled-lr (the group's peak rate)");
+
   if (a->lr_decay_style == TD_LR_WSD && a->lr_wsd_decay_iters == TD_UNSET &&
       a->lr_wsd_decay_samples == TD_UNSET)
     return td_errorf(err, errlen,
                 "--lr-decay-style WSD needs --lr-wsd-decay-iters (or --lr-wsd-decay-samples)");
   td_lr_schedule s;
   td_args_lr_schedule(a, &s);
+  if (!isnan(a->decoupled_lr) && s.ds.type != TD_DS_LR_NONE)
+    return td_errorf(err, errlen,
+                     "--decoupled-lr with the DeepSpeed config's scheduler: DeepSpeed's schedules "
+                     "have one rate (drop one of them)");
   if (s.ds.type == TD_DS_LR_NONE && s.warmup_steps >= s.decay_steps) /* DeepSpeed's: its own rules */
     return td_errorf(err, errlen,
                 "the learning-rate warmup (%.0f samples) must be shorter than the decay (%.0f "
@@ -1545,6 +1552,12 @@ int td_args_validate(td_args *a, int world_size, char *err, size_t errlen) {
 }
 
 /* ------------------------------------------------------------------ derived objects */
+
+void td_args_decoupled_lr_schedule(const td_args *a, td_lr_schedule *s) {
+  td_args_lr_schedule(a, s);
+  s->max_lr = a->decoupled_lr;
+  s->min_lr = isnan(a->decoupled_min_lr) ? a->min_lr : a->decoupled_min_lr;
+}
 
 void td_args_lr_schedule(const td_args *a, td_lr_schedule *s) {
   if (td_ds_config_lr_schedule(a->ds, a, s)) return; /* the config's scheduler replaces Megatron's */

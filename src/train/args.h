@@ -69,6 +69,7 @@ typedef struct {
   int weight_decay_incr_style;                 /* 0 constant, 1 linear, 2 cosine */
   /* learning rate */
   double lr, min_lr, lr_warmup_fraction, lr_warmup_init;
+  double decoupled_lr, decoupled_min_lr; /* NAN: not given (no decoupled group) */
   int lr_decay_style, lr_wsd_decay_style; /* td_lr_style, td_wsd_style */
   int64_t lr_warmup_iters, lr_warmup_samples, lr_decay_iters, lr_decay_samples;
   int64_t lr_wsd_decay_iters, lr_wsd_decay_samples;
@@ -178,6 +179,10 @@ cJSON *td_args_to_json(const td_args *a);
 /* The LR schedule in samples, as Megatron's get_optimizer_param_scheduler
  * builds it (after td_args_validate). */
 void td_args_lr_schedule(const td_args *a, td_lr_schedule *s);
+/* The schedule of --decoupled-lr's group (Megatron's max_lr / min_lr of the word
+ * embeddings and the output layer): the same steps, --decoupled-lr and
+ * --decoupled-min-lr (default --min-lr) as its peak and floor. */
+void td_args_decoupled_lr_schedule(const td_args *a, td_lr_schedule *s);
 /* The weight-decay schedule (after td_args_validate): over all training samples. */
 void td_args_wd_schedule(const td_args *a, td_wd_schedule *s);
 

@@ -42,8 +42,10 @@ static int format_mds(char *buf, size_t n, const td_train_log *l, const td_log_i
          (long long)l->iteration, (long long)l->train_iters, (long long)l->consumed_samples,
          (long long)l->consumed_tokens);
   append(buf, n, &len, " elapsed time per iteration (ms): %.1f |", sec_per_iter * 1000.0);
-  append(buf, n, &len, " learning rate: %.3E | global batch size: %5lld |", l->learning_rate,
-         (long long)l->global_batch_size);
+  append(buf, n, &len, " learning rate: %.3E |", l->learning_rate);
+  if (l->has_decoupled_lr)
+    append(buf, n, &len, " decoupled learning rate: %.3E |", l->decoupled_learning_rate);
+  append(buf, n, &len, " global batch size: %5lld |", (long long)l->global_batch_size);
   if (loss > 0.0) append(buf, n, &len, " lm loss: %.6E |", loss);
   if (l->has_loss_scale) append(buf, n, &len, " loss scale: %.1f |", l->loss_scale);
   norms(buf, n, &len, l);
@@ -72,8 +74,10 @@ int td_format_train_log(char *buf, size_t n, const td_train_log *l, const td_log
   if (l->log_throughput)
     append(buf, n, &len, " throughput per GPU (TFLOP/s/GPU): %.1f |",
            l->flops_per_iteration / (sec_per_iter * 1e12 * l->world_size));
-  append(buf, n, &len, " learning rate: %.6E | global batch size: %5lld |", l->learning_rate,
-         (long long)l->global_batch_size);
+  append(buf, n, &len, " learning rate: %.6E |", l->learning_rate);
+  if (l->has_decoupled_lr) /* Megatron's: on the stages holding the embeddings or the head */
+    append(buf, n, &len, " decoupled learning rate: %.6E |", l->decoupled_learning_rate);
+  append(buf, n, &len, " global batch size: %5lld |", (long long)l->global_batch_size);
   if (loss > 0.0) append(buf, n, &len, " lm loss: %.6E |", loss); /* as Megatron: avg > 0 */
   append(buf, n, &len, " loss scale: %.1f |", l->loss_scale);
   norms(buf, n, &len, l);

@@ -52,6 +52,8 @@ typedef struct {
   double flops_per_iteration; /* td_gpt_flops_per_iteration(global batch) */
   int world_size;
   double learning_rate, loss_scale;
+  int has_decoupled_lr;           /* --decoupled-lr: its group's rate follows the learning rate */
+  double decoupled_learning_rate;
   int has_grad_norm;
   double grad_norm;
   int has_num_zeros, has_params_norm; /* --log-num-zeros-in-grad, --log-params-norm */

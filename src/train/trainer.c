@@ -62,6 +62,8 @@ typedef struct {
   td_dtype compute;
   td_adamw opt;
   td_lr_schedule lr;
+  int decoupled;                 /* --decoupled-lr: the embeddings and output layer's group */
+  double dec_max_lr, dec_min_lr; /* its peak and floor on lr's steps */
   td_wd_schedule wd; /* --weight-decay-incr-style */
   td_loss_scaler scaler;
   td_mock_data mock[3];           /* --mock-data */
@@ -212,26 +214,39 @@ static int params_on_host(const trainer *t) {
   return t->a->offload_param && !td_device_has(t->dev, TD_DEVICE_HOST_MEMORY);
 }
 
+/* This rank's runs, those of the word embeddings and the output layer marked
+ * for --decoupled-lr's rate (a copy: td_free it). */
+static td_adam_run *optimizer_runs(const trainer *t, int *n) {
+  const int *tensor;
+  const td_adam_run *zr = td_zero_runs(t->zero, &tensor, n);
+  td_adam_run *runs = td_malloc(sizeof *runs * (size_t)(*n ? *n : 1));
+  for (int i = 0; i < *n; i++) {
+    runs[i] = zr[i];
+    runs[i].decoupled_lr = t->decoupled && td_gpt_tensor_at(t->model, tensor[i])->embedding_or_output;
+  }
+  return runs;
+}
+
 static void setup_optimizer(trainer *t) {
   const td_args *a = t->a;
   int n;
-  const td_adam_run *runs = td_zero_runs(t->zero, NULL, &n);
+  td_adam_run *runs = optimizer_runs(t, &n); /* td_adamw keeps its own merged copy */
   int64_t numel = td_zero_shard_numel(t->zero);
   float b1 = (float)a->adam_beta1, b2 = (float)a->adam_beta2, eps = (float)a->adam_eps;
+  float wd = (float)a->weight_decay;
   if (!a->optimizer_nvme_path && optimizer_on_host(t)) {
-    td_adamw_init_host(&t->opt, t->dev, numel, runs, n, b1, b2, eps, (float)a->weight_decay);
+    td_adamw_init_host(&t->opt, t->dev, numel, runs, n, b1, b2, eps, wd);
     if (params_on_host(t)) td_adamw_params_on_host(&t->opt);
-    return;
+  } else if (!a->optimizer_nvme_path) {
+    td_adamw_init(&t->opt, t->dev, numel, runs, n, b1, b2, eps, wd);
+  } else {
+    char stem[32], err[1024];
+    snprintf(stem, sizeof stem, "trident_adam_rank%05d", td_comm_rank(td_comm_world()));
+    if (td_adamw_init_nvme(&t->opt, t->dev, numel, runs, n, b1, b2, eps, wd,
+                           a->optimizer_nvme_path, stem, TD_NVME_CHUNK, err, sizeof err))
+      td_fail("zero_optimization.offload_optimizer (nvme): %s", err);
   }
-  if (!a->optimizer_nvme_path) {
-    td_adamw_init(&t->opt, t->dev, numel, runs, n, b1, b2, eps, (float)a->weight_decay);
-    return;
-  }
-  char stem[32], err[1024];
-  snprintf(stem, sizeof stem, "trident_adam_rank%05d", td_comm_rank(td_comm_world()));
-  if (td_adamw_init_nvme(&t->opt, t->dev, numel, runs, n, b1, b2, eps, (float)a->weight_decay,
-                         a->optimizer_nvme_path, stem, TD_NVME_CHUNK, err, sizeof err))
-    td_fail("zero_optimization.offload_optimizer (nvme): %s", err);
+  td_free(runs);
 }
 
 /* Which tensors this rank counts in whole-model statistics: under tensor
@@ -544,6 +559,14 @@ static void step_schedule(trainer *t) {
     s->warmup_tokens = (double)t->lr_tokens, s->has_warmup_tokens = 1;
 }
 
+/* The rate the next update gives a group (Megatron logs the optimizer's): the
+ * schedule's steps, with --decoupled-lr's peak and floor for that group. */
+static double rate_now(const trainer *t, int decoupled) {
+  td_lr_schedule s = t->lr;
+  if (decoupled) s.max_lr = t->dec_max_lr, s.min_lr = t->dec_min_lr;
+  return td_lr_at_tokens(&s, (double)t->lr_steps, (double)t->lr_tokens);
+}
+
 /* Norm, loss-scaler update, clipping, AdamW and the low-precision weight copy;
  * an overflowed (fp16) step is skipped. */
 static void optimizer_step(trainer *t, step_result *r, float scale) {
@@ -577,7 +600,8 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
   if (a->log_num_zeros_in_grad) r->num_zeros = sums[1];
   double clip = 1.0;
   if (a->clip_grad > 0 && r->grad_norm > a->clip_grad) clip = a->clip_grad / (r->grad_norm + 1e-6);
-  double lr = td_lr_at_tokens(&t->lr, (double)t->lr_steps, (double)t->lr_tokens);
+  double lr = rate_now(t, 0);
+  if (t->decoupled) t->opt.decoupled_lr = (float)rate_now(t, 1);
   t->opt.weight_decay = (float)td_wd_at(&t->wd, (double)t->lr_steps);
   td_timers_start(tm, TD_TIMER_OPTIMIZER_INNER_STEP);
   td_zero_update(t->zero, &t->opt, (float)lr, (float)(clip / scale));
@@ -702,10 +726,7 @@ static double evaluate(trainer *t, int split, int64_t *consumed) {
 
 /* ------------------------------------------------------------------ tensorboard */
 
-/* The learning rate the next update will use (Megatron logs the optimizer's). */
-static double lr_now(const trainer *t) {
-  return td_lr_at_tokens(&t->lr, (double)t->lr_steps, (double)t->lr_tokens);
-}
+static double lr_now(const trainer *t) { return rate_now(t, 0); }
 
 /* A Megatron scalar at this iteration and its "vs samples" twin (x: consumed
  * training samples). */
@@ -1117,6 +1138,7 @@ static void log_line(trainer *t, td_log_interval *w, double seconds, const step_
                         t->cur_batch, a->seq_length, a->num_layers, a->hidden_size,
                         a->ffn_hidden_size, t->cfg.vocab_size),
                     .world_size = t->topo.layout.world, .learning_rate = lr_now(t),
+                    .has_decoupled_lr = t->decoupled, .decoupled_learning_rate = rate_now(t, 1),
                     .loss_scale = t->scaler.scale, .has_grad_norm = a->clip_grad > 0 && !r->skipped,
                     .grad_norm = r->grad_norm, .has_num_zeros = r->num_zeros >= 0,
                     .num_zeros = r->num_zeros, .has_params_norm = r->params_norm >= 0,
@@ -1353,9 +1375,14 @@ int td_train(td_args *a) {
   setup_zero_and_pipeline(&t);
   td_zero_init_params(t.zero, (uint64_t)a->seed);
   setup_counted(&t);
+  td_args_lr_schedule(a, &t.lr); /* before the optimizer: its runs take the groups */
+  if ((t.decoupled = !isnan(a->decoupled_lr))) {
+    td_lr_schedule d;
+    td_args_decoupled_lr_schedule(a, &d);
+    t.dec_max_lr = d.max_lr, t.dec_min_lr = d.min_lr;
+  }
   setup_optimizer(&t);
   setup_checkpoint_views(&t);
-  td_args_lr_schedule(a, &t.lr);
   td_args_wd_schedule(a, &t.wd);
   td_args_loss_scaler(a, &t.scaler);
   setup_curriculum(&t);
