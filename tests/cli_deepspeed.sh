@@ -6,8 +6,9 @@
 # a bf16 block, with and without the Megatron flags Megatron-DeepSpeed's scripts
 # pass alongside. Bad configs: an unknown key (exit 1, the closest key named),
 # a batch that breaks DeepSpeed's identity or disagrees with --global-batch-size
-# (exit 1, both named), a conflicting flag. Arguments: the trident binary and
-# the source directory.
+# (exit 1, both named), a conflicting flag. DeepSpeed's OneCycle schedule, its
+# rates and its momentum, end to end. Arguments: the trident binary and the
+# source directory.
 set -u
 bin=$1
 
@@ -71,6 +72,47 @@ grep -q "ZeRO stage 1: Adam state sharded over 2 data-parallel ranks" "$log" &&
   [ "$(grep -c "note: --deepspeed_config .*steps_per_print" "$log")" = 1 ] &&
   ok "the config's ZeRO-1, batch and 2^11 loss scale are the run's; one note (steps_per_print)" ||
   fail "ZeRO / batch / loss scale / note lines of $log: $(grep -E 'note|global batch|ZeRO' "$log")"
+
+# DeepSpeed's OneCycle end to end (one rank, its schedule instead of Megatron's):
+# the log line's rates are the schedule's (12 steps up, 8 down, then the decay),
+# and its momentum reaches Adam: cycle_momentum with cycle_min_mom = cycle_max_mom
+# = 0.9 trains to the bits of betas [0.9, 0.99] without it (DeepSpeed's pair
+# puts 0.99 in beta2), and not to those of the optimizer's [0.9, 0.999].
+saved=("${model[@]}")
+model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32
+  --max-position-embeddings 32 --lr 3e-3 --weight-decay 0.1 --mock-data
+  --tokenizer-type NullTokenizer --vocab-size 200 --log-interval 1 --eval-iters 0 --seed 7
+  --train-iters 24 --micro-batch-size 2 --global-batch-size 8)
+one_cycle() { # MOMENTUM_PARAMS BETA2: a OneCycle config
+  echo "{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 2, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-3,
+    \"betas\": [0.9, $2], \"weight_decay\": 0.1}}, \"scheduler\": {\"type\": \"OneCycle\", \"params\":
+    {\"cycle_min_lr\": 1e-4, \"cycle_max_lr\": 2e-3, \"cycle_first_step_size\": 12,
+    \"cycle_second_step_size\": 8, \"decay_step_size\": 2, \"decay_lr_rate\": 0.5, $1}}}"
+}
+one_cycle '"cycle_min_mom": 0.9, "cycle_max_mom": 0.9' 0.999 >"$tmp/oc.json"
+one_cycle '"cycle_momentum": false' 0.99 >"$tmp/oc_b99.json"
+one_cycle '"cycle_momentum": false' 0.999 >"$tmp/oc_b999.json"
+run 1 "$tmp/oc.log" --deepspeed --deepspeed_config "$tmp/oc.json"
+run 1 "$tmp/oc_b99.log" --deepspeed --deepspeed_config "$tmp/oc_b99.json"
+run 1 "$tmp/oc_b999.log" --deepspeed --deepspeed_config "$tmp/oc_b999.json"
+sed -nE 's/.* iteration +([0-9]+)\/.* learning rate: ([^ ]+) \|.*/\1 \2/p' "$tmp/oc.log" >"$tmp/oc.rates"
+# the rate logged after j steps is the next step's: DeepSpeed's iteration i = j - 1,
+# n = i + 1 = j; past the 20-step cycle, d = i - 20 + 1 steps of decay
+bad=$(awk '{ i = $1 - 1; n = i + 1; lo = 1e-4; hi = 2e-3
+  if (i < 20) { f = n / 20 + 1 - int(1 + n / 20); q = 12 / 20
+    h = f <= q ? f / q : (f - 1) / (q - 1); want = lo + (hi - lo) * h }
+  else want = lo / (1 + 0.5 * (i - 20 + 1) / 2)
+  r = ($2 - want) / want; if (r < 0) r = -r; if (r > 1e-3) print $1, $2, want }' "$tmp/oc.rates")
+[ "$(wc -l <"$tmp/oc.rates")" = 24 ] && [ -z "$bad" ] &&
+  ok "OneCycle: the logged rates climb 12 steps, fall 8, then decay ($(sed -n '1p;12p;20p;24p' "$tmp/oc.rates" | tr '\n' ';'))" ||
+  fail "OneCycle rates ($(wc -l <"$tmp/oc.rates") lines): $bad"
+grep -q "note: .*OneCycle: cycle_momentum" "$tmp/oc.log" && ok "OneCycle's momentum is noted" ||
+  fail "no cycle_momentum note: $(grep note "$tmp/oc.log")"
+same "$tmp/oc.log" "$tmp/oc_b99.log" 0 "OneCycle's momentum 0.9 == betas [0.9, 0.99], bit for bit"
+losses "$tmp/oc.log" >"$tmp/a.l" && losses "$tmp/oc_b999.log" >"$tmp/b.l"
+! cmp -s "$tmp/a.l" "$tmp/b.l" && ok "and differs from the optimizer's betas [0.9, 0.999] (beta2 0.99 reaches Adam)" ||
+  fail "OneCycle's beta2 did not reach Adam"
+model=("${saved[@]}")
 
 # expect_error MESSAGE ARGS...: exit 1 with "trident: error: ...MESSAGE" (under mpirun -np 2).
 expect_error() {

@@ -3,8 +3,10 @@
  * file reported together, unknown keys with the closest known one, conflicts
  * with Megatron flags, what lands in td_args, and the two DeepSpeed pieces with
  * their own arithmetic: the DynamicLossScaler rule on a scripted overflow
- * sequence, and the WarmupLR / WarmupDecayLR / WarmupCosineLR formulas. Every
- * expected number is worked out here from DeepSpeed's rules. */
+ * sequence, the WarmupLR / WarmupDecayLR / WarmupCosineLR formulas, and
+ * LRRangeTest and OneCycle (rates and Adam betas) step for step against their
+ * objects as lr_schedules.py runs them. Every expected number is worked out here
+ * from DeepSpeed's rules. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,7 +198,13 @@ static void test_error_kinds(void) {
       {"{\"optimizer\": {\"type\": \"Adagrad\"}}", "optimizer.type Adagrad: not yet implemented"},
       {"{\"optimizer\": {\"type\": \"SGD\"}}",
        "optimizer.type: expects one of \"Adam\", \"AdamW\""},
-      {"{\"scheduler\": {\"type\": \"OneCycle\"}}", "scheduler.type OneCycle: not yet implemented"},
+      {"{\"scheduler\": {\"type\": \"OneCycle\"}}",
+       "scheduler.params: OneCycle needs cycle_min_lr and cycle_max_lr"},
+      {"{\"scheduler\": {\"type\": \"LRRangeTest\", \"params\": {\"warmup_num_steps\": 5}}}",
+       "scheduler.params.warmup_num_steps: not a parameter of LRRangeTest"},
+      {"{\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 1e-4, "
+       "\"cycle_max_lr\": 1e-3, \"cycle_min_mom\": 1.5}}}",
+       "scheduler.params.cycle_min_mom: expects"},
       {"{\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_type\": \"cosine\"}}}",
        "warmup_type: expects one of \"log\", \"linear\""},
       {"{\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}",
@@ -699,6 +707,85 @@ static void test_warmup_cosine_lr(void) {
   CHECK_STEP(&s, 1000, base * cmin);                    /* p clamped at 1 */
 }
 
+/* DeepSpeed's LRRangeTest and OneCycle as objects: constructed (iteration -1),
+ * then step() after every optimizer step, get_lr() / get_mom() read at each
+ * call, as lr_schedules.py runs them; the rate and betas of each step. */
+typedef struct {
+  double lr, beta1, beta2;
+} ref_values;
+
+typedef struct {
+  int one_cycle;
+  double min_lr, step_size, step_rate; /* LRRangeTest */
+  int staircase;
+  double lo, hi, first, second, decay_step, decay_lr, mlo, mhi, decay_mom; /* OneCycle */
+  int last; /* last_batch_iteration */
+} ref_sched;
+
+static double ref_scale(const ref_sched *r) {
+  double total = r->first + r->second, ratio = r->first / total, n = r->last + 1.0;
+  double cycle = floor(1.0 + n / total), x = 1.0 + n / total - cycle;
+  return x <= ratio ? x / ratio : (x - 1.0) / (ratio - 1.0);
+}
+
+static ref_values ref_get(const ref_sched *r) {
+  if (!r->one_cycle) {
+    double interval = (r->last + 1.0) / r->step_size;
+    if (r->staircase) interval = floor(interval);
+    return (ref_values){r->min_lr * (1.0 + r->step_rate * interval), NAN, NAN};
+  }
+  double total = r->first + r->second;
+  if (r->last < total) {
+    double h = ref_scale(r);
+    return (ref_values){r->lo + (r->hi - r->lo) * h, r->mhi - (r->mhi - r->mlo) * h, 0.99};
+  }
+  double d = r->last - total + 1.0;
+  double lr = r->decay_step == 0 || r->decay_lr == 0 ? r->lo : r->lo / (1.0 + r->decay_lr * d / r->decay_step);
+  double m = r->decay_step == 0 || r->decay_mom == 0 ? r->mhi : r->mhi * (1.0 + r->decay_mom * d / r->decay_step);
+  return (ref_values){lr, m, 0.99};
+}
+
+/* Steps 0 .. n-1 of the reference against td_lr_at / td_betas_at (8 samples a step). */
+static void check_against_reference(const td_lr_schedule *s, ref_sched r, int n, const char *what) {
+  ref_values v = r.one_cycle ? (ref_values){r.lo, r.mlo, 0.99} : (ref_values){r.min_lr, NAN, NAN};
+  double worst = 0;
+  int betas_ok = 1;
+  for (int k = 0; k < n; k++) { /* step k runs with v, then step() */
+    double lr = td_lr_at(s, 8.0 * k), b1 = NAN, b2 = NAN;
+    int has = td_betas_at(s, 8.0 * k, &b1, &b2);
+    worst = fmax(worst, fabs(lr - v.lr) / fmax(fabs(v.lr), 1e-30));
+    if (r.one_cycle) betas_ok &= has && fabs(b1 - v.beta1) <= 1e-12 && b2 == 0.99;
+    else betas_ok &= !has;
+    r.last++;
+    v = ref_get(&r);
+  }
+  CHECK(worst <= 1e-12 && betas_ok, "%s: %d steps' rates within %.3g of DeepSpeed's object, betas %s",
+        what, n, worst, betas_ok ? "too" : "DIFFER");
+}
+
+static void test_range_test_and_one_cycle(void) {
+  td_lr_schedule s = {0};
+  s.ds = (td_ds_lr){.type = TD_DS_LR_RANGE_TEST, .min_lr = 2e-4, .range_step_size = 7,
+                    .range_step_rate = 0.5, .samples_per_step = 8};
+  ref_sched r = {.min_lr = 2e-4, .step_size = 7, .step_rate = 0.5, .last = -1};
+  check_against_reference(&s, r, 40, "LRRangeTest, continuous");
+  s.ds.range_staircase = r.staircase = 1;
+  check_against_reference(&s, r, 40, "LRRangeTest, staircase");
+  s.ds = (td_ds_lr){.type = TD_DS_LR_ONE_CYCLE, .cycle_lo = 1e-4, .cycle_hi = 1e-3,
+                    .cycle_first = 10, .cycle_total = 25, .cycle_momentum = 1, .mom_lo = 0.8,
+                    .mom_hi = 0.95, .samples_per_step = 8};
+  r = (ref_sched){.one_cycle = 1, .lo = 1e-4, .hi = 1e-3, .first = 10, .second = 15,
+                  .mlo = 0.8, .mhi = 0.95, .last = -1};
+  check_against_reference(&s, r, 60, "OneCycle 10 up, 15 down, no decay");
+  s.ds.decay_step_size = r.decay_step = 4;
+  s.ds.decay_lr_rate = r.decay_lr = 0.3;
+  s.ds.decay_mom_rate = r.decay_mom = 0.01;
+  check_against_reference(&s, r, 60, "OneCycle with the lr and momentum decay after the cycle");
+  s.ds.cycle_momentum = 0;
+  double b1, b2;
+  CHECK(!td_betas_at(&s, 8.0 * 3, &b1, &b2), "OneCycle without cycle_momentum leaves the betas");
+}
+
 /* The config's scheduler through td_args, as the trainer gets it. */
 static void test_schedule_from_config(void) {
   td_args a;
@@ -724,6 +811,26 @@ static void test_schedule_from_config(void) {
   CHECK(rc == 0 && s.ds.type == TD_DS_LR_WARMUP_COSINE && s.ds.base_lr == 6e-4 &&
             s.ds.cos_min_ratio == 1e-4 && s.ds.warmup_min_ratio == 0.0 && s.ds.warmup_steps == 1000,
         "WarmupCosineLR scales the optimizer's lr, DeepSpeed's defaults (%s)", err);
+  td_args_free(&a);
+  rc = run(&a, "",
+           "{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"OneCycle\", \"params\": "
+           "{\"cycle_min_lr\": 1e-4, \"cycle_max_lr\": 1e-3, \"cycle_first_step_size\": 30, "
+           "\"decay_step_size\": 5}}}",
+           1, err, sizeof err);
+  td_args_lr_schedule(&a, &s);
+  CHECK(rc == 0 && s.ds.type == TD_DS_LR_ONE_CYCLE && s.ds.cycle_lo == 1e-4 &&
+            s.ds.cycle_hi == 1e-3 && s.ds.cycle_first == 30 && s.ds.cycle_total == 60 &&
+            s.ds.decay_step_size == 5 && s.ds.decay_lr_rate == 0 && s.ds.cycle_momentum &&
+            s.ds.mom_lo == 0.8 && s.ds.mom_hi == 0.9,
+        "OneCycle: the second half defaults to the first, DeepSpeed's momentum defaults (%s)", err);
+  td_args_free(&a);
+  rc = run(&a, "",
+           "{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"LRRangeTest\"}}", 1, err,
+           sizeof err);
+  td_args_lr_schedule(&a, &s);
+  CHECK(rc == 0 && s.ds.type == TD_DS_LR_RANGE_TEST && s.ds.min_lr == 1e-3 &&
+            s.ds.range_step_size == 2000 && s.ds.range_step_rate == 1.0 && !s.ds.range_staircase,
+        "LRRangeTest: DeepSpeed's defaults (%s)", err);
   td_args_free(&a);
   expect_error("--lr 3e-4",
                "{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": "
@@ -806,6 +913,7 @@ static void test_curriculum_config(void) {
 }
 
 int main(void) {
+  test_range_test_and_one_cycle();
   test_curriculum_config();
   test_parse_example();
   test_parse_values();

@@ -41,8 +41,44 @@ static double ds_cosine_ratio(const td_ds_lr *s, double i) {
   return fmax(0.0, s->cos_min_ratio + (1.0 - s->cos_min_ratio) * (1.0 + cos(M_PI * p)) / 2.0);
 }
 
+/* OneCycle's position h in [0, 1] within the cycle at iteration i < C. */
+static double cycle_height(const td_ds_lr *s, double i) {
+  const double n = i + 1.0, q = s->cycle_first / s->cycle_total;
+  const double f = 1.0 + n / s->cycle_total - floor(1.0 + n / s->cycle_total);
+  return f <= q ? f / q : (f - 1.0) / (q - 1.0);
+}
+
+/* OneCycle's decay factor d / decay_step_size x rate after the cycle (0: none). */
+static double cycle_decay(const td_ds_lr *s, double i, double rate) {
+  if (s->decay_step_size == 0.0 || rate == 0.0) return 0.0;
+  return rate * (i - s->cycle_total + 1.0) / s->decay_step_size;
+}
+
+static double one_cycle_lr(const td_ds_lr *s, double i) {
+  if (i < 0) return s->cycle_lo; /* set at construction */
+  if (i < s->cycle_total) return s->cycle_lo + (s->cycle_hi - s->cycle_lo) * cycle_height(s, i);
+  return s->cycle_lo / (1.0 + cycle_decay(s, i, s->decay_lr_rate));
+}
+
+int td_ds_betas_at_iteration(const td_ds_lr *s, double i, double *beta1, double *beta2) {
+  if (s->type != TD_DS_LR_ONE_CYCLE || !s->cycle_momentum) return 0;
+  *beta2 = 0.99;
+  if (i < 0)
+    *beta1 = s->mom_lo;
+  else if (i < s->cycle_total)
+    *beta1 = s->mom_hi - (s->mom_hi - s->mom_lo) * cycle_height(s, i);
+  else
+    *beta1 = s->mom_hi * (1.0 + cycle_decay(s, i, s->decay_mom_rate));
+  return 1;
+}
+
 double td_ds_lr_at_iteration(const td_ds_lr *s, double i) {
   if (s->type == TD_DS_LR_WARMUP_COSINE) return s->base_lr * ds_cosine_ratio(s, i);
+  if (s->type == TD_DS_LR_ONE_CYCLE) return one_cycle_lr(s, i);
+  if (s->type == TD_DS_LR_RANGE_TEST) {
+    double x = (i + 1.0) / s->range_step_size;
+    return s->min_lr * (1.0 + s->range_step_rate * (s->range_staircase ? floor(x) : x));
+  }
   double g = 1.0;
   if (i < 0)
     g = 0.0; /* WarmupLR's rate before the first step: warmup_min_lr */
@@ -73,9 +109,19 @@ static double token_decay_lr(const td_lr_schedule *s, double tokens) {
   return s->min_lr + c * (s->max_lr - s->min_lr);
 }
 
+/* DeepSpeed's iteration of the update after `step` samples: step k (0-based)
+ * runs with iteration k - 1's values. */
+static double ds_iteration(const td_lr_schedule *s, double step) {
+  return floor(step / s->ds.samples_per_step + 0.5) - 1.0;
+}
+
+int td_betas_at(const td_lr_schedule *s, double step, double *beta1, double *beta2) {
+  return s->ds.type != TD_DS_LR_NONE &&
+         td_ds_betas_at_iteration(&s->ds, ds_iteration(s, step), beta1, beta2);
+}
+
 double td_lr_at_tokens(const td_lr_schedule *s, double step, double tokens) {
-  if (s->ds.type != TD_DS_LR_NONE) /* step k runs with iteration k - 1's rate */
-    return td_ds_lr_at_iteration(&s->ds, floor(step / s->ds.samples_per_step + 0.5) - 1.0);
+  if (s->ds.type != TD_DS_LR_NONE) return td_ds_lr_at_iteration(&s->ds, ds_iteration(s, step));
   double w = warmup_lr(s, step, tokens);
   if (w >= 0) return w;
   if (s->style == TD_LR_CONSTANT) return s->max_lr;

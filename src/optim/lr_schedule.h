@@ -46,12 +46,29 @@ extern const char *const td_wsd_style_names[];
  *                   else p = min(1, (i - W + 1) / max(1, T - W)),
  *                   r = max(0, cmin + (1 - cmin) (1 + cos(pi p)) / 2)
  * (min, max: warmup_min_lr, warmup_max_lr; base: the optimizer's lr; wmin,
- * cmin: warmup_min_ratio, cos_min_ratio). */
+ * cmin: warmup_min_ratio, cos_min_ratio), and with n = i + 1:
+ *   LRRangeTest:    min (1 + rate x), x = n / S, or floor(n / S) with staircase
+ *                   (min, S, rate: lr_range_test_min_lr, _step_size, _step_rate)
+ *   OneCycle:       a cycle of C = S1 + S2 iterations (cycle_first_step_size,
+ *                   cycle_second_step_size, default S1), q = S1 / C:
+ *                   i < C: f = n / C + 1 - floor(1 + n / C); h = f / q if f <= q,
+ *                          else (f - 1) / (q - 1);  lr = lo + (hi - lo) h
+ *                   else, d = i - C + 1: lo / (1 + decay_lr_rate d / decay_step_size)
+ *                          (lo when decay_step_size or decay_lr_rate is 0)
+ *                   (lo, hi: cycle_min_lr, cycle_max_lr; before the first step, lo).
+ *                   With cycle_momentum (default on) it sets Adam's betas too:
+ *                   beta2 = 0.99 (DeepSpeed's fixed second element); beta1 =
+ *                   cycle_min_mom before the first step, mhi - (mhi - mlo) h in
+ *                   the cycle, after it mhi (1 + decay_mom_rate d / decay_step_size)
+ *                   (mhi when decay_step_size or decay_mom_rate is 0). The stair
+ *                   counts change nothing, as in DeepSpeed. */
 typedef enum {
   TD_DS_LR_NONE, /* Megatron's schedule (the fields above) */
   TD_DS_LR_WARMUP,
   TD_DS_LR_WARMUP_DECAY,
-  TD_DS_LR_WARMUP_COSINE
+  TD_DS_LR_WARMUP_COSINE,
+  TD_DS_LR_RANGE_TEST,
+  TD_DS_LR_ONE_CYCLE
 } td_ds_lr_type;
 
 typedef struct {
@@ -63,10 +80,19 @@ typedef struct {
   double warmup_steps;               /* W: warmup_num_steps, at least 2 (as DeepSpeed) */
   double total_steps;                /* T: total_num_steps (WarmupDecayLR, WarmupCosineLR) */
   double samples_per_step;           /* the global batch: trident's step counter is in samples */
+  double range_step_size, range_step_rate; /* LRRangeTest (min_lr: its lr_range_test_min_lr) */
+  int range_staircase;
+  double cycle_lo, cycle_hi, cycle_first, cycle_total; /* OneCycle */
+  double decay_step_size, decay_lr_rate;
+  int cycle_momentum;
+  double mom_lo, mom_hi, decay_mom_rate;
 } td_ds_lr;
 
 /* DeepSpeed's get_lr() at last_batch_iteration i (-1: before the first step). */
 double td_ds_lr_at_iteration(const td_ds_lr *s, double i);
+/* OneCycle's Adam betas at iteration i: 1 with *beta1 and *beta2 set when the
+ * schedule sets them (cycle_momentum), else 0. */
+int td_ds_betas_at_iteration(const td_ds_lr *s, double i, double *beta1, double *beta2);
 
 typedef struct {
   double init_lr, max_lr, min_lr;
@@ -94,6 +120,11 @@ double td_lr_at(const td_lr_schedule *s, double step);
 /* The same with Megatron-DeepSpeed's token count t (td_lr_at passes NAN: no
  * token-based schedule). */
 double td_lr_at_tokens(const td_lr_schedule *s, double step, double tokens);
+
+/* The Adam betas the update after `step` samples runs with, where the schedule
+ * sets them (DeepSpeed's OneCycle with cycle_momentum): 1 and *beta1, *beta2;
+ * else 0 (the optimizer's own). */
+int td_betas_at(const td_lr_schedule *s, double step, double *beta1, double *beta2);
 
 /* Megatron's weight-decay schedule (OptimizerParamScheduler.get_wd), over
  * incr_steps samples (the whole training run), r = step / incr_steps:

@@ -130,11 +130,26 @@ static const dskey k_sched_params[] = {
     {N("cos_min_ratio"), AT(scheduler.cos_min_ratio), .r = R_UNIT},
     {I("last_batch_iteration"), .refuse = "the schedule's position is the checkpoint's (--load); "
                                           "starting it elsewhere is " NOT_BUILT},
-    {N("lr_range_test_min_lr")}, {N("lr_range_test_step_rate")}, {I("lr_range_test_step_size")},
-    {B("lr_range_test_staircase")}, {I("cycle_first_step_size")}, {I("cycle_first_stair_count")},
-    {I("cycle_second_step_size")}, {I("cycle_second_stair_count")}, {I("decay_step_size")},
-    {N("cycle_min_lr")}, {N("cycle_max_lr")}, {N("decay_lr_rate")}, {B("cycle_momentum")},
-    {N("cycle_min_mom")}, {N("cycle_max_mom")}, {N("decay_mom_rate")},
+    {N("lr_range_test_min_lr"), AT(scheduler.range_min_lr), .r = R_NONNEG},
+    {N("lr_range_test_step_rate"), AT(scheduler.range_step_rate), .r = R_NONNEG},
+    {I("lr_range_test_step_size"), AT(scheduler.range_step_size), .r = R_POS},
+    {B("lr_range_test_staircase"), AT(scheduler.range_staircase)},
+    {I("cycle_first_step_size"), AT(scheduler.cycle_first_step_size), .r = R_POS},
+    {I("cycle_second_step_size"), AT(scheduler.cycle_second_step_size), .r = R_POS},
+    {I("cycle_first_stair_count"), .r = R_NONNEG,
+     .note = "DeepSpeed's OneCycle stores the stair counts and never reads them: no stairs there "
+             "or here"},
+    {I("cycle_second_stair_count"), .r = R_NONNEG,
+     .note = "DeepSpeed's OneCycle stores the stair counts and never reads them: no stairs there "
+             "or here"},
+    {I("decay_step_size"), AT(scheduler.decay_step_size), .r = R_NONNEG},
+    {N("cycle_min_lr"), AT(scheduler.cycle_min_lr), .r = R_NONNEG},
+    {N("cycle_max_lr"), AT(scheduler.cycle_max_lr), .r = R_NONNEG},
+    {N("decay_lr_rate"), AT(scheduler.decay_lr_rate), .r = R_NONNEG},
+    {B("cycle_momentum"), AT(scheduler.cycle_momentum)},
+    {N("cycle_min_mom"), AT(scheduler.cycle_min_mom), .r = R_UNIT},
+    {N("cycle_max_mom"), AT(scheduler.cycle_max_mom), .r = R_UNIT},
+    {N("decay_mom_rate"), AT(scheduler.decay_mom_rate), .r = R_NONNEG},
     {0}};
 
 static const dskey k_scheduler[] = {
@@ -692,8 +707,20 @@ static int sched_takes(int type, const char *name) {
                                        "warmup_type",
                                        "last_batch_iteration",
                                        NULL};
+  static const char *const range[] = {"lr_range_test_min_lr",    "lr_range_test_step_size",
+                                      "lr_range_test_step_rate", "lr_range_test_staircase",
+                                      "last_batch_iteration",    NULL};
+  static const char *const cycle[] = {
+      "cycle_min_lr",           "cycle_max_lr",          "decay_lr_rate",
+      "cycle_first_step_size",  "cycle_second_step_size", "cycle_first_stair_count",
+      "cycle_second_stair_count", "decay_step_size",      "cycle_momentum",
+      "cycle_min_mom",          "cycle_max_mom",         "decay_mom_rate",
+      "last_batch_iteration",   NULL};
   if (type == TD_DS_SCHED_WARMUP_DECAY_LR && !strcmp(name, "total_num_steps")) return 1;
-  const char *const *list = type == TD_DS_SCHED_WARMUP_COSINE_LR ? cosine : warmup;
+  const char *const *list = type == TD_DS_SCHED_WARMUP_COSINE_LR ? cosine
+                            : type == TD_DS_SCHED_LR_RANGE_TEST  ? range
+                            : type == TD_DS_SCHED_ONE_CYCLE      ? cycle
+                                                                 : warmup;
   for (int i = 0; list[i]; i++)
     if (!strcmp(list[i], name)) return 1;
   return 0;
@@ -704,12 +731,8 @@ static void check_scheduler(td_ds_config *c, const cJSON *root) {
   int type = c->scheduler.type;
   if (type < 0) { /* absent (a bad one is reported already) */
     if (!lookup(root, "scheduler", "type"))
-      add_error(c, "scheduler: no \"type\" (WarmupLR, WarmupDecayLR or WarmupCosineLR)");
-    return;
-  }
-  if (type > TD_DS_SCHED_WARMUP_COSINE_LR) {
-    add_error(c, "scheduler.type %s: %s (WarmupLR, WarmupDecayLR and WarmupCosineLR are)",
-              k_schedulers[type], NOT_BUILT);
+      add_error(c, "scheduler: no \"type\" (WarmupLR, WarmupDecayLR, WarmupCosineLR, "
+                   "LRRangeTest or OneCycle)");
     return;
   }
   const cJSON *params = lookup(root, "scheduler", "params");
@@ -717,9 +740,21 @@ static void check_scheduler(td_ds_config *c, const cJSON *root) {
     if (find_key(k_sched_params, p->string) && !sched_takes(type, p->string))
       add_error(c, "scheduler.params.%s: not a parameter of %s (DeepSpeed would stop on it)",
                 p->string, k_schedulers[type]);
-  if (type != TD_DS_SCHED_WARMUP_LR && c->scheduler.total_num_steps == TD_DS_ABSENT)
+  if ((type == TD_DS_SCHED_WARMUP_DECAY_LR || type == TD_DS_SCHED_WARMUP_COSINE_LR) &&
+      c->scheduler.total_num_steps == TD_DS_ABSENT)
     add_error(c, "scheduler.params.total_num_steps: %s needs it (DeepSpeed has no default)",
               k_schedulers[type]);
+  if (type == TD_DS_SCHED_ONE_CYCLE &&
+      (isnan(c->scheduler.cycle_min_lr) || isnan(c->scheduler.cycle_max_lr)))
+    add_error(c, "scheduler.params: OneCycle needs cycle_min_lr and cycle_max_lr (DeepSpeed's "
+                 "constructor has no default for them)");
+  if (type == TD_DS_SCHED_ONE_CYCLE && c->scheduler.cycle_momentum != 0)
+    add_note(c, "scheduler OneCycle: cycle_momentum (on unless false) sets Adam's betas every "
+                "step, as DeepSpeed does: beta1 cycles inversely to the rate between "
+                "cycle_min_mom and cycle_max_mom, beta2 is 0.99, whatever the optimizer's betas");
+  if (type >= TD_DS_SCHED_LR_RANGE_TEST)
+    add_note(c, "scheduler %s sets the learning rate itself: --lr (the optimizer's lr) is not "
+                "used", k_schedulers[type]);
 }
 
 static void check_offload(td_ds_config *c) {
@@ -1096,14 +1131,15 @@ static void apply_scheduler(td_ds_config *c, td_args *a) {
       "lr-warmup-init",     "lr-decay-iters",     "lr-decay-samples",     "min-lr",
       "lr-wsd-decay-style", "lr-wsd-decay-iters", "lr-wsd-decay-samples", NULL};
   int type = c->scheduler.type;
-  if (!c->scheduler.present || type < 0 || type > TD_DS_SCHED_WARMUP_COSINE_LR) return;
+  if (!c->scheduler.present || type < 0) return;
   for (int i = 0; flags[i]; i++)
     if (td_args_given(a, flags[i]))
       add_error(c,
                 "--%s vs scheduler %s in the file: DeepSpeed's schedule replaces Megatron's, so "
                 "the flag would be ignored; give the schedule in one place",
                 flags[i], k_schedulers[type]);
-  if (type == TD_DS_SCHED_WARMUP_COSINE_LR) return; /* it scales the optimizer's lr */
+  /* WarmupCosineLR scales the optimizer's lr; LRRangeTest and OneCycle set their own */
+  if (type >= TD_DS_SCHED_WARMUP_COSINE_LR) return;
   /* WarmupLR's peak defaults to the optimizer's lr, WarmupDecayLR's to 0.001 */
   double peak = c->scheduler.warmup_max_lr;
   if (isnan(peak) && type == TD_DS_SCHED_WARMUP_DECAY_LR)
@@ -1342,11 +1378,32 @@ int td_ds_config_curriculum(const td_ds_config *c, td_curriculum *cl) {
   return 1;
 }
 
+/* LRRangeTest's and OneCycle's parameters, with DeepSpeed's defaults. */
+static void cycle_params(const td_ds_config *c, td_ds_lr *d) {
+  const __typeof__(c->scheduler) *k = &c->scheduler;
+  d->min_lr = or_default(k->range_min_lr, 1e-3);
+  d->range_step_size = (double)(k->range_step_size != TD_DS_ABSENT ? k->range_step_size : 2000);
+  d->range_step_rate = or_default(k->range_step_rate, 1.0);
+  d->range_staircase = k->range_staircase == 1;
+  d->cycle_lo = k->cycle_min_lr, d->cycle_hi = k->cycle_max_lr;
+  d->cycle_first =
+      (double)(k->cycle_first_step_size != TD_DS_ABSENT ? k->cycle_first_step_size : 2000);
+  d->cycle_total = d->cycle_first + (k->cycle_second_step_size != TD_DS_ABSENT
+                                         ? (double)k->cycle_second_step_size
+                                         : d->cycle_first);
+  d->decay_step_size = (double)(k->decay_step_size != TD_DS_ABSENT ? k->decay_step_size : 0);
+  d->decay_lr_rate = or_default(k->decay_lr_rate, 0.0);
+  d->cycle_momentum = k->cycle_momentum != 0; /* absent (-1): on */
+  d->mom_lo = or_default(k->cycle_min_mom, 0.8), d->mom_hi = or_default(k->cycle_max_mom, 0.9);
+  d->decay_mom_rate = or_default(k->decay_mom_rate, 0.0);
+}
+
 int td_ds_config_lr_schedule(const td_ds_config *c, const td_args *a, td_lr_schedule *s) {
   int type = c ? c->scheduler.type : -1;
-  if (!c || !c->scheduler.present || type < 0 || type > TD_DS_SCHED_WARMUP_COSINE_LR) return 0;
+  if (!c || !c->scheduler.present || type < 0) return 0;
   static const td_ds_lr_type types[] = {TD_DS_LR_WARMUP, TD_DS_LR_WARMUP_DECAY,
-                                        TD_DS_LR_WARMUP_COSINE};
+                                        TD_DS_LR_WARMUP_COSINE, TD_DS_LR_RANGE_TEST,
+                                        TD_DS_LR_ONE_CYCLE};
   int64_t w = c->scheduler.warmup_num_steps != TD_DS_ABSENT ? c->scheduler.warmup_num_steps : 1000;
   double lr = a->lr; /* the optimizer's: the file's optimizer.params.lr or --lr */
   *s = (td_lr_schedule){.max_lr = lr, .init_lr = lr, .min_lr = lr};
@@ -1361,6 +1418,7 @@ int td_ds_config_lr_schedule(const td_ds_config *c, const td_args *a, td_lr_sche
       .warmup_steps = (double)(w > 2 ? w : 2),
       .total_steps = (double)c->scheduler.total_num_steps,
       .samples_per_step = (double)a->global_batch_size};
+  if (type >= TD_DS_SCHED_LR_RANGE_TEST) cycle_params(c, &s->ds);
   return 1;
 }
 

@@ -35,7 +35,9 @@ typedef enum { TD_DS_OPT_ADAM, TD_DS_OPT_ADAMW } td_ds_optimizer;
 typedef enum {
   TD_DS_SCHED_WARMUP_LR,
   TD_DS_SCHED_WARMUP_DECAY_LR,
-  TD_DS_SCHED_WARMUP_COSINE_LR
+  TD_DS_SCHED_WARMUP_COSINE_LR,
+  TD_DS_SCHED_LR_RANGE_TEST,
+  TD_DS_SCHED_ONE_CYCLE
 } td_ds_scheduler;
 
 /* A list of integers (n = -1: absent). */
@@ -71,6 +73,13 @@ typedef struct td_ds_config_s {
     int params, warmup_type; /* 0 log, 1 linear */
     double warmup_min_lr, warmup_max_lr, warmup_min_ratio, cos_min_ratio;
     int64_t warmup_num_steps, total_num_steps;
+    double range_min_lr, range_step_rate; /* LRRangeTest */
+    int64_t range_step_size;
+    int range_staircase;
+    double cycle_min_lr, cycle_max_lr, decay_lr_rate, cycle_min_mom, cycle_max_mom,
+        decay_mom_rate; /* OneCycle */
+    int64_t cycle_first_step_size, cycle_second_step_size, decay_step_size;
+    int cycle_momentum;
   } scheduler;
   struct {
     int present;

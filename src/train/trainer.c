@@ -600,8 +600,10 @@ static void optimizer_step(trainer *t, step_result *r, float scale) {
   if (a->log_num_zeros_in_grad) r->num_zeros = sums[1];
   double clip = 1.0;
   if (a->clip_grad > 0 && r->grad_norm > a->clip_grad) clip = a->clip_grad / (r->grad_norm + 1e-6);
-  double lr = rate_now(t, 0);
+  double lr = rate_now(t, 0), b1, b2;
   if (t->decoupled) t->opt.decoupled_lr = (float)rate_now(t, 1);
+  if (td_betas_at(&t->lr, (double)t->lr_steps, &b1, &b2)) /* DeepSpeed's OneCycle momentum */
+    t->opt.beta1 = (float)b1, t->opt.beta2 = (float)b2;
   t->opt.weight_decay = (float)td_wd_at(&t->wd, (double)t->lr_steps);
   td_timers_start(tm, TD_TIMER_OPTIMIZER_INNER_STEP);
   td_zero_update(t->zero, &t->opt, (float)lr, (float)(clip / scale));
