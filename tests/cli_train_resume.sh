@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Resume is exact: 20 iterations straight and 10 + save + load + 10 print the same
 # losses to the last digit (fp32 and bf16, dropout on), also with the model flags
-# from the checkpoint (--use-checkpoint-args); the checkpoint has Megatron's layout; a damaged checkpoint is refused with a message and exit 1.
+# from the checkpoint (--use-checkpoint-args); --skip-train evaluates a checkpoint
+# as the training run's end did; the checkpoint has Megatron's layout; a damaged checkpoint is refused with a message and exit 1.
 # Arguments: the trident binary and the source directory.
 set -u
 bin=$1
@@ -95,6 +96,23 @@ rc=$?
 rc=$?
 [ $rc -eq 1 ] && grep -q "trident: error: --use-checkpoint-args needs --load" "$tmp/err" &&
   ok "--use-checkpoint-args without --load is refused" || fail "--use-checkpoint-args without --load: rc $rc $(cat "$tmp/err")"
+
+# --skip-train (Megatron's): no training, the final evaluation of the loaded
+# model: the validation and test lines the training run printed at its end,
+# to the last digit (the validation samples continue from the checkpoint's
+# count), and no checkpoint written.
+e="$tmp/evalonly"
+"$bin" train "${model[@]}" --train-iters 4 --eval-interval 2 --eval-iters 2 --save "$e" --save-interval 4 \
+  >"$tmp/train4.log" 2>&1 || fail "--skip-train's training run: $(tail -3 "$tmp/train4.log")"
+"$bin" train "${model[@]}" --train-iters 4 --eval-interval 2 --eval-iters 2 --load "$e" --skip-train \
+  >"$tmp/skip.log" 2>&1 || fail "--skip-train: $(tail -3 "$tmp/skip.log")"
+grep -E "on (validation|test) set" "$tmp/train4.log" >"$tmp/want_eval"
+grep -E "on (validation|test) set" "$tmp/skip.log" >"$tmp/got_eval"
+[ "$(wc -l <"$tmp/want_eval")" = 2 ] && cmp -s "$tmp/want_eval" "$tmp/got_eval" &&
+  grep -q "skipping training (--skip-train is on)" "$tmp/skip.log" && ! grep -q "iteration *[0-9]*/" "$tmp/skip.log" &&
+  [ "$(cat "$e/latest_checkpointed_iteration.txt")" = 4 ] && [ "$(ls "$e" | grep -c iter_)" = 1 ] &&
+  ok "--skip-train: the end-of-training evaluation of the checkpoint, the same lines ($(grep -o 'lm loss value: [^ ]*' "$tmp/got_eval" | tr '\n' ' '))" ||
+  fail "--skip-train: want $(cat "$tmp/want_eval") got $(grep -v note "$tmp/skip.log" | tail -4)"
 
 # Leaving early with a checkpoint, as Megatron does: --exit-duration-in-mins
 # (a fraction here, to be quick) and --exit-signal-handler (SIGTERM, e.g. a

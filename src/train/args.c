@@ -164,6 +164,8 @@ static const flag k_flags[] = {
      .help = "Megatron-DeepSpeed: Adam's state and update in host memory (DeepSpeed's cpu_adam) when the device's memory is its own (the CPU backend runs Adam on the host already)"},
     {.name = "exit-interval", INT(exit_interval), .c = C_POS, .g = G_TRAIN, .meta = "N",
      .help = "exit after an iteration divisible by N"},
+    {.name = "skip-train", BOOL(skip_train), .g = G_TRAIN,
+     .help = "train nothing: evaluate the model (of --load) on the validation and test sets (--eval-iters batches each) and exit"},
     {.name = "seed", INT(seed), .def = "1234", .c = C_NONNEG, .g = G_TRAIN, .meta = "N",
      .help = "seed of initialisation, dropout and data order"},
     {.name = "distributed-backend", CHOICE(distributed_backend), .def = "nccl", .choices = k_backends, .g = G_PARALLEL, .meta = "NAME",

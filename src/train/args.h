@@ -56,6 +56,7 @@ typedef struct {
   int64_t kv_channels;                        /* only hidden / heads is built */
   /* training */
   int64_t micro_batch_size, global_batch_size, train_iters, train_samples, exit_interval, seed;
+  int skip_train; /* Megatron's --skip-train: evaluation only */
   int64_t train_tokens;          /* Megatron-DeepSpeed: stop once this many tokens are consumed */
   td_strlist rampup_batch_size;  /* START INCREMENT SAMPLES (Megatron's RampupBatchsize...) */
   const char *step_batch_size_schedule;

@@ -197,7 +197,7 @@ const td_foreign_group td_foreign_groups[] = {
             "--train-data-path/--valid-data-path/--test-data-path, --split) with the GPT-2 or "
             "Null tokenizer",
      .names = "data-args-path per-split-data-args-path object-storage-cache-path full-validation "
-              "multiple-validation-sets skip-train tokenizer-metadata tiktoken-pattern "
+              "multiple-validation-sets tokenizer-metadata tiktoken-pattern "
               "tiktoken-num-special-tokens tiktoken-special-tokens legacy-tokenizer "
               "trust-remote-code special-tokens-file train-data-exact-num-epochs "
               "return-data-index data-efficiency-curriculum-learning train-idx-path "

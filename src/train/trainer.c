@@ -851,7 +851,8 @@ static void print_validation(trainer *t, const char *prefix, int split, int64_t 
   double loss = evaluate(t, split, consumed);
   td_format_validation(buf, sizeof buf, prefix, loss);
   if (!t->is_logger) return;
-  if (t->tb && split == SPLIT_VALID) { /* Megatron's evaluate_and_print_results */
+  /* Megatron's evaluate_and_print_results; not with --skip-train (its write_to_tensorboard) */
+  if (t->tb && split == SPLIT_VALID && !t->a->skip_train) {
     tb_pair(t, "lm loss validation", loss);
     if (t->a->log_validation_ppl_to_tensorboard)
       tb_pair(t, "lm loss validation ppl", exp(fmin(20.0, loss)));
@@ -1227,8 +1228,25 @@ static void set_batch(trainer *t) {
   t->cur_micro = t->cur_batch / (a->micro_batch_size * a->data_parallel_size);
 }
 
+/* The validation and test sets after training (or instead of it, --skip-train),
+ * as Megatron's pretrain ends. */
+static void final_evaluation(trainer *t) {
+  if (t->a->eval_iters <= 0) return;
+  char prefix[96];
+  int64_t consumed_test = 0;
+  snprintf(prefix, sizeof prefix, "iteration %lld on validation set", (long long)t->iteration);
+  print_validation(t, prefix, SPLIT_VALID, &t->consumed_valid);
+  snprintf(prefix, sizeof prefix, "iteration %lld on test set", (long long)t->iteration);
+  print_validation(t, prefix, SPLIT_TEST, &consumed_test);
+}
+
 static void train_loop(trainer *t) {
   const td_args *a = t->a;
+  if (a->skip_train) {
+    if (t->is_logger) printf("skipping training (--skip-train is on) ...\n");
+    final_evaluation(t);
+    return;
+  }
   td_log_interval w = {0};
   double interval_start = td_now_seconds(), start = interval_start;
   char why[64];
@@ -1274,14 +1292,7 @@ static void train_loop(trainer *t) {
     }
   }
   if (a->save && !saved_last && t->iteration > 0) save_checkpoint(t);
-  if (a->eval_iters > 0) {
-    char prefix[96];
-    int64_t consumed_test = 0;
-    snprintf(prefix, sizeof prefix, "iteration %lld on validation set", (long long)t->iteration);
-    print_validation(t, prefix, SPLIT_VALID, &t->consumed_valid);
-    snprintf(prefix, sizeof prefix, "iteration %lld on test set", (long long)t->iteration);
-    print_validation(t, prefix, SPLIT_TEST, &consumed_test);
-  }
+  final_evaluation(t);
 }
 
 static void trainer_free(trainer *t) {
