@@ -2,7 +2,8 @@
 # Resume is exact: 20 iterations straight and 10 + save + load + 10 print the same
 # losses to the last digit (fp32 and bf16, dropout on), also with the model flags
 # from the checkpoint (--use-checkpoint-args); --skip-train evaluates a checkpoint
-# as the training run's end did; the checkpoint has Megatron's layout; a damaged checkpoint is refused with a message and exit 1.
+# as the training run's end did; --save-retain-interval prunes the checkpoints
+# between its multiples; the checkpoint has Megatron's layout; a damaged checkpoint is refused with a message and exit 1.
 # Arguments: the trident binary and the source directory.
 set -u
 bin=$1
@@ -113,6 +114,28 @@ grep -E "on (validation|test) set" "$tmp/skip.log" >"$tmp/got_eval"
   [ "$(cat "$e/latest_checkpointed_iteration.txt")" = 4 ] && [ "$(ls "$e" | grep -c iter_)" = 1 ] &&
   ok "--skip-train: the end-of-training evaluation of the checkpoint, the same lines ($(grep -o 'lm loss value: [^ ]*' "$tmp/got_eval" | tr '\n' ' '))" ||
   fail "--skip-train: want $(cat "$tmp/want_eval") got $(grep -v note "$tmp/skip.log" | tail -4)"
+
+# --save-retain-interval (Megatron's): saves every 2 iterations keeping those
+# divisible by 4 and the latest: 2 and 6 are deleted once the next is written,
+# the resume reads the latest; not a multiple of --save-interval is refused.
+k="$tmp/retain"
+"$bin" train "${model[@]}" --train-iters 10 --save "$k" --save-interval 2 --save-retain-interval 4 \
+  >"$tmp/retain.log" 2>&1 || fail "--save-retain-interval run: $(tail -3 "$tmp/retain.log")"
+kept=$(cd "$k" && ls -d iter_* | tr '\n' ' ')
+[ "$kept" = "iter_0000004 iter_0000008 iter_0000010 " ] &&
+  [ "$(grep -c 'successfully deleted checkpoint from iteration' "$tmp/retain.log")" = 2 ] &&
+  grep -q "successfully deleted checkpoint from iteration       6 at $k" "$tmp/retain.log" &&
+  [ "$(cat "$k/latest_checkpointed_iteration.txt")" = 10 ] &&
+  ok "--save-retain-interval 4: kept $kept(2 and 6 deleted after the next save)" ||
+  fail "--save-retain-interval: kept '$kept': $(grep -E 'saved|deleted' "$tmp/retain.log")"
+"$bin" train "${model[@]}" --train-iters 12 --load "$k" >"$tmp/out" 2>&1 &&
+  grep -q "iteration       12/" "$tmp/out" && ok "the pruned directory resumes from its latest" ||
+  fail "resume after pruning: $(tail -2 "$tmp/out")"
+"$bin" train "${model[@]}" --train-iters 10 --save "$k" --save-interval 2 --save-retain-interval 3 \
+  >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc = 1 ] && grep -q "trident: error: --save-retain-interval 3 is not a multiple of --save-interval 2" "$tmp/err" &&
+  ok "--save-retain-interval 3 with --save-interval 2 is refused" || fail "rc $rc: $(cat "$tmp/err")"
 
 # Leaving early with a checkpoint, as Megatron does: --exit-duration-in-mins
 # (a fraction here, to be quick) and --exit-signal-handler (SIGTERM, e.g. a

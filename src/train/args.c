@@ -282,6 +282,8 @@ static const flag k_flags[] = {
     {.name = "save", STR(save), .g = G_LOG, .meta = "DIR", .help = "checkpoint directory to write"},
     {.name = "save-interval", INT(save_interval), .c = C_POS, .g = G_LOG, .meta = "N",
      .help = "save every N iterations (needed with --save)"},
+    {.name = "save-retain-interval", INT(save_retain_interval), .c = C_POS, .g = G_LOG, .meta = "N",
+     .help = "keep the checkpoints of iterations divisible by N and the latest one; each save deletes the one before it otherwise"},
     {.name = "load", STR(load), .g = G_LOG, .meta = "DIR",
      .help = "checkpoint directory to resume from"},
     {.name = "no-load-optim", BOOL(no_load_optim), .g = G_LOG,
@@ -1282,6 +1284,13 @@ static int check_data(td_args *a, char *err, size_t errlen) {
 static int check_run(td_args *a, char *err, size_t errlen) {
   if (a->save && a->save_interval == TD_UNSET)
     return td_errorf(err, errlen, "--save needs --save-interval N (as in Megatron)");
+  if (a->save_retain_interval != TD_UNSET && !a->save)
+    return td_errorf(err, errlen, "--save-retain-interval needs --save (the checkpoints to prune)");
+  if (a->save_retain_interval != TD_UNSET && a->save_retain_interval % a->save_interval)
+    return td_errorf(err, errlen,
+                     "--save-retain-interval %lld is not a multiple of --save-interval %lld (as "
+                     "Megatron asserts: the retained iterations must be saved ones)",
+                     (long long)a->save_retain_interval, (long long)a->save_interval);
   if (a->use_distributed_optimizer && a->zero_stage == 0) a->zero_stage = 1;
   return 0;
 }

@@ -89,6 +89,7 @@ typedef struct {
   int data_impl;       /* --data-impl: 0 mmap, 1 infer (= mmap); lazy and cached are refused */
   /* evaluation, checkpoints, logging */
   int64_t eval_interval, eval_iters, save_interval, log_interval;
+  int64_t save_retain_interval; /* TD_UNSET: keep every checkpoint */
   int timing_log_level;
   const char *save, *load;
   int no_load_optim, no_load_rng, finetune, log_throughput;

@@ -186,7 +186,7 @@ const td_foreign_group td_foreign_groups[] = {
     {.refused = 1,
      .why = "not built: --save writes a checkpoint every --save-interval iterations, and --load "
             "resumes from the latest one in DIR",
-     .names = "save-retain-interval persistent-save-interval non-persistent-save-interval "
+     .names = "persistent-save-interval non-persistent-save-interval "
               "non-persistent-ckpt-type non-persistent-global-ckpt-dir "
               "non-persistent-local-ckpt-dir non-persistent-local-ckpt-algo pretrained-checkpoint "
               "ckpt-step ckpt-convert-format ckpt-convert-save use-mp-args-from-checkpoint-args "

@@ -9,10 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/files.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/memory_limit.h"
@@ -906,6 +908,23 @@ static void gather_whole(trainer *t, int with_optim, float *full[3]) {
   }
 }
 
+/* --save-retain-interval: the checkpoint of iteration it, superseded by the one
+ * just committed, removed as Megatron does (not a symbolic link; a failure only
+ * said). */
+static void prune(const char *dir, int64_t it) {
+  char path[4096], err[512];
+  snprintf(path, sizeof path, "%s/iter_%07lld", dir, (long long)it);
+  struct stat st;
+  if (!lstat(path, &st) && S_ISLNK(st.st_mode))
+    printf("  skipping deleting checkpoint from iteration %7lld at %s since it is a symbolic "
+           "link\n", (long long)it, dir);
+  else if (td_remove_tree(path, err, sizeof err))
+    printf("  encountered exception \"%s\" when trying to delete checkpoint from iteration %7lld "
+           "at %s\n", err, (long long)it, dir);
+  else
+    printf("  successfully deleted checkpoint from iteration %7lld at %s\n", (long long)it, dir);
+}
+
 static void save_checkpoint(trainer *t) {
   const td_args *a = t->a;
   td_zero_sync_params(t->zero); /* the views read the flat parameters */
@@ -928,6 +947,9 @@ static void save_checkpoint(trainer *t) {
   double t0 = td_now_seconds();
   const char *dir = a->save;
   int rc = 0;
+  int64_t prev = t->is_logger && a->save_retain_interval != TD_UNSET
+                     ? td_checkpoint_latest(dir, err, sizeof err)
+                     : -1; /* the latest before this save (-1: none or unreadable) */
   float *full[3]; /* ZeRO: whole buffers gathered on DP rank 0 */
   gather_whole(t, !a->no_save_optim, full);
   if (t->is_logger) rc = td_checkpoint_save_prepare(dir, t->iteration, err, sizeof err);
@@ -943,6 +965,7 @@ static void save_checkpoint(trainer *t) {
   if (t->is_logger) {
     printf("  successfully saved checkpoint at iteration %7lld to %s [ t %.3fs ]\n",
            (long long)t->iteration, dir, td_now_seconds() - t0);
+    if (prev > 0 && prev != t->iteration && prev % a->save_retain_interval) prune(dir, prev);
     fflush(stdout);
   }
   td_comm_barrier(t->topo.world);
