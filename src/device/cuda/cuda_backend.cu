@@ -97,21 +97,27 @@ void td_cuda_free(td_cuda *c, void *p) {
   TD_CUDA_OK(c->pools ? cudaFreeAsync(p, c->stream) : cudaFree(p));
 }
 
+static void live_add(void *p, size_t bytes); /* memory_stats' table, below */
+static int live_remove(void *p);
+
 void *td_cuda_workspace(td_cuda *c) {
-  if (!c->workspace && cudaMalloc(&c->workspace, TD_CUDA_WORKSPACE_BYTES) != cudaSuccess) {
+  if (c->workspace) return c->workspace;
+  if (cudaMalloc(&c->workspace, TD_CUDA_WORKSPACE_BYTES) != cudaSuccess) {
     (void)cudaGetLastError();
     td_fail("cuda:%d: cannot allocate cuBLASLt's %d MiB workspace", c->index,
             (int)(TD_CUDA_WORKSPACE_BYTES >> 20));
   }
+  live_add(c->workspace, TD_CUDA_WORKSPACE_BYTES); /* in memory_stats, as the ops' buffers */
   return c->workspace;
 }
 
 void *td_cuda_scratch(td_cuda *c, size_t bytes) {
   if (bytes <= c->scratch_bytes) return c->scratch;
   if (!c->pools) td_cuda_wait_stream(c); /* the old buffer may still be in use */
-  if (c->scratch) td_cuda_free(c, c->scratch);
+  if (c->scratch) td_cuda_free_counted(c, c->scratch);
+  c->scratch = NULL, c->scratch_bytes = 0;
   size_t grown = bytes + bytes / 4;
-  if (td_cuda_malloc(c, &c->scratch, grown) != cudaSuccess) {
+  if (td_cuda_malloc_counted(c, &c->scratch, grown) != cudaSuccess) {
     (void)cudaGetLastError();
     td_fail("cuda:%d: cannot allocate %.1f MiB of kernel scratch", c->index, grown / 1048576.0);
   }
@@ -202,8 +208,11 @@ extern "C" void td_cuda_close(void *impl) {
   td_cuda_gemm_release(c);
   td_cudnn_release(c);
   td_cuda_adam_release(c);
-  if (c->scratch) td_cuda_free(c, c->scratch);
-  if (c->workspace) TD_CUDA_OK(cudaFree(c->workspace));
+  if (c->scratch) td_cuda_free_counted(c, c->scratch);
+  if (c->workspace) {
+    live_remove(c->workspace);
+    TD_CUDA_OK(cudaFree(c->workspace));
+  }
   TD_CUDA_OK(cudaFree(c->reduce));
   TD_CUDA_OK(cudaFreeHost(c->err_host));
   TD_LT_OK(td_lt.cublasLtDestroy(c->lt));
@@ -285,6 +294,17 @@ static int live_remove(void *p) {
   }
   pthread_mutex_unlock(&g_live.lock);
   return found;
+}
+
+cudaError_t td_cuda_malloc_counted(td_cuda *c, void **p, size_t bytes) {
+  cudaError_t e = td_cuda_malloc(c, p, bytes);
+  if (e == cudaSuccess) live_add(*p, bytes);
+  return e;
+}
+
+void td_cuda_free_counted(td_cuda *c, void *p) {
+  live_remove(p);
+  td_cuda_free(c, p);
 }
 
 static void cu_memory_stats(td_device *d, size_t *allocated, size_t *peak) {

@@ -337,9 +337,9 @@ static void *dropout_mask(td_cuda *c, const td_attention_desc *ad) {
   td_cudnn *n = c->cudnn;
   if (bytes > n->mask_cap) {
     if (n->mask_refused && bytes >= n->mask_refused) return NULL;
-    if (n->mask) td_cuda_free(c, n->mask);
+    if (n->mask) td_cuda_free_counted(c, n->mask);
     n->mask = NULL, n->mask_cap = 0;
-    if (td_cuda_malloc(c, &n->mask, bytes) != cudaSuccess) {
+    if (td_cuda_malloc_counted(c, &n->mask, bytes) != cudaSuccess) {
       (void)cudaGetLastError();
       n->mask = NULL, n->mask_refused = bytes;
       td_warn("%s: no room for cuDNN's attention dropout mask (%.1f MiB, batch x heads x "
@@ -403,7 +403,7 @@ int td_cudnn_attention(td_cuda *c, const td_attention_desc *ad, int backward) {
 
 void td_cudnn_release(td_cuda *c) {
   if (!c->cudnn) return;
-  if (c->cudnn->mask) td_cuda_free(c, c->cudnn->mask);
+  if (c->cudnn->mask) td_cuda_free_counted(c, c->cudnn->mask);
   c->cudnn->graphs.clear();
   fe::detail::destroy_handle(c->cudnn->handle);
   delete c->cudnn;

@@ -89,6 +89,11 @@ void td_cuda_sync(td_cuda *c);
  * stream order with the pool: the work issued on c that uses p comes first. */
 cudaError_t td_cuda_malloc(td_cuda *c, void **p, size_t bytes);
 void td_cuda_free(td_cuda *c, void *p);
+/* The same for the backend's own buffers (kernel scratch, cuDNN's dropout mask),
+ * counted in memory_stats with the ops' allocations, as PyTorch's allocator
+ * counts its workspaces in its peak. */
+cudaError_t td_cuda_malloc_counted(td_cuda *c, void **p, size_t bytes);
+void td_cuda_free_counted(td_cuda *c, void *p);
 
 /* Device scratch of at least bytes (256-byte aligned), valid until the next call
  * that asks for more; stream order keeps one op's use apart from the next's. */
