@@ -786,52 +786,50 @@ static void test_range_test_and_one_cycle(void) {
   CHECK(!td_betas_at(&s, 8.0 * 3, &b1, &b2), "OneCycle without cycle_momentum leaves the betas");
 }
 
+/* The schedule a config gives the trainer (through td_args); *rc td_args_validate's. */
+static td_lr_schedule schedule_of(const char *json, int *rc, char *err, size_t errlen) {
+  td_args a;
+  td_lr_schedule s = {0};
+  *rc = run(&a, "", json, 1, err, errlen);
+  if (*rc == 0) td_args_lr_schedule(&a, &s);
+  td_args_free(&a);
+  return s;
+}
+
 /* The config's scheduler through td_args, as the trainer gets it. */
 static void test_schedule_from_config(void) {
-  td_args a;
   char err[1024];
-  int rc = run(&a, "",
-               "{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
-               "{\"warmup_num_steps\": 1, \"warmup_min_lr\": 0}}}",
-               1, err, sizeof err);
+  int rc;
+  td_lr_schedule s = schedule_of(
+      "{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
+      "{\"warmup_num_steps\": 1, \"warmup_min_lr\": 0}}}",
+      &rc, err, sizeof err);
   CHECK(rc == 0, "WarmupLR from the file validates (%s)", err);
-  td_lr_schedule s;
-  td_args_lr_schedule(&a, &s);
   CHECK(s.ds.type == TD_DS_LR_WARMUP && s.ds.samples_per_step == 8 && s.ds.warmup_steps == 2 &&
             s.ds.max_lr == 1e-3,
         "WarmupLR: W = max(2, 1), peak = the optimizer's lr (--lr), step = the global batch");
   CHECK(close_to(td_lr_at(&s, 8.0 * 2), 1e-3 * log(2.0) / log(2.0)), "step 2: iteration 1 of W=2");
-  td_args_free(&a);
-  rc = run(&a, "",
-           "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": "
-           "6e-4}}, \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": "
-           "{\"total_num_steps\": 100}}}",
-           1, err, sizeof err);
-  td_args_lr_schedule(&a, &s);
+  s = schedule_of("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+                  "{\"lr\": 6e-4}}, \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": "
+                  "{\"total_num_steps\": 100}}}",
+                  &rc, err, sizeof err);
   CHECK(rc == 0 && s.ds.type == TD_DS_LR_WARMUP_COSINE && s.ds.base_lr == 6e-4 &&
             s.ds.cos_min_ratio == 1e-4 && s.ds.warmup_min_ratio == 0.0 && s.ds.warmup_steps == 1000,
         "WarmupCosineLR scales the optimizer's lr, DeepSpeed's defaults (%s)", err);
-  td_args_free(&a);
-  rc = run(&a, "",
-           "{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"OneCycle\", \"params\": "
-           "{\"cycle_min_lr\": 1e-4, \"cycle_max_lr\": 1e-3, \"cycle_first_step_size\": 30, "
-           "\"decay_step_size\": 5}}}",
-           1, err, sizeof err);
-  td_args_lr_schedule(&a, &s);
+  s = schedule_of("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"OneCycle\", \"params\": "
+                  "{\"cycle_min_lr\": 1e-4, \"cycle_max_lr\": 1e-3, \"cycle_first_step_size\": 30, "
+                  "\"decay_step_size\": 5}}}",
+                  &rc, err, sizeof err);
   CHECK(rc == 0 && s.ds.type == TD_DS_LR_ONE_CYCLE && s.ds.cycle_lo == 1e-4 &&
             s.ds.cycle_hi == 1e-3 && s.ds.cycle_first == 30 && s.ds.cycle_total == 60 &&
             s.ds.decay_step_size == 5 && s.ds.decay_lr_rate == 0 && s.ds.cycle_momentum &&
             s.ds.mom_lo == 0.8 && s.ds.mom_hi == 0.9,
         "OneCycle: the second half defaults to the first, DeepSpeed's momentum defaults (%s)", err);
-  td_args_free(&a);
-  rc = run(&a, "",
-           "{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"LRRangeTest\"}}", 1, err,
-           sizeof err);
-  td_args_lr_schedule(&a, &s);
+  s = schedule_of("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"LRRangeTest\"}}", &rc,
+                  err, sizeof err);
   CHECK(rc == 0 && s.ds.type == TD_DS_LR_RANGE_TEST && s.ds.min_lr == 1e-3 &&
             s.ds.range_step_size == 2000 && s.ds.range_step_rate == 1.0 && !s.ds.range_staircase,
         "LRRangeTest: DeepSpeed's defaults (%s)", err);
-  td_args_free(&a);
   expect_error("--lr 3e-4",
                "{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": "
                "{\"total_num_steps\": 10}}}",

@@ -667,7 +667,6 @@ void td_gpt_logits_row_to_host(const td_gpt *m, int64_t token, float *out) {
   }
 }
 
-
 /* ------------------------------------------- generation: rows of one sequence */
 
 /* Row r0 of an activation of `width` columns of dtype dt. */
@@ -761,7 +760,6 @@ void td_gpt_forward_rows(td_gpt *m, const int32_t *tokens, int64_t r0, int64_t r
   last_row_logits(m, r1 - 1, last_logits);
   m->pending_backward = 0, m->logits_whole = 0;
 }
-
 
 /* The head's backward with its units' parameters and gradients (the word
  * embeddings' gradient, when tied, is final only after the embedding's). After

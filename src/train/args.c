@@ -1205,7 +1205,8 @@ static int check_schedule(td_args *a, char *err, size_t errlen) {
   if (a->min_lr > a->lr)
     return td_errorf(err, errlen, "--min-lr %g is larger than --lr %g", a->min_lr, a->lr);
   if (!isnan(a->decoupled_min_lr) && isnan(a->decoupled_lr))
-    return td_errorf(err, errlen, "--decoupled-min-lr needs --decoupled-lr (the group's peak rate)");
+    return td_errorf(err, errlen,
+                     "--decoupled-min-lr needs --decoupled-lr (the group's peak rate)");
 
   if (a->lr_decay_style == TD_LR_WSD && a->lr_wsd_decay_iters == TD_UNSET &&
       a->lr_wsd_decay_samples == TD_UNSET)
@@ -1501,10 +1502,12 @@ static int take_checkpoint_flags(td_args *a, const cJSON *args, int64_t it, char
     a->given[idx] = 1;
     if (len < sizeof a->checkpoint_args_note)
       len += (size_t)snprintf(a->checkpoint_args_note + len, sizeof a->checkpoint_args_note - len,
-                              "%s --%s%s%s", taken++ ? "," : "", f->name, f->k == K_BOOL ? "=" : " ",
+                              "%s --%s%s%s", taken++ ? "," : "", f->name,
+                              f->k == K_BOOL ? "=" : " ",
                               f->k == K_BOOL ? (text[0] == '1' ? "on" : "off") : text);
   }
-  if (!taken) snprintf(a->checkpoint_args_note + len, sizeof a->checkpoint_args_note - len, " nothing");
+  if (!taken)
+    snprintf(a->checkpoint_args_note + len, sizeof a->checkpoint_args_note - len, " nothing");
   if (a->position_embedding_type > 0 || a->normalization > 0)
     return td_errorf(err, errlen,
                      "--use-checkpoint-args: the checkpoint's model has --position-embedding-type "
@@ -1520,8 +1523,8 @@ static int take_checkpoint_flags(td_args *a, const cJSON *args, int64_t it, char
 static int use_checkpoint_args(td_args *a, char *err, size_t errlen) {
   if (!a->use_checkpoint_args) return 0;
   if (!a->load)
-    return td_errorf(err, errlen,
-                     "--use-checkpoint-args needs --load (the checkpoint whose model flags to take)");
+    return td_errorf(err, errlen, "--use-checkpoint-args needs --load (the checkpoint whose "
+                                  "model flags to take)");
   char why[768], *state = NULL;
   int64_t it = td_checkpoint_latest(a->load, why, sizeof why);
   if (it == -2) return td_errorf(err, errlen, "--use-checkpoint-args: --load %s", why);

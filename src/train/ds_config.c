@@ -120,6 +120,8 @@ static const dskey k_optimizer[] = {
 
 /* Every parameter of DeepSpeed's schedules; which belong to the chosen type is
  * checked after parsing (k_sched_params). */
+#define NO_STAIRS "DeepSpeed's OneCycle stores the stair counts and never reads them: no stairs " \
+                  "there or here"
 static const dskey k_sched_params[] = {
     {N("warmup_min_lr"), AT(scheduler.warmup_min_lr), .r = R_NONNEG},
     {N("warmup_max_lr"), AT(scheduler.warmup_max_lr), .r = R_NONNEG},
@@ -137,11 +139,9 @@ static const dskey k_sched_params[] = {
     {I("cycle_first_step_size"), AT(scheduler.cycle_first_step_size), .r = R_POS},
     {I("cycle_second_step_size"), AT(scheduler.cycle_second_step_size), .r = R_POS},
     {I("cycle_first_stair_count"), .r = R_NONNEG,
-     .note = "DeepSpeed's OneCycle stores the stair counts and never reads them: no stairs there "
-             "or here"},
+     .note = NO_STAIRS},
     {I("cycle_second_stair_count"), .r = R_NONNEG,
-     .note = "DeepSpeed's OneCycle stores the stair counts and never reads them: no stairs there "
-             "or here"},
+     .note = NO_STAIRS},
     {I("decay_step_size"), AT(scheduler.decay_step_size), .r = R_NONNEG},
     {N("cycle_min_lr"), AT(scheduler.cycle_min_lr), .r = R_NONNEG},
     {N("cycle_max_lr"), AT(scheduler.cycle_max_lr), .r = R_NONNEG},

@@ -224,7 +224,8 @@ static td_adam_run *optimizer_runs(const trainer *t, int *n) {
   td_adam_run *runs = td_malloc(sizeof *runs * (size_t)(*n ? *n : 1));
   for (int i = 0; i < *n; i++) {
     runs[i] = zr[i];
-    runs[i].decoupled_lr = t->decoupled && td_gpt_tensor_at(t->model, tensor[i])->embedding_or_output;
+    runs[i].decoupled_lr =
+        t->decoupled && td_gpt_tensor_at(t->model, tensor[i])->embedding_or_output;
   }
   return runs;
 }

@@ -530,7 +530,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
   if (slice < slices)
     for (int64_t j = slice; j < n; j += slices) {
       float p = s[j] * inv;
-      if (a.thr) p = td_hd_rng_u32(a.seed, a.stream, row + (uint64_t)j) >= a.thr ? p * a.keep_scale : 0.0f;
+      if (a.thr)
+        p = td_hd_rng_u32(a.seed, a.stream, row + (uint64_t)j) >= a.thr ? p * a.keep_scale : 0.0f;
       acc = fmaf(p, td_ld(qkv, j * ld + h * 3 * D + 2 * D + e), acc);
     }
   part[t] = acc;
