@@ -211,6 +211,31 @@ for size in "350M 24 1024 16" "760M 24 1536 16"; do
   note "GPT-2 $name bf16 seq 1024 mbs 8: ${result:-FAILED: $(tail -1 "$out/bench_train_$name.txt")}"
 done
 if [ $has_peer = 1 ] && [[ $peers == *" 0 "* ]] && fits 60 "PyTorch eager peer"; then run_peer 0; fi
+# generation with the key/value cache (attention_forward_rows on CUDA): GPT-2 124M
+# of one training step, seconds per token from 1 and 129 generated tokens
+if fits 60 "generation with the key/value cache"; then
+  gck=$(mktemp -d) # the checkpoint stays out of the returned logs
+  gen() { # N: seconds to generate N tokens (greedy), loading included
+    local t0
+    t0=$(date +%s.%N)
+    "$bin" generate --device cuda --load "$gck" --vocab-file data/gpt2/vocab.json \
+      --merge-file data/gpt2/merges.txt --prompt "In the beginning" --greedy --out-seq-length "$1" \
+      >>"$out/generate.txt" 2>&1 || { echo FAILED; return; }
+    awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }'
+  }
+  if "$bin" train --device cuda --num-layers 12 --hidden-size 768 --num-attention-heads 12 \
+    --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 1 \
+    --lr 1e-4 --train-iters 1 --eval-iters 0 --mock-data --tokenizer-type GPT2BPETokenizer \
+    --vocab-file data/gpt2/vocab.json --merge-file data/gpt2/merges.txt --save "$gck" \
+    --save-interval 1 --no-save-optim >"$out/generate_train.log" 2>&1; then
+    g1=$(gen 1) g129=$(gen 129)
+    note "generate, GPT-2 124M fp32 on CUDA: 1 token $g1 s, 129 tokens $g129 s ($(awk -v a="$g1" \
+      -v b="$g129" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.1f ms a token", (b - a) * 1000 / 128; else print "FAILED" }'); $out/generate.txt)"
+  else
+    note "generate's checkpoint FAILED: $(tail -1 "$out/generate_train.log")"
+  fi
+  rm -rf "$gck"
+fi
 # two or more GPUs: data-parallel equality and scaling over them (issue #12 item 5)
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${ngpu:-0}" -ge 2 ] && fits 240 "bench/gpu/scaling.sh over $ngpu GPUs"; then
