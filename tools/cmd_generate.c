@@ -160,20 +160,31 @@ static loaded load_model(const char *dir, const char *device) {
 
 /* ------------------------------------------------------------------ generation */
 
+/* Rows [0, rows) of a context that starts at ids[from], held by the model. */
+typedef struct {
+  int64_t rows, from;
+} held_rows;
+
 /* Continue ids[0..*n) (capacity *n + out_len) by up to out_len tokens; stops
  * after an end-of-document token. Sample k draws from RNG stream k. The context
  * is the last T tokens at positions 0..T-1; while it only grows, each token runs
  * one row through the model against the cached keys and values of the rows
  * before (td_gpt_forward_rows); once it slides, every row moves to a new
- * position and the whole context runs again. */
+ * position and the whole context runs again. *prompt: the rows of the prompt's
+ * context an earlier sample left (all but its last, whose logits are needed),
+ * updated for the next sample (none once the context slid over them). */
 static void generate(const loaded *l, const gen_args *a, int32_t eod, int64_t k, int32_t *ids,
-                     int64_t *n) {
+                     int64_t *n, held_rows *prompt) {
   const td_gpt_config *cfg = td_gpt_get_config(l->model);
   const int64_t T = cfg->seq_len;
   float *row = td_malloc((size_t)cfg->vocab_size * sizeof *row);
-  int64_t cached = 0, cached_from = -1; /* rows of the context in the model, from ids[cached_from] */
+  int64_t cached = prompt->rows, cached_from = prompt->rows ? prompt->from : -1;
+  held_rows first = {0, 0};
+  int slid = 0;
   for (int64_t step = 0; step < a->out_len; step++) {
     int64_t L = *n < T ? *n : T, from = *n - L; /* the context: the last T tokens */
+    if (step == 0) first = (held_rows){L - 1, from};
+    slid |= from != first.from;
     if (from != cached_from) cached = 0;
     td_gpt_forward_rows(l->model, ids + from, cached, L, row);
     cached = L, cached_from = from;
@@ -182,6 +193,7 @@ static void generate(const loaded *l, const gen_args *a, int32_t eod, int64_t k,
     ids[(*n)++] = next;
     if (next == eod) break;
   }
+  *prompt = slid ? (held_rows){0, 0} : first;
   td_free(row);
 }
 
@@ -234,11 +246,12 @@ int td_cmd_generate(int argc, char **argv) {
   /* an empty prompt starts after an end of document, as GPT-2 samples unconditionally */
   int64_t start = np ? (int64_t)np : 1;
   int32_t *ids = td_malloc((size_t)(start + a.out_len) * sizeof *ids);
+  held_rows prompt = {0, 0}; /* the prompt runs through the model once for all samples */
   for (int64_t k = 0; k < a.num_samples; k++) {
     int64_t n = start;
     if (np) memcpy(ids, prompt_ids, np * sizeof *ids);
     else ids[0] = eod;
-    generate(&l, &a, eod, k, ids, &n);
+    generate(&l, &a, eod, k, ids, &n, &prompt);
     print_sample(bpe, &a, ids, start, n);
   }
   td_free(ids), td_free(prompt_ids);
