@@ -16,10 +16,16 @@ static int cpu_has_avx512(void) {
          __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
 }
 
+/* F16C: CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c"). */
+static int cpu_has_f16c(void) {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
+}
+
 static int cpu_has_avx2(void) {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c() &&
+         __builtin_cpu_supports("bmi2");
 }
 
 int td_cpu_has_avx512_bf16(void) {
