@@ -1207,7 +1207,6 @@ static int check_schedule(td_args *a, char *err, size_t errlen) {
   if (!isnan(a->decoupled_min_lr) && isnan(a->decoupled_lr))
     return td_errorf(err, errlen,
                      "--decoupled-min-lr needs --decoupled-lr (the group's peak rate)");
-
   if (a->lr_decay_style == TD_LR_WSD && a->lr_wsd_decay_iters == TD_UNSET &&
       a->lr_wsd_decay_samples == TD_UNSET)
     return td_errorf(err, errlen,
@@ -1506,7 +1505,7 @@ static int take_checkpoint_flags(td_args *a, const cJSON *args, int64_t it, char
                               f->k == K_BOOL ? "=" : " ",
                               f->k == K_BOOL ? (text[0] == '1' ? "on" : "off") : text);
   }
-  if (!taken)
+  if (!taken && len < sizeof a->checkpoint_args_note) /* (a --load path may fill it) */
     snprintf(a->checkpoint_args_note + len, sizeof a->checkpoint_args_note - len, " nothing");
   if (a->position_embedding_type > 0 || a->normalization > 0)
     return td_errorf(err, errlen,

@@ -138,10 +138,8 @@ static const dskey k_sched_params[] = {
     {B("lr_range_test_staircase"), AT(scheduler.range_staircase)},
     {I("cycle_first_step_size"), AT(scheduler.cycle_first_step_size), .r = R_POS},
     {I("cycle_second_step_size"), AT(scheduler.cycle_second_step_size), .r = R_POS},
-    {I("cycle_first_stair_count"), .r = R_NONNEG,
-     .note = NO_STAIRS},
-    {I("cycle_second_stair_count"), .r = R_NONNEG,
-     .note = NO_STAIRS},
+    {I("cycle_first_stair_count"), .r = R_NONNEG, .note = NO_STAIRS},
+    {I("cycle_second_stair_count"), .r = R_NONNEG, .note = NO_STAIRS},
     {I("decay_step_size"), AT(scheduler.decay_step_size), .r = R_NONNEG},
     {N("cycle_min_lr"), AT(scheduler.cycle_min_lr), .r = R_NONNEG},
     {N("cycle_max_lr"), AT(scheduler.cycle_max_lr), .r = R_NONNEG},
@@ -1379,7 +1377,7 @@ int td_ds_config_curriculum(const td_ds_config *c, td_curriculum *cl) {
 }
 
 /* LRRangeTest's and OneCycle's parameters, with DeepSpeed's defaults. */
-static void cycle_params(const td_ds_config *c, td_ds_lr *d) {
+static void range_and_cycle_params(const td_ds_config *c, td_ds_lr *d) {
   const __typeof__(c->scheduler) *k = &c->scheduler;
   d->min_lr = or_default(k->range_min_lr, 1e-3);
   d->range_step_size = (double)(k->range_step_size != TD_DS_ABSENT ? k->range_step_size : 2000);
@@ -1418,7 +1416,7 @@ int td_ds_config_lr_schedule(const td_ds_config *c, const td_args *a, td_lr_sche
       .warmup_steps = (double)(w > 2 ? w : 2),
       .total_steps = (double)c->scheduler.total_num_steps,
       .samples_per_step = (double)a->global_batch_size};
-  if (type >= TD_DS_SCHED_LR_RANGE_TEST) cycle_params(c, &s->ds);
+  if (type >= TD_DS_SCHED_LR_RANGE_TEST) range_and_cycle_params(c, &s->ds);
   return 1;
 }
 
