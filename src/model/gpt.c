@@ -648,6 +648,18 @@ const float *td_gpt_stage_output(const td_gpt *m) { return last_hidden(m); }
 float *td_gpt_stage_output_grad(td_gpt *m) { return m->dres; }
 const float *td_gpt_stage_input_grad(const td_gpt *m) { return m->dres; }
 
+/* Row r of m->logits (V values in md) to host memory as fp32. */
+static void logits_to_host(const td_gpt *m, int64_t r, float *out) {
+  const size_t es = td_dtype_size(m->md);
+  void *host = m->md == TD_F32 ? (void *)out : td_malloc((size_t)m->V * es);
+  OPS(m)->copy_d2h(m->dev, host, (const char *)m->logits + (size_t)(r * m->V) * es,
+                   (size_t)m->V * es);
+  if (host != out) { /* bf16 */
+    for (int64_t j = 0; j < m->V; j++) out[j] = td_bf16_to_f32(((const uint16_t *)host)[j]);
+    td_free(host);
+  }
+}
+
 void td_gpt_logits_row_to_host(const td_gpt *m, int64_t token, float *out) {
   TD_CHECK(m->pending_backward && m->lay.has_head,
            "td_gpt_logits_row_to_host needs a forward of the stage holding the head (and no "
@@ -657,14 +669,7 @@ void td_gpt_logits_row_to_host(const td_gpt *m, int64_t token, float *out) {
            "logits chunks (logits_chunk 0) and td_gpt_forward_to");
   TD_CHECK(token >= 0 && token < m->N, "logits row %lld outside [0, %lld)", (long long)token,
            (long long)m->N);
-  const size_t es = td_dtype_size(m->md);
-  void *host = m->md == TD_F32 ? (void *)out : td_malloc((size_t)m->V * es);
-  OPS(m)->copy_d2h(m->dev, host, (const char *)m->logits + (size_t)(token * m->V) * es,
-                   (size_t)m->V * es);
-  if (host != out) { /* bf16 */
-    for (int64_t j = 0; j < m->V; j++) out[j] = td_bf16_to_f32(((const uint16_t *)host)[j]);
-    td_free(host);
-  }
+  logits_to_host(m, token, out);
 }
 
 /* ------------------------------------------- generation: rows of one sequence */
@@ -716,8 +721,8 @@ static void layer_forward_rows(td_gpt *m, int64_t l, int64_t r0, int64_t n) {
                              P(m, LT(m, l, TD_FC2_B)), n, F, C, md, !m->lay.no_residual_fusion);
 }
 
-/* The last row's logits [V] (md) in m->logits: the final LayerNorm of that row
- * and its product with the output layer, then to the host as fp32. */
+/* Row r's logits [V] (md) in m->logits' first row: the final LayerNorm of that
+ * row and its product with the output layer, then to the host as fp32. */
 static void last_row_logits(td_gpt *m, int64_t r, float *out) {
   const int64_t C = m->C, V = m->V;
   void *lnf = at_row(m->lnf, r, C, m->md);
@@ -726,13 +731,7 @@ static void last_row_logits(td_gpt *m, int64_t r, float *out) {
                             m->cfg.layernorm_eps);
   matmul_input(m, lnf, C);
   td_linear_forward(m->dev, m->logits, m->md, lnf, W(m, m->head_w), NULL, 1, C, V, m->md);
-  const size_t es = td_dtype_size(m->md);
-  void *host = m->md == TD_F32 ? (void *)out : td_malloc((size_t)V * es);
-  OPS(m)->copy_d2h(m->dev, host, m->logits, (size_t)V * es);
-  if (host != out) { /* bf16 */
-    for (int64_t j = 0; j < V; j++) out[j] = td_bf16_to_f32(((const uint16_t *)host)[j]);
-    td_free(host);
-  }
+  logits_to_host(m, 0, out);
 }
 
 void td_gpt_forward_rows(td_gpt *m, const int32_t *tokens, int64_t r0, int64_t r1,

@@ -1453,13 +1453,20 @@ static const struct {
     {"openai-gelu", 0},
 };
 
+/* Flag f's key in the args JSON (td_args_to_json, a checkpoint's "args"): the
+ * name with underscores. */
+static void json_key(const flag *f, char *key, size_t n) {
+  snprintf(key, n, "%s", f->name);
+  for (char *c = key; *c; c++)
+    if (*c == '-') *c = '_';
+}
+
 /* The checkpoint's value of flag f (its args key: the name with underscores) as
  * the command line would give it; 1 when the checkpoint has none (null, absent). */
 static int checkpoint_value(const cJSON *args, const flag *f, char *text, size_t n, char *err,
                             size_t errlen) {
   char key[64];
-  snprintf(key, sizeof key, "%s", f->name);
-  for (char *c = key; *c; c++) *c = *c == '-' ? '_' : *c;
+  json_key(f, key, sizeof key);
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(args, key);
   if (!v || cJSON_IsNull(v)) return 1;
   if (f->k == K_BOOL && cJSON_IsBool(v)) return snprintf(text, n, "%d", cJSON_IsTrue(v)), 0;
@@ -1788,9 +1795,7 @@ cJSON *td_args_to_json(const td_args *a) {
     const flag *f = &k_flags[i];
     if (f->k == K_NOTE || f->k == K_REFUSED) continue;
     char key[64];
-    snprintf(key, sizeof key, "%s", f->name);
-    for (char *c = key; *c; c++)
-      if (*c == '-') *c = '_';
+    json_key(f, key, sizeof key);
     cJSON_AddItemToObject(o, key, value_json(a, f));
   }
   cJSON_AddNumberToObject(o, "world_size", (double)a->world_size);
